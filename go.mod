@@ -1,0 +1,3 @@
+module github.com/openrls/ratelimit
+
+go 1.26.8

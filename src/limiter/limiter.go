@@ -1,0 +1,108 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a Rule counts hits.
+type Algorithm uint8
+
+const (
+	// FixedWindow counts hits in windows aligned to multiples of the period
+	// since the Unix epoch; the count starts again at each boundary.
+	FixedWindow Algorithm = iota
+	// SlidingWindow weighs the previous window's count by how much of it still
+	// overlaps a window ending now, so bursts at a boundary cannot double the
+	// limit.
+	SlidingWindow
+	// TokenBucket refills continuously at Limit per Period up to Burst tokens,
+	// implemented as GCRA: one timestamp per key.
+	TokenBucket
+)
+
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket"}
+
+// String returns the algorithm's configuration name.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", a)
+}
+
+// ParseAlgorithm maps a configuration name to an Algorithm. The empty string
+// means FixedWindow, the default.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	if s == "" {
+		return FixedWindow, nil
+	}
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window or token_bucket)", s)
+}
+
+// Rule is one limit as a store applies it. The zero Rule rejects everything
+// (a Limit of 0 always rejects).
+type Rule struct {
+	Algorithm Algorithm
+	// Limit is the number of hits allowed per Period.
+	Limit uint64
+	// Period is the window length, or for TokenBucket the time in which Limit
+	// tokens refill. It is always a whole number of seconds.
+	Period time.Duration
+	// Burst is the TokenBucket capacity; 0 means Limit. Other algorithms
+	// ignore it.
+	Burst uint64
+}
+
+// Hit asks a store to count Cost hits against Key under Rule.
+type Hit struct {
+	// Key identifies the counter. It is already encoded by the caller and is
+	// unique per descriptor value and rule identity.
+	Key  string
+	Rule Rule
+	// Cost is the number of hits to count; 0 only reports.
+	Cost uint64
+	// Advisory marks a hit whose rejection does not reject the request
+	// (shadow mode, quota mode). Under Batch.AllOrNothing an advisory
+	// rejection does not stop the other hits from being counted.
+	Advisory bool
+}
+
+// Outcome is a store's answer for one Hit.
+type Outcome struct {
+	Allowed bool
+	// Remaining is how many more unit-cost hits would be allowed right now.
+	Remaining uint64
+	// ResetAfter is the time until the counter is back to its empty state:
+	// the end of the window (FixedWindow), until every counted hit has aged
+	// out (SlidingWindow), or until the bucket is full (TokenBucket).
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejected hit, the earliest time after which the
+	// same hit could be allowed if nothing else arrives; 0 when allowed.
+	RetryAfter time.Duration
+}
+
+// Batch is one request's worth of hits, applied at one instant.
+type Batch struct {
+	// Now is the instant to count at. The zero value means "the store's own
+	// clock" (for the Redis store: Redis's TIME, so replicas agree).
+	Now  time.Time
+	Hits []Hit
+	// AllOrNothing, when set, counts nothing at all if any non-advisory hit
+	// is rejected (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). Without it each
+	// allowed hit is counted and each rejected one is not.
+	AllOrNothing bool
+}
+
+// Store counts hits. Implementations are safe for concurrent use.
+type Store interface {
+	// Apply counts each hit as of b.Now and returns one Outcome per Hit, in
+	// order. A rejected hit never consumes anything.
+	Apply(ctx context.Context, b Batch) ([]Outcome, error)
+}

@@ -1,0 +1,212 @@
+// Package limitertest is the conformance suite every limiter.Store must pass.
+// The memory store runs it in its own tests and the Redis store runs the very
+// same suite against real Redis servers, so a difference between backends is
+// a failing test rather than a production surprise.
+//
+// Scenarios are step tables at named instants; no step reads the wall clock.
+package limitertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// T0 is the suite's first instant: a whole hour, so minute and second windows
+// start exactly on it.
+var T0 = time.Unix(1_699_999_200, 0)
+
+// Step is one call in a scenario: at T0+At, apply the hits and expect Want.
+type Step struct {
+	At           time.Duration
+	Hits         []limiter.Hit // keys are relative; the suite prefixes them
+	AllOrNothing bool
+	Want         []limiter.Outcome
+}
+
+// Scenario is a named sequence of steps against one fresh key space.
+type Scenario struct {
+	Name  string
+	Steps []Step
+}
+
+func rule(a limiter.Algorithm, limit uint64, period time.Duration) limiter.Rule {
+	return limiter.Rule{Algorithm: a, Limit: limit, Period: period}
+}
+
+func hit(key string, r limiter.Rule, cost uint64) limiter.Hit {
+	return limiter.Hit{Key: key, Rule: r, Cost: cost}
+}
+
+func ok(rem uint64, reset time.Duration) limiter.Outcome {
+	return limiter.Outcome{Allowed: true, Remaining: rem, ResetAfter: reset}
+}
+
+func no(rem uint64, reset, retry time.Duration) limiter.Outcome {
+	return limiter.Outcome{Remaining: rem, ResetAfter: reset, RetryAfter: retry}
+}
+
+const ms = time.Millisecond
+
+// Scenarios returns the suite's step tables.
+func Scenarios() []Scenario {
+	fixed := rule(limiter.FixedWindow, 10, time.Minute)
+	sliding := rule(limiter.SlidingWindow, 10, time.Minute)
+	bucket := rule(limiter.TokenBucket, 10, time.Minute)
+	burst3 := bucket
+	burst3.Burst = 3
+	one := rule(limiter.FixedWindow, 1, time.Minute)
+	five := rule(limiter.FixedWindow, 5, time.Minute)
+	return []Scenario{
+		{"fixed/window_and_boundary", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
+			{At: 10 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 8)}, Want: []limiter.Outcome{ok(1, 50*time.Second)}},
+			{At: 20 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 2)}, Want: []limiter.Outcome{no(1, 40*time.Second, 40*time.Second)}},
+			{At: 20 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(0, 40*time.Second)}},
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 0)}, Want: []limiter.Outcome{ok(0, 30*time.Second)}},
+			{At: 60*time.Second - ms, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{no(0, ms, ms)}},
+			{At: 60 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 3)}, Want: []limiter.Outcome{ok(7, 60*time.Second)}},
+		}},
+		{"fixed/cost_above_limit", []Step{
+			{At: 5 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 11)}, Want: []limiter.Outcome{no(10, 55*time.Second, 55*time.Second)}},
+			{At: 5 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 1<<62)}, Want: []limiter.Outcome{no(10, 55*time.Second, 55*time.Second)}},
+			{At: 5 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 10)}, Want: []limiter.Outcome{ok(0, 55*time.Second)}},
+		}},
+		{"zero_limit_rejects_everything", []Step{
+			{Hits: []limiter.Hit{hit("f", rule(limiter.FixedWindow, 0, time.Second), 1)}, Want: []limiter.Outcome{no(0, time.Second, time.Second)}},
+			{Hits: []limiter.Hit{hit("f", rule(limiter.FixedWindow, 0, time.Second), 0)}, Want: []limiter.Outcome{no(0, time.Second, time.Second)}},
+			{Hits: []limiter.Hit{hit("s", rule(limiter.SlidingWindow, 0, time.Second), 1)}, Want: []limiter.Outcome{no(0, 0, time.Second)}},
+			{Hits: []limiter.Hit{hit("t", rule(limiter.TokenBucket, 0, time.Second), 1)}, Want: []limiter.Outcome{no(0, 0, time.Second)}},
+		}},
+		{"sliding/weighted_previous_window", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", sliding, 6)}, Want: []limiter.Outcome{ok(4, 120*time.Second)}},
+			{At: 60 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 4)}, Want: []limiter.Outcome{ok(0, 120*time.Second)}},
+			{At: 60 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{no(0, 120*time.Second, 9961*ms)}},
+			{At: 60*time.Second + 9960*ms, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{no(0, 110040*ms, ms)}},
+			{At: 60*time.Second + 9961*ms, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{ok(0, 110039*ms)}},
+			{At: 150 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{ok(6, 90*time.Second)}},
+			{At: 300 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 2)}, Want: []limiter.Outcome{ok(8, 120*time.Second)}},
+		}},
+		{"sliding/no_double_burst_at_boundary", []Step{
+			{At: 59 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 10)}, Want: []limiter.Outcome{ok(0, 61*time.Second)}},
+			{At: 60 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{no(0, time.Minute, 5941*ms)}},
+			{At: 65940 * ms, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{no(0, 54060*ms, ms)}},
+			{At: 65941 * ms, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{ok(0, 114059*ms)}},
+			{At: 59 * time.Second, Hits: []limiter.Hit{hit("f", fixed, 10)}, Want: []limiter.Outcome{ok(0, time.Second)}},
+			{At: 60 * time.Second, Hits: []limiter.Hit{hit("f", fixed, 10)}, Want: []limiter.Outcome{ok(0, time.Minute)}},
+		}},
+		{"sliding/current_window_full", []Step{
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 10)}, Want: []limiter.Outcome{ok(0, 90*time.Second)}},
+			// Needs the 10 to become the previous window and decay to 9.
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", sliding, 1)}, Want: []limiter.Outcome{no(0, 90*time.Second, 35941*ms)}},
+		}},
+		{"token_bucket/refill", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", bucket, 10)}, Want: []limiter.Outcome{ok(0, 60*time.Second)}},
+			{At: 0, Hits: []limiter.Hit{hit("k", bucket, 1)}, Want: []limiter.Outcome{no(0, 60*time.Second, 6*time.Second)}},
+			{At: 6 * time.Second, Hits: []limiter.Hit{hit("k", bucket, 1)}, Want: []limiter.Outcome{ok(0, 60*time.Second)}},
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", bucket, 0)}, Want: []limiter.Outcome{ok(4, 36*time.Second)}},
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", bucket, 5)}, Want: []limiter.Outcome{no(4, 36*time.Second, 6*time.Second)}},
+			{At: 30 * time.Second, Hits: []limiter.Hit{hit("k", bucket, 4)}, Want: []limiter.Outcome{ok(0, 60*time.Second)}},
+			{At: 200 * time.Second, Hits: []limiter.Hit{hit("k", bucket, 1)}, Want: []limiter.Outcome{ok(9, 6*time.Second)}},
+		}},
+		{"token_bucket/burst", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", burst3, 3)}, Want: []limiter.Outcome{ok(0, 18*time.Second)}},
+			{At: 0, Hits: []limiter.Hit{hit("k", burst3, 1)}, Want: []limiter.Outcome{no(0, 18*time.Second, 6*time.Second)}},
+			{At: 0, Hits: []limiter.Hit{hit("k", burst3, 4)}, Want: []limiter.Outcome{no(0, 18*time.Second, 18*time.Second)}},
+			{At: 12 * time.Second, Hits: []limiter.Hit{hit("k", burst3, 2)}, Want: []limiter.Outcome{ok(0, 18*time.Second)}},
+		}},
+		{"batch/all_or_nothing", []Step{
+			{Hits: []limiter.Hit{hit("a", one, 1)}, Want: []limiter.Outcome{ok(0, time.Minute)}},
+			{AllOrNothing: true, Hits: []limiter.Hit{hit("b", five, 1), hit("a", one, 1)},
+				Want: []limiter.Outcome{ok(5, time.Minute), no(0, time.Minute, time.Minute)}},
+			{Hits: []limiter.Hit{hit("b", five, 0)}, Want: []limiter.Outcome{ok(5, time.Minute)}},
+			{Hits: []limiter.Hit{hit("b", five, 1), hit("a", one, 1)},
+				Want: []limiter.Outcome{ok(4, time.Minute), no(0, time.Minute, time.Minute)}},
+			{AllOrNothing: true, Hits: []limiter.Hit{hit("b", five, 1), {Key: "a", Rule: one, Cost: 1, Advisory: true}},
+				Want: []limiter.Outcome{ok(3, time.Minute), no(0, time.Minute, time.Minute)}},
+			{Hits: []limiter.Hit{hit("b", five, 0)}, Want: []limiter.Outcome{ok(3, time.Minute)}},
+		}},
+		{"batch/same_key_twice", []Step{
+			{Hits: []limiter.Hit{hit("k", rule(limiter.FixedWindow, 3, time.Second), 2), hit("k", rule(limiter.FixedWindow, 3, time.Second), 2), hit("k", rule(limiter.FixedWindow, 3, time.Second), 1)},
+				Want: []limiter.Outcome{ok(1, time.Second), no(1, time.Second, time.Second), ok(0, time.Second)}},
+		}},
+		{"batch/independent_keys_and_algorithms", []Step{
+			{Hits: []limiter.Hit{hit("x", fixed, 4), hit("y", sliding, 4), hit("z", bucket, 4)},
+				Want: []limiter.Outcome{ok(6, time.Minute), ok(6, 2*time.Minute), ok(6, 24*time.Second)}},
+		}},
+	}
+}
+
+// Run runs every scenario and the concurrency check against stores made by
+// newStore. Each scenario gets its own key prefix, so one store may serve them
+// all.
+func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
+	t.Helper()
+	for _, sc := range Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			st := newStore(t)
+			prefix := keyPrefix(t)
+			for i, s := range sc.Steps {
+				hits := make([]limiter.Hit, len(s.Hits))
+				for j, h := range s.Hits {
+					h.Key = prefix + h.Key
+					hits[j] = h
+				}
+				got, err := st.Apply(context.Background(), limiter.Batch{Now: T0.Add(s.At), Hits: hits, AllOrNothing: s.AllOrNothing})
+				if err != nil {
+					t.Fatalf("step %d: Apply() error: %v", i, err)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(s.Want) {
+					t.Errorf("step %d at T0+%v: Apply() =\n  %+v\nwant\n  %+v", i, s.At, got, s.Want)
+				}
+			}
+		})
+	}
+	t.Run("concurrent/limit_never_exceeded", func(t *testing.T) {
+		testConcurrent(t, newStore(t), keyPrefix(t))
+	})
+}
+
+func keyPrefix(t *testing.T) string {
+	return strings.NewReplacer("/", ":", " ", "_").Replace(t.Name()) + fmt.Sprintf(":%d:", time.Now().UnixNano())
+}
+
+// testConcurrent has 64 goroutines race for one fixed-window key at one
+// instant: exactly Limit hits must be allowed.
+func testConcurrent(t *testing.T, st limiter.Store, prefix string) {
+	const workers, perWorker, limit = 64, 8, 100
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: limit, Period: time.Hour}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perWorker {
+				out, err := st.Apply(context.Background(), limiter.Batch{Now: T0, Hits: []limiter.Hit{{Key: prefix + "hot", Rule: r, Cost: 1}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if out[0].Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Apply() error: %v", err)
+	}
+	if got := allowed.Load(); got != limit {
+		t.Errorf("%d goroutines x %d hits on a limit of %d: allowed %d, want exactly %d", workers, perWorker, limit, got, limit)
+	}
+}

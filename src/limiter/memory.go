@@ -1,0 +1,271 @@
+package limiter
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Design of the memory store
+//
+// Keys are spread over memShards shards by a seeded hash; each shard is a map
+// guarded by its own mutex, so unrelated keys rarely contend. A batch locks
+// every shard it touches, in ascending shard order (a 64-bit mask makes the
+// order free), evaluates all hits against a private overlay, and only then
+// writes: this makes a batch atomic, which AllOrNothing needs, and makes a
+// limit exact under any number of goroutines.
+//
+// Memory: each shard holds at most MaxKeys/memShards entries. Inserting into a
+// full shard first drops an expired entry if a small random sample finds one,
+// otherwise the sampled entry that expires soonest (it is the one whose loss
+// forgives the fewest hits). Evictions are counted. A sweeper goroutine drops
+// expired entries every SweepInterval; lookups treat expired entries as absent
+// regardless, so the sweeper only frees memory.
+
+const (
+	memShards   = 64
+	evictSample = 8
+)
+
+// MemoryOptions configures a MemoryStore. The zero value is usable.
+type MemoryOptions struct {
+	// MaxKeys bounds the number of live counters; 0 means 1,048,576.
+	MaxKeys int
+	// SweepInterval is how often expired counters are freed; 0 means 10s, a
+	// negative value disables the sweeper (tests call Sweep directly).
+	SweepInterval time.Duration
+	// Clock is used when a Batch has no Now, and by the sweeper; nil means
+	// time.Now.
+	Clock func() time.Time
+}
+
+// MemoryStore is the embedded Store: exact, per process, bounded in memory.
+// It is safe for concurrent use. Create it with NewMemoryStore and stop its
+// sweeper with Close.
+type MemoryStore struct {
+	shards    [memShards]memShard
+	seed      maphash.Seed
+	perShard  int
+	clock     func() time.Time
+	evictions atomic.Uint64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[string]memEntry
+	_  [40]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+type memEntry struct {
+	st      state
+	expires int64 // µs
+}
+
+// NewMemoryStore returns a MemoryStore and starts its sweeper.
+func NewMemoryStore(opts MemoryOptions) *MemoryStore {
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = 1 << 20
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	s := &MemoryStore{
+		seed:     maphash.MakeSeed(),
+		perShard: max(1, opts.MaxKeys/memShards),
+		clock:    opts.Clock,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]memEntry)
+	}
+	if opts.SweepInterval > 0 {
+		go s.sweepLoop(opts.SweepInterval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the sweeper. The store stays usable.
+func (s *MemoryStore) Close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+func (s *MemoryStore) sweepLoop(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep(s.clock())
+		}
+	}
+}
+
+// Sweep frees every counter expired at now and returns how many it freed.
+func (s *MemoryStore) Sweep(now time.Time) int {
+	us := now.UnixMicro()
+	freed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= us {
+				delete(sh.m, k)
+				freed++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return freed
+}
+
+// Len returns the number of counters held, expired or not.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many live counters were dropped because the store
+// was full.
+func (s *MemoryStore) Evictions() uint64 { return s.evictions.Load() }
+
+// pending is one hit's evaluation before it is written.
+type pending struct {
+	shard   uint8
+	st      state
+	expires int64
+	write   bool
+}
+
+// Apply implements Store. It never returns an error.
+func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
+	now := b.Now
+	if now.IsZero() {
+		now = s.clock()
+	}
+	us := now.UnixMicro()
+	outs := make([]Outcome, len(b.Hits))
+	var buf [8]pending
+	pend := buf[:0]
+	var mask uint64
+	for i := range b.Hits {
+		sh := uint8(maphash.String(s.seed, b.Hits[i].Key) % memShards)
+		pend = append(pend, pending{shard: sh})
+		mask |= 1 << sh
+	}
+	s.lock(mask)
+	defer s.unlock(mask)
+
+	rejected := false
+	for i := range b.Hits {
+		h := &b.Hits[i]
+		prior := s.current(pend[:i], b.Hits[:i], pend[i].shard, h.Key, us)
+		st, out, exp := step(prior, us, h.Rule, h.Cost)
+		outs[i] = out
+		pend[i].st, pend[i].expires, pend[i].write = st, exp, out.Allowed
+		if !out.Allowed && !h.Advisory {
+			rejected = true
+		}
+	}
+	if rejected && b.AllOrNothing {
+		// Nothing is written; report what the allowed hits would see now.
+		for i := range b.Hits {
+			if outs[i].Allowed {
+				h := &b.Hits[i]
+				_, outs[i], _ = step(s.stored(pend[i].shard, h.Key, us), us, h.Rule, 0)
+			}
+		}
+		return outs, nil
+	}
+	for i := range b.Hits {
+		if pend[i].write {
+			s.put(pend[i].shard, b.Hits[i].Key, memEntry{st: pend[i].st, expires: pend[i].expires}, us)
+		}
+	}
+	return outs, nil
+}
+
+// current returns the state a hit sees: the latest pending write to the same
+// key earlier in the batch, else the stored state.
+func (s *MemoryStore) current(prev []pending, hits []Hit, sh uint8, key string, now int64) state {
+	for j := len(prev) - 1; j >= 0; j-- {
+		// A rejected earlier hit on the same key wrote nothing: skip it.
+		if prev[j].write && hits[j].Key == key {
+			return prev[j].st
+		}
+	}
+	return s.stored(sh, key, now)
+}
+
+func (s *MemoryStore) stored(sh uint8, key string, now int64) state {
+	e, ok := s.shards[sh].m[key]
+	if !ok || e.expires <= now {
+		return state{}
+	}
+	return e.st
+}
+
+func (s *MemoryStore) put(sh uint8, key string, e memEntry, now int64) {
+	m := s.shards[sh].m
+	if _, ok := m[key]; !ok && len(m) >= s.perShard {
+		s.evictOne(m, now)
+	}
+	m[key] = e
+}
+
+// evictOne makes room in a full shard; see the design note above.
+func (s *MemoryStore) evictOne(m map[string]memEntry, now int64) {
+	victim, soonest, n := "", int64(0), 0
+	for k, e := range m {
+		if n == 0 || e.expires < soonest {
+			victim, soonest = k, e.expires
+		}
+		n++
+		if n == evictSample {
+			break
+		}
+	}
+	delete(m, victim)
+	if soonest > now {
+		s.evictions.Add(1) // a live counter was lost, not just garbage
+	}
+}
+
+func (s *MemoryStore) lock(mask uint64) {
+	for i := 0; mask != 0; i, mask = i+1, mask>>1 {
+		if mask&1 != 0 {
+			s.shards[i].mu.Lock()
+		}
+	}
+}
+
+func (s *MemoryStore) unlock(mask uint64) {
+	for i := 0; mask != 0; i, mask = i+1, mask>>1 {
+		if mask&1 != 0 {
+			s.shards[i].mu.Unlock()
+		}
+	}
+}
