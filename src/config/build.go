@@ -1,0 +1,174 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Options controls how files are combined.
+type Options struct {
+	// MergeDomains lets several files hold the same domain; their descriptor
+	// lists are merged (MERGE_DOMAIN_CONFIG). A descriptor defined in two of
+	// them is still an error.
+	MergeDomains bool
+}
+
+// Config is a validated, immutable set of domains. It is safe for concurrent
+// use; the zero value has no domains.
+type Config struct {
+	domains map[string]*Domain
+}
+
+// Domain is one domain's descriptor tree.
+type Domain struct {
+	Name  string
+	Files []string
+	root  level
+}
+
+// Node is one descriptor of the tree. Nodes are immutable.
+type Node struct {
+	Key, Value     string // Value is "" for a key-only descriptor, the pattern for a wildcard
+	Path           string // metric path, e.g. "message_type_marketing.to_number"
+	File           string
+	Line           int
+	Limits         []*Limit
+	ShadowMode     bool
+	QuotaMode      bool
+	DetailedMetric bool
+	ValueToMetric  bool
+	ShareThreshold bool
+	Metadata       map[string]any
+
+	wildcard []string // the pattern split at '*'; nil when not a wildcard
+	children level
+}
+
+// level is one list of descriptors, indexed for matching.
+type level struct {
+	exact   map[string]map[string]*Node // key → value → node
+	wild    map[string][]*Node          // key → wildcard nodes, most specific first
+	keyOnly map[string]*Node
+}
+
+// Build merges parsed files into a Config. The error joins one *Error per
+// problem.
+func Build(files []*File, opts Options) (*Config, error) {
+	c := &Config{domains: map[string]*Domain{}}
+	first := map[string]*File{}
+	var errs []error
+	for _, f := range files {
+		if f == nil {
+			continue
+		}
+		d := c.domains[f.Domain]
+		if d == nil {
+			d = &Domain{Name: f.Domain}
+			c.domains[f.Domain] = d
+			first[f.Domain] = f
+		} else if !opts.MergeDomains {
+			errs = append(errs, &Error{File: f.Name, Line: f.Line, Path: "domain",
+				Msg: fmt.Sprintf("duplicate domain %q (also in %s); set MERGE_DOMAIN_CONFIG=true to merge files of one domain", f.Domain, first[f.Domain].Name)})
+			continue
+		}
+		d.Files = append(d.Files, f.Name)
+		errs = append(errs, d.root.add(f.Name, "", f.Descriptors)...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (lv *level) add(file, parentPath string, descs []*Descriptor) []error {
+	var errs []error
+	for _, desc := range descs {
+		n := &Node{
+			Key: desc.Key, Value: desc.Value, File: file, Line: desc.Line, Limits: desc.Limits,
+			ShadowMode: desc.ShadowMode, QuotaMode: desc.QuotaMode, DetailedMetric: desc.DetailedMetric,
+			ValueToMetric: desc.ValueToMetric, ShareThreshold: desc.ShareThreshold, Metadata: desc.Metadata,
+		}
+		n.Path = desc.Key
+		if desc.Value != "" {
+			n.Path += "_" + desc.Value
+		}
+		if parentPath != "" {
+			n.Path = parentPath + "." + n.Path
+		}
+		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {
+			errs = append(errs, &Error{File: file, Line: desc.Line, Path: desc.Path,
+				Msg: fmt.Sprintf("duplicate descriptor key=%q value=%q (also at %s:%d)", desc.Key, desc.Value, prev.File, prev.Line)})
+			continue
+		}
+		lv.insert(n)
+		errs = append(errs, n.children.add(file, n.Path, desc.Descriptors)...)
+	}
+	return errs
+}
+
+func (lv *level) lookup(key, value string) *Node {
+	if value == "" {
+		return lv.keyOnly[key]
+	}
+	if n := lv.exact[key][value]; n != nil {
+		return n
+	}
+	for _, n := range lv.wild[key] {
+		if n.Value == value {
+			return n
+		}
+	}
+	return nil
+}
+
+func (lv *level) insert(n *Node) {
+	switch {
+	case n.Value == "":
+		if lv.keyOnly == nil {
+			lv.keyOnly = map[string]*Node{}
+		}
+		lv.keyOnly[n.Key] = n
+	case strings.Contains(n.Value, "*"):
+		n.wildcard = strings.Split(n.Value, "*")
+		if lv.wild == nil {
+			lv.wild = map[string][]*Node{}
+		}
+		ws := append(lv.wild[n.Key], n)
+		// Most literal characters first; config order among equals.
+		sort.SliceStable(ws, func(i, j int) bool { return literalLen(ws[i]) > literalLen(ws[j]) })
+		lv.wild[n.Key] = ws
+	default:
+		if lv.exact == nil {
+			lv.exact = map[string]map[string]*Node{}
+		}
+		if lv.exact[n.Key] == nil {
+			lv.exact[n.Key] = map[string]*Node{}
+		}
+		lv.exact[n.Key][n.Value] = n
+	}
+}
+
+func literalLen(n *Node) int { return len(n.Value) - strings.Count(n.Value, "*") }
+
+// Domain returns the named domain, or nil.
+func (c *Config) Domain(name string) *Domain {
+	if c == nil {
+		return nil
+	}
+	return c.domains[name]
+}
+
+// Domains returns the domain names, sorted.
+func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
+	names := make([]string, 0, len(c.domains))
+	for n := range c.domains {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,149 @@
+package config
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// decoder walks a yaml.Node tree and collects positioned errors. It decodes
+// by hand rather than into structs because yaml.v3 reports unknown fields
+// without a path and Node.Decode does not honour KnownFields.
+type decoder struct {
+	file string
+	errs []error
+}
+
+func (d *decoder) err() error { return errors.Join(d.errs...) }
+
+func (d *decoder) errAt(line int, path, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Path: path, Msg: sprintf(format, args...)})
+}
+
+func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errAt(line, path, format, args...)
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError turns a yaml.v3 syntax error into a positioned *Error.
+func (d *decoder) yamlError(err error) error {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{File: d.file, Line: line, Msg: "invalid YAML: " + m[2]}
+	}
+	return &Error{File: d.file, Msg: "invalid YAML: " + err.Error()}
+}
+
+// fields checks that n is a mapping whose keys are all in allowed, each once,
+// and returns the value nodes by key. It returns nil if n is not a mapping.
+func (d *decoder) fields(n *yaml.Node, path string, allowed []string) map[string]*yaml.Node {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errf(n, path, "want a mapping, got %s", kindName(n))
+		return nil
+	}
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		if !contains(allowed, k.Value) {
+			d.errf(k, p, "unknown field %q", k.Value)
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			d.errf(k, p, "field %q given twice", k.Value)
+			continue
+		}
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
+		out[k.Value] = v
+	}
+	return out
+}
+
+// str reads a scalar as text; numbers are accepted as written, since values
+// such as 500 or 10.0.0.1 are strings to the matcher.
+func (d *decoder) str(n *yaml.Node, path string) string {
+	if n == nil || isNull(n) {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		d.errf(n, path, "want a string, got %s", kindName(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) bool {
+	if n == nil || isNull(n) {
+		return false
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+		d.errf(n, path, "want true or false, got %s", describe(n))
+	}
+	return b
+}
+
+func (d *decoder) uint(n *yaml.Node, path string, max uint64) uint64 {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		d.errf(n, path, "want a whole number, got %s", describe(n))
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 0, 64)
+	if err != nil || v > max {
+		d.errf(n, path, "want a whole number from 0 to %d, got %s", max, n.Value)
+		return 0
+	}
+	return v
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "nothing"
+		}
+		return "a scalar " + strconv.Quote(n.Value)
+	}
+	return "an unexpected node"
+}
+
+func describe(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && !isNull(n) {
+		return strconv.Quote(n.Value)
+	}
+	return kindName(n)
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

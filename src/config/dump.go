@@ -1,0 +1,82 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Dump renders the config one line per limit, domains sorted and descriptors
+// in file order, for the debug endpoint and golden tests.
+func (c *Config) Dump() string {
+	var b strings.Builder
+	for _, name := range c.Domains() {
+		c.domains[name].root.dump(&b, name)
+	}
+	return b.String()
+}
+
+func (lv *level) dump(b *strings.Builder, domain string) {
+	for _, n := range lv.nodes() {
+		for _, l := range n.Limits {
+			fmt.Fprintf(b, "%s.%s: %s", domain, n.Path, l)
+			if n.ShadowMode {
+				b.WriteString(", shadow_mode")
+			}
+			if n.QuotaMode {
+				b.WriteString(", quota_mode")
+			}
+			if n.ShareThreshold {
+				b.WriteString(", share_threshold")
+			}
+			fmt.Fprintf(b, " (%s:%d)\n", n.File, l.Line)
+		}
+		n.children.dump(b, domain)
+	}
+}
+
+// nodes returns the level's nodes in file order.
+func (lv *level) nodes() []*Node {
+	var out []*Node
+	for _, vs := range lv.exact {
+		for _, n := range vs {
+			out = append(out, n)
+		}
+	}
+	for _, ws := range lv.wild {
+		out = append(out, ws...)
+	}
+	for _, n := range lv.keyOnly {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].File != out[j].File {
+			return out[i].File < out[j].File
+		}
+		return out[i].Line < out[j].Line
+	})
+	return out
+}
+
+// String describes the limit, e.g. "10 per 30 seconds, sliding_window".
+func (l *Limit) String() string {
+	if l.Unlimited {
+		return "unlimited" + l.nameString()
+	}
+	s := fmt.Sprintf("%d per %s, %s", l.RequestsPerUnit, periodString(l.Unit, l.UnitMultiplier), l.Algorithm)
+	if l.Burst > 0 {
+		s += fmt.Sprintf(", burst %d", l.Burst)
+	}
+	return s + l.nameString()
+}
+
+func (l *Limit) nameString() string {
+	s := ""
+	if l.Name != "" {
+		s += fmt.Sprintf(", name %q", l.Name)
+	}
+	if len(l.Replaces) > 0 {
+		s += fmt.Sprintf(", replaces %q", l.Replaces)
+	}
+	return s
+}

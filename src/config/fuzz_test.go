@@ -1,0 +1,100 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: malformed YAML never panics, and every error is positioned.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"domain: [\n", "- a\n- b\n", "domain: d\ndescriptors:\n  - key: &a x\n    value: *a\n", "",
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: hour, requests_per_unit: 9, algorithm: token_bucket, burst: 3}]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("f.yaml", data)
+		if err == nil {
+			_, err = Build([]*File{file}, Options{})
+		}
+		if err == nil {
+			return
+		}
+		var ce *Error
+		if !errors.As(err, &ce) || ce.File != "f.yaml" {
+			t.Fatalf("Parse error %q is not a positioned *config.Error", err)
+		}
+	})
+}
+
+// decodeFields splits an encoded key back into its fields; it is the proof
+// that the encoding is injective (a decoder exists).
+func decodeFields(t *testing.T, key string) (fields []string, tail string) {
+	t.Helper()
+	if !strings.HasPrefix(key, "{") {
+		t.Fatalf("key %q does not start with {", key)
+	}
+	s := key[1:]
+	for !strings.HasPrefix(s, "}:") {
+		i := strings.IndexAny(s, ":#*%")
+		if i <= 0 {
+			t.Fatalf("key %q: bad field at %q", key, s)
+		}
+		n, err := strconv.Atoi(s[:i])
+		if err != nil {
+			t.Fatalf("key %q: bad length %q", key, s[:i])
+		}
+		tag := s[i]
+		s = s[i+1:]
+		width := n
+		if tag == '#' || tag == '%' {
+			width = 32
+		}
+		if len(s) < width {
+			t.Fatalf("key %q: field shorter than its length", key)
+		}
+		fields = append(fields, string(tag)+s[:width])
+		s = s[width:]
+	}
+	return fields, s[2:]
+}
+
+func FuzzKey(f *testing.F) {
+	f.Add("dom", "a_b\x00c")
+	f.Add("dom", "a\x00b_c")
+	f.Add("d}", "{}\x00:1")
+	f.Add("x", strings.Repeat("z", 200)+"\x00v")
+	f.Fuzz(func(t *testing.T, domain, kvs string) {
+		parts := strings.Split(kvs, "\x00")
+		if len(parts)%2 == 1 {
+			parts = append(parts, "")
+		}
+		b := appendKeyStart(nil, domain)
+		for i := 0; i < len(parts); i += 2 {
+			b = appendKeyEntry(b, nil, parts[i], parts[i+1])
+		}
+		b = appendKeyEnd(b)
+		b = append(b, "fw60"...)
+		fields, tail := decodeFields(t, string(b))
+		want := append([]string{domain}, parts...)
+		if len(fields) != len(want) || tail != "fw60" {
+			t.Fatalf("key %q decodes to %d fields + %q, want %d + fw60", b, len(fields), tail, len(want))
+		}
+		for i, w := range want {
+			exp := ":" + w
+			if len(w) > MaxRawField {
+				sum := sha256.Sum256([]byte(w))
+				exp = "#" + hex.EncodeToString(sum[:16])
+			}
+			if fields[i] != exp {
+				t.Fatalf("key %q field %d = %q, want %q", b, i, fields[i], exp)
+			}
+		}
+	})
+}

@@ -1,0 +1,58 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+)
+
+// Counter keys
+//
+// A key is "{" domain entries... "}" ":" identity, where every string field is
+// written as <byte length><tag><text>. The length prefix makes the encoding
+// injective whatever bytes the values hold: ("a_b","c") and ("a","b_c") can
+// never meet. The tag tells what the text is:
+//
+//	':' the value itself
+//	'#' the first 128 bits of the value's SHA-256, in hex, for values longer
+//	    than MaxRawField bytes, so keys stay bounded
+//	'*' a shared wildcard pattern (share_threshold): every value matching it
+//	    counts on one key
+//	'%' a hashed shared pattern
+//
+// The braces are a Redis Cluster hash tag: every limit of one descriptor value
+// lands in one slot. The identity after them names the limit (algorithm and
+// period in seconds), not its amount, so raising requests_per_unit keeps the
+// count. Stores prepend their own prefix and format version.
+
+// MaxRawField is the longest field written as itself in a key; longer ones are
+// hashed.
+const MaxRawField = 128
+
+func appendField(b []byte, s string, raw, hashed byte) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	if len(s) <= MaxRawField {
+		b = append(b, raw)
+		return append(b, s...)
+	}
+	sum := sha256.Sum256([]byte(s))
+	b = append(b, hashed)
+	return hex.AppendEncode(b, sum[:16])
+}
+
+func appendKeyStart(b []byte, domain string) []byte {
+	b = append(b, '{')
+	return appendField(b, domain, ':', '#')
+}
+
+func appendKeyEntry(b []byte, n *Node, key, value string) []byte {
+	b = appendField(b, key, ':', '#')
+	if n != nil && n.ShareThreshold {
+		return appendField(b, n.Value, '*', '%')
+	}
+	return appendField(b, value, ':', '#')
+}
+
+func appendKeyEnd(b []byte) []byte { return append(b, '}', ':') }
+
+func appendIdentity(b []byte, l *Limit) []byte { return append(b, l.identity...) }

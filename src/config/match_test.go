@@ -1,0 +1,255 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func loadExample(t testing.TB) *Config {
+	t.Helper()
+	c, err := LoadFiles([]string{"testdata/good/example.yaml"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// desc builds a request descriptor from "k=v" pairs.
+func desc(kvs ...string) *rlv3.RateLimitDescriptor {
+	d := &rlv3.RateLimitDescriptor{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+func TestDumpGolden(t *testing.T) {
+	got := loadExample(t).Dump()
+	const golden = "testdata/good/example.golden"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("Dump() =\n%s\nwant (%s; run go test -update to rewrite)\n%s", got, golden, want)
+	}
+}
+
+func TestMatch(t *testing.T) {
+	c := loadExample(t)
+	tests := []struct {
+		name    string
+		entries []string
+		want    string // matched node path, "" for no match
+	}{
+		{"key only", []string{"remote_address=1.2.3.4"}, "remote_address"},
+		{"exact beats key only", []string{"remote_address=50.0.0.5"}, "remote_address_50.0.0.5"},
+		{"wildcard prefix", []string{"path=/api/v1/users"}, "path_/api/*"},
+		{"longer wildcard wins", []string{"path=/api/v2/users"}, "path_/api/v2/*"},
+		{"wildcard star first", []string{"path=/x/health"}, "path_*/health"},
+		{"wildcard matches empty remainder", []string{"path=/api/"}, "path_/api/*"},
+		{"wildcard no match", []string{"path=/web/index"}, ""},
+		{"unknown key", []string{"nope=1"}, ""},
+		{"nested", []string{"message_type=marketing", "to_number=123"}, "message_type_marketing.to_number"},
+		{"limit only at the last entry's depth", []string{"remote_address=1.2.3.4", "extra=1"}, ""},
+		{"parent without its child", []string{"message_type=marketing"}, "message_type_marketing"},
+		{"nested parent value mismatch", []string{"message_type=other", "to_number=1"}, ""},
+		{"empty value is a value", []string{"remote_address="}, "remote_address"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := c.Domain("shop").Match(desc(tc.entries...).Entries)
+			got := ""
+			if n != nil {
+				got = n.Path
+			}
+			if got != tc.want {
+				t.Errorf("Match(%v) = %q, want %q", tc.entries, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	tests := []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"a*", "a", true}, {"a*", "abc", true}, {"a*", "ba", false},
+		{"*a", "ba", true}, {"*a", "ab", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "axxbyyc", true}, {"a*b*c", "acb", false},
+		{"ab*ba", "aba", false}, {"ab*ba", "abba", true},
+		{"*", "", true}, {"**", "x", true},
+	}
+	for _, tc := range tests {
+		if got := globMatch(strings.Split(tc.pattern, "*"), tc.s); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+// planSummary renders a plan compactly: per descriptor, its limits and costs.
+func planSummary(p *Plan) string {
+	var b strings.Builder
+	for i, d := range p.Descs {
+		if i > 0 {
+			b.WriteString(" | ")
+		}
+		if d.Unlimited {
+			b.WriteString("unlimited")
+		}
+		for j := d.First; j < d.First+d.Count; j++ {
+			h := p.Hits[j]
+			if j > d.First {
+				b.WriteString(" & ")
+			}
+			b.WriteString(p.Refs[j].Limit.String())
+			b.WriteString(" cost ")
+			b.WriteString(strconv.FormatUint(h.Cost, 10))
+			if h.Advisory {
+				b.WriteString(" advisory")
+			}
+		}
+		if d.Count == 0 && !d.Unlimited {
+			b.WriteString("-")
+		}
+	}
+	return b.String()
+}
+
+func TestPlan(t *testing.T) {
+	c := loadExample(t)
+	override := func(d *rlv3.RateLimitDescriptor, rpu uint32, u typev3.RateLimitUnit) *rlv3.RateLimitDescriptor {
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: u}
+		return d
+	}
+	addend := func(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	tests := []struct {
+		name   string
+		domain string
+		descs  []*rlv3.RateLimitDescriptor
+		addend uint32
+		want   string
+	}{
+		{"unknown domain", "nope", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 0, "-"},
+		{"no match", "shop", []*rlv3.RateLimitDescriptor{desc("nope=1")}, 0, "-"},
+		{"hits_addend 0 means 1", "shop", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 0, "10 per second, fixed_window cost 1"},
+		{"request hits_addend", "shop", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 3, "10 per second, fixed_window cost 3"},
+		{"descriptor hits_addend wins", "shop", []*rlv3.RateLimitDescriptor{addend(desc("remote_address=1"), 7)}, 3, "10 per second, fixed_window cost 7"},
+		{"descriptor hits_addend 0 checks only", "shop", []*rlv3.RateLimitDescriptor{addend(desc("remote_address=1"), 0)}, 3, "10 per second, fixed_window cost 0"},
+		{"unlimited", "shop", []*rlv3.RateLimitDescriptor{desc("path=/a/health")}, 0, "unlimited"},
+		{"several limits, shadow is advisory", "shop", []*rlv3.RateLimitDescriptor{desc("user=u")}, 0,
+			"10 per second, token_bucket, burst 20 cost 1 advisory & 1000 per hour, sliding_window cost 1 advisory"},
+		{"quota is advisory", "shop", []*rlv3.RateLimitDescriptor{desc("quota=q")}, 0, "3 per 5 minutes, fixed_window cost 1 advisory"},
+		{"replaces drops the named limit", "shop", []*rlv3.RateLimitDescriptor{
+			desc("message_type=marketing", "to_number=1"), desc("vip=yes", "to_number=1")}, 0,
+			`- | 50 per day, fixed_window, replaces ["marketing"] cost 1`},
+		{"named limit alone stays", "shop", []*rlv3.RateLimitDescriptor{desc("message_type=marketing", "to_number=1")}, 0,
+			`5 per day, fixed_window, name "marketing" cost 1`},
+		{"override without match", "shop", []*rlv3.RateLimitDescriptor{override(desc("nope=1"), 42, typev3.RateLimitUnit_HOUR)}, 0,
+			"42 per hour, fixed_window cost 1"},
+		{"override keeps matched algorithm", "shop", []*rlv3.RateLimitDescriptor{override(desc("user=u"), 7, typev3.RateLimitUnit_MINUTE)}, 0,
+			"7 per minute, token_bucket cost 1 advisory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := c.Plan(tc.domain, tc.descs, tc.addend)
+			if err != nil {
+				t.Fatalf("Plan() error: %v", err)
+			}
+			if got := planSummary(p); got != tc.want {
+				t.Errorf("Plan() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlanOverrideUnknownUnit(t *testing.T) {
+	d := desc("remote_address=1")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	if _, err := loadExample(t).Plan("shop", []*rlv3.RateLimitDescriptor{d}, 0); err == nil {
+		t.Errorf("Plan(override with UNKNOWN unit) = nil error, want an error")
+	}
+}
+
+func TestPlanKeys(t *testing.T) {
+	c := loadExample(t)
+	key := func(kvs ...string) string {
+		p, err := c.Plan("shop", []*rlv3.RateLimitDescriptor{desc(kvs...)}, 0)
+		if err != nil || len(p.Hits) != 1 {
+			t.Fatalf("Plan(%v) = %v hits, %v", kvs, len(p.Hits), err)
+		}
+		return p.Hits[0].Key
+	}
+	if a, b := key("tenant=free-1"), key("tenant=free-2"); a != b {
+		t.Errorf("share_threshold: keys %q and %q differ, want one shared key", a, b)
+	}
+	if a, b := key("remote_address=1"), key("remote_address=2"); a == b {
+		t.Errorf("key-only descriptor: values 1 and 2 share key %q, want one key per value", a)
+	}
+	if a, b := key("path=/api/x"), key("path=/api/y"); a == b {
+		t.Errorf("wildcard without share_threshold: values share key %q, want one key per value", a)
+	}
+	if got, want := key("remote_address=1"), "{4:shop14:remote_address1:1}:fw1"; got != want {
+		t.Errorf("key = %q, want %q", got, want)
+	}
+	long := strings.Repeat("v", MaxRawField+1)
+	if got := key("remote_address=" + long); len(got) > 100 || !strings.Contains(got, "129#") {
+		t.Errorf("key for a %d-byte value = %q, want it hashed and short", len(long), got)
+	}
+}
+
+func TestLimitRule(t *testing.T) {
+	c := loadExample(t)
+	n := c.Domain("shop").Match(desc("quota=q").Entries)
+	want := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 5 * 60 * 1e9}
+	if got := n.Limits[0].Rule; got != want {
+		t.Errorf("Rule = %+v, want %+v", got, want)
+	}
+	if n.Metadata["team"] != "payments" {
+		t.Errorf("Metadata = %v, want team=payments", n.Metadata)
+	}
+}
+
+func BenchmarkPlan(b *testing.B) {
+	c := loadExample(b)
+	descs := []*rlv3.RateLimitDescriptor{desc("remote_address=10.1.2.3"), desc("path=/api/v2/users"), desc("message_type=marketing", "to_number=555")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Plan("shop", descs, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMatch(b *testing.B) {
+	c := loadExample(b)
+	d := c.Domain("shop")
+	entries := desc("message_type=marketing", "to_number=555").Entries
+	b.ReportAllocs()
+	for b.Loop() {
+		if d.Match(entries) == nil {
+			b.Fatal("no match")
+		}
+	}
+}

@@ -1,0 +1,319 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// File is one parsed config file: one domain and its descriptor tree.
+type File struct {
+	Name        string
+	Domain      string
+	Line        int // of the domain key
+	Descriptors []*Descriptor
+}
+
+// Descriptor is one entry of a descriptor list, as written.
+type Descriptor struct {
+	Key, Value     string
+	Line           int
+	Path           string // e.g. descriptors[0].descriptors[1]
+	Limits         []*Limit
+	ShadowMode     bool
+	QuotaMode      bool
+	DetailedMetric bool
+	ValueToMetric  bool
+	ShareThreshold bool
+	Metadata       map[string]any
+	Descriptors    []*Descriptor
+}
+
+// Limit is one rate limit on a descriptor. It is immutable once built.
+type Limit struct {
+	Name            string
+	Unit            Unit
+	UnitMultiplier  uint32 // >= 1
+	RequestsPerUnit uint32
+	Unlimited       bool
+	Algorithm       limiter.Algorithm
+	Burst           uint32 // token bucket capacity; 0 means RequestsPerUnit
+	Replaces        []string
+	Line            int
+
+	// Rule is what a store applies; identity is the part of the key that
+	// names the limit (algorithm and period), so changing requests_per_unit
+	// keeps the counter.
+	Rule     limiter.Rule
+	identity string
+}
+
+var (
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
+		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
+		"unit_multiplier", "burst"}
+)
+
+// Parse reads one config file. The error, if any, joins one *Error per
+// problem found, so a single run shows them all.
+func Parse(name string, data []byte) (*File, error) {
+	d := &decoder{file: name}
+	f := &File{Name: name}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: name, Msg: "file is empty: want a mapping with domain and descriptors"}
+		}
+		return nil, d.yamlError(err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	fields := d.fields(root, "", []string{"domain", "descriptors"})
+	if fields == nil {
+		return nil, d.err()
+	}
+	if n := fields["domain"]; n == nil {
+		d.errf(root, "", "missing domain")
+	} else {
+		f.Domain, f.Line = d.str(n, "domain"), n.Line
+		if f.Domain == "" {
+			d.errf(n, "domain", "domain is empty")
+		}
+	}
+	f.Descriptors = d.descriptors(fields["descriptors"], "descriptors")
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		d.errAt(extra.Line, "", "more than one YAML document; put each domain in its own file")
+	}
+	return f, d.err()
+}
+
+func (d *decoder) descriptors(n *yaml.Node, path string) []*Descriptor {
+	if n == nil || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errf(n, path, "want a list of descriptors, got %s", kindName(n))
+		return nil
+	}
+	out := make([]*Descriptor, 0, len(n.Content))
+	seen := map[[2]string]int{}
+	for i, c := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		desc := d.descriptor(c, p)
+		if desc == nil {
+			continue
+		}
+		id := [2]string{desc.Key, desc.Value}
+		if first, dup := seen[id]; dup {
+			d.errf(c, p, "duplicate descriptor key=%q value=%q (first at line %d)", desc.Key, desc.Value, first)
+			continue
+		}
+		seen[id] = desc.Line
+		out = append(out, desc)
+	}
+	return out
+}
+
+func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
+	f := d.fields(n, path, descriptorFields)
+	if f == nil {
+		return nil
+	}
+	desc := &Descriptor{Line: n.Line, Path: path}
+	if f["key"] == nil {
+		d.errf(n, path, "missing key")
+	} else if desc.Key = d.str(f["key"], path+".key"); desc.Key == "" {
+		d.errf(f["key"], path+".key", "key is empty")
+	}
+	desc.Value = d.str(f["value"], path+".value")
+	desc.ShadowMode = d.boolean(f["shadow_mode"], path+".shadow_mode")
+	desc.QuotaMode = d.boolean(f["quota_mode"], path+".quota_mode")
+	desc.DetailedMetric = d.boolean(f["detailed_metric"], path+".detailed_metric")
+	desc.ValueToMetric = d.boolean(f["value_to_metric"], path+".value_to_metric")
+	desc.ShareThreshold = d.boolean(f["share_threshold"], path+".share_threshold")
+	if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
+		d.errf(f["share_threshold"], path+".share_threshold", "share_threshold needs a wildcard value (one with *)")
+	}
+	if m := f["metadata"]; m != nil && !isNull(m) {
+		if m.Kind != yaml.MappingNode {
+			d.errf(m, path+".metadata", "want a mapping, got %s", kindName(m))
+		} else if err := m.Decode(&desc.Metadata); err != nil {
+			d.errf(m, path+".metadata", "%v", err)
+		}
+	}
+	if rl := f["rate_limit"]; rl != nil && !isNull(rl) {
+		if l := d.limit(rl, path+".rate_limit"); l != nil {
+			desc.Limits = append(desc.Limits, l)
+		}
+	}
+	if rls := f["rate_limits"]; rls != nil && !isNull(rls) {
+		if rls.Kind != yaml.SequenceNode {
+			d.errf(rls, path+".rate_limits", "want a list of rate limits, got %s", kindName(rls))
+		} else {
+			for i, c := range rls.Content {
+				if l := d.limit(c, fmt.Sprintf("%s.rate_limits[%d]", path, i)); l != nil {
+					desc.Limits = append(desc.Limits, l)
+				}
+			}
+		}
+	}
+	d.checkLimitSet(desc)
+	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")
+	return desc
+}
+
+// checkLimitSet validates what only shows across the limits of one
+// descriptor.
+func (d *decoder) checkLimitSet(desc *Descriptor) {
+	seen := map[string]int{}
+	for _, l := range desc.Limits {
+		if l.Unlimited && len(desc.Limits) > 1 {
+			d.errAt(l.Line, desc.Path, "unlimited cannot be combined with other limits on one descriptor")
+		}
+		if l.Unlimited {
+			continue
+		}
+		if first, dup := seen[l.identity]; dup {
+			d.errAt(l.Line, desc.Path, "two limits with the same algorithm and period (%s per %s) on one descriptor (first at line %d)",
+				l.Algorithm, periodString(l.Unit, l.UnitMultiplier), first)
+		}
+		seen[l.identity] = l.Line
+	}
+}
+
+func (d *decoder) limit(n *yaml.Node, path string) *Limit {
+	f := d.fields(n, path, limitFields)
+	if f == nil {
+		return nil
+	}
+	l := &Limit{Line: n.Line, UnitMultiplier: 1}
+	l.Name = d.str(f["name"], path+".name")
+	l.Unlimited = d.boolean(f["unlimited"], path+".unlimited")
+	l.Replaces = d.replaces(f["replaces"], path+".replaces")
+	for _, r := range l.Replaces {
+		if r != "" && r == l.Name {
+			d.errf(f["replaces"], path+".replaces", "a limit cannot replace itself (%q)", r)
+		}
+	}
+	if l.Unlimited {
+		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "unit_multiplier", "burst"} {
+			if f[k] != nil {
+				d.errf(f[k], path+"."+k, "unlimited: true cannot have %s", k)
+			}
+		}
+		return l
+	}
+	if n := f["unit"]; n == nil {
+		d.errAt(l.Line, path, "missing unit")
+	} else if u, err := ParseUnit(d.str(n, path+".unit")); err != nil {
+		d.errf(n, path+".unit", "%v", err)
+	} else {
+		l.Unit = u
+	}
+	if n := f["requests_per_unit"]; n == nil {
+		d.errAt(l.Line, path, "missing requests_per_unit (use 0 to reject everything, or unlimited: true)")
+	} else {
+		l.RequestsPerUnit = uint32(d.uint(n, path+".requests_per_unit", math.MaxUint32))
+	}
+	if n := f["unit_multiplier"]; n != nil {
+		l.UnitMultiplier = uint32(d.uint(n, path+".unit_multiplier", math.MaxUint32))
+		if l.UnitMultiplier == 0 {
+			d.errf(n, path+".unit_multiplier", "unit_multiplier must be at least 1")
+			l.UnitMultiplier = 1
+		}
+	}
+	if n := f["algorithm"]; n != nil {
+		a, err := limiter.ParseAlgorithm(d.str(n, path+".algorithm"))
+		if err != nil {
+			d.errf(n, path+".algorithm", "%v", err)
+		}
+		l.Algorithm = a
+	}
+	if n := f["burst"]; n != nil {
+		l.Burst = uint32(d.uint(n, path+".burst", math.MaxUint32))
+		if l.Algorithm != limiter.TokenBucket {
+			d.errf(n, path+".burst", "burst applies only to algorithm: token_bucket")
+		} else if l.Burst == 0 {
+			d.errf(n, path+".burst", "burst must be at least 1")
+		}
+	}
+	if l.Unit != 0 {
+		if err := l.finish(); err != nil {
+			d.errAt(l.Line, path, "%v", err)
+		}
+	}
+	return l
+}
+
+// finish derives Rule and identity from the written fields and checks the
+// bounds that keep the algorithms exact.
+func (l *Limit) finish() error {
+	period := l.Unit.Duration() * time.Duration(l.UnitMultiplier)
+	if l.UnitMultiplier > uint32(limiter.MaxPeriod/l.Unit.Duration()) {
+		return fmt.Errorf("a window of %d %ss is longer than the longest supported (%v)", l.UnitMultiplier, l.Unit, limiter.MaxPeriod)
+	}
+	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst)}
+	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
+		interval := (period + time.Duration(l.RequestsPerUnit)*time.Microsecond - 1) / time.Duration(l.RequestsPerUnit)
+		if period/time.Microsecond < time.Duration(l.RequestsPerUnit) {
+			return fmt.Errorf("token_bucket refills at most one token per microsecond; %d per %s is too fast", l.RequestsPerUnit, periodString(l.Unit, l.UnitMultiplier))
+		}
+		burst := l.Burst
+		if burst == 0 {
+			burst = l.RequestsPerUnit
+		}
+		if interval.Truncate(time.Microsecond)*time.Duration(burst) > limiter.MaxPeriod {
+			return fmt.Errorf("token_bucket burst %d takes longer than %v to refill", burst, limiter.MaxPeriod)
+		}
+	}
+	l.identity = algorithmCode[l.Algorithm] + strconv.FormatInt(int64(period/time.Second), 10)
+	return nil
+}
+
+var algorithmCode = [...]string{"fw", "sw", "tb"}
+
+func periodString(u Unit, mult uint32) string {
+	if mult <= 1 {
+		return u.String()
+	}
+	return fmt.Sprintf("%d %ss", mult, u)
+}
+
+func (d *decoder) replaces(n *yaml.Node, path string) []string {
+	if n == nil || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errf(n, path, "want a list of {name: ...}, got %s", kindName(n))
+		return nil
+	}
+	var out []string
+	for i, c := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		f := d.fields(c, p, []string{"name"})
+		if f == nil {
+			continue
+		}
+		name := d.str(f["name"], p+".name")
+		if name == "" {
+			d.errf(c, p+".name", "replaces needs a non-empty name")
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}

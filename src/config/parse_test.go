@@ -1,0 +1,115 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseBadFiles(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // each must appear in the error, in order
+	}{
+		{"unknown_unit.yaml", []string{`unknown_unit.yaml:5: descriptors[0].rate_limit.unit: unknown unit "minutes"`}},
+		{"missing_unit.yaml", []string{`missing_unit.yaml:5: descriptors[0].rate_limit: missing unit`}},
+		{"missing_rpu.yaml", []string{`missing_rpu.yaml:5: descriptors[0].rate_limit: missing requests_per_unit`}},
+		{"unknown_field.yaml", []string{`unknown_field.yaml:7: descriptors[0].rate_limit.colour: unknown field "colour"`}},
+		{"duplicate_descriptor.yaml", []string{`duplicate_descriptor.yaml:6: descriptors[2]: duplicate descriptor key="a" value="x" (first at line 3)`}},
+		{"unlimited_with_unit.yaml", []string{`unlimited_with_unit.yaml:6: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`}},
+		{"empty_replaces_name.yaml", []string{`empty_replaces_name.yaml:8: descriptors[0].rate_limit.replaces[0].name: replaces needs a non-empty name`}},
+		{"share_threshold_no_wildcard.yaml", []string{`share_threshold_no_wildcard.yaml:5: descriptors[0].share_threshold: share_threshold needs a wildcard value`}},
+		{"missing_domain.yaml", []string{`missing_domain.yaml:1: missing domain`}},
+		{"missing_key.yaml", []string{`missing_key.yaml:3: descriptors[0]: missing key`}},
+		{"unknown_algorithm.yaml", []string{`unknown_algorithm.yaml:7: descriptors[0].rate_limit.algorithm: unknown algorithm "leaky"`}},
+		{"burst_without_token_bucket.yaml", []string{`burst_without_token_bucket.yaml:7: descriptors[0].rate_limit.burst: burst applies only to algorithm: token_bucket`}},
+		{"negative_rpu.yaml", []string{`negative_rpu.yaml:6: descriptors[0].rate_limit.requests_per_unit: want a whole number from 0 to 4294967295, got -1`}},
+		{"zero_multiplier.yaml", []string{`zero_multiplier.yaml:7: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1`}},
+		{"duplicate_limit_identity.yaml", []string{`duplicate_limit_identity.yaml:7: descriptors[0]: two limits with the same algorithm and period (fixed_window per second) on one descriptor (first at line 5)`}},
+		{"bad_bool.yaml", []string{`bad_bool.yaml:4: descriptors[0].shadow_mode: want true or false, got "yes please"`}},
+		{"bad_yaml.yaml", []string{`bad_yaml.yaml:2: invalid YAML: did not find expected '-' indicator`}},
+		{"empty.yaml", []string{`empty.yaml: file is empty`}},
+		{"token_bucket_too_fast.yaml", []string{`token_bucket_too_fast.yaml:5: descriptors[0].rate_limit: token_bucket refills at most one token per microsecond`}},
+		{"window_too_long.yaml", []string{`window_too_long.yaml:5: descriptors[0].rate_limit: a window of 11 years is longer than the longest supported`}},
+		{"descriptors_not_list.yaml", []string{`descriptors_not_list.yaml:2: descriptors: want a list of descriptors, got a mapping`}},
+		{"replaces_itself.yaml", []string{`replaces_itself.yaml:9: descriptors[0].rate_limit.replaces: a limit cannot replace itself ("self")`}},
+		{"two_problems.yaml", []string{
+			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
+			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,
+			`two_problems.yaml:8: more than one YAML document`,
+		}},
+	}
+	entries, err := os.ReadDir("testdata/bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(tests) {
+		t.Errorf("testdata/bad has %d files but the table has %d cases: every fixture needs a case", len(entries), len(tests))
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			name := filepath.Join("testdata/bad", tc.file)
+			data, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := Parse(name, data)
+			if err == nil {
+				_, err = Build([]*File{f}, Options{})
+			}
+			if err == nil {
+				t.Fatalf("Parse(%s) = nil error, want %q", tc.file, tc.want)
+			}
+			got := err.Error()
+			rest := got
+			for _, w := range tc.want {
+				w = "testdata/bad/" + w
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("Parse(%s) error =\n%s\nwant it to contain (in order)\n%s", tc.file, got, w)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+func TestBuildDuplicateDomain(t *testing.T) {
+	a := mustParse(t, "a.yaml", "domain: d\ndescriptors:\n  - key: x\n")
+	b := mustParse(t, "b.yaml", "domain: d\ndescriptors:\n  - key: y\n  - key: x\n")
+	_, err := Build([]*File{a, b}, Options{})
+	if err == nil || !strings.Contains(err.Error(), `b.yaml:1: domain: duplicate domain "d" (also in a.yaml)`) {
+		t.Errorf("Build(same domain twice) error = %v, want a duplicate domain error naming both files", err)
+	}
+	_, err = Build([]*File{a, b}, Options{MergeDomains: true})
+	if err == nil || !strings.Contains(err.Error(), `b.yaml:4: descriptors[1]: duplicate descriptor key="x" value="" (also at a.yaml:3)`) {
+		t.Errorf("Build(merge, overlapping descriptor) error = %v, want a duplicate descriptor error", err)
+	}
+	c := mustParse(t, "c.yaml", "domain: d\ndescriptors:\n  - key: y\n")
+	cfg, err := Build([]*File{a, c}, Options{MergeDomains: true})
+	if err != nil {
+		t.Fatalf("Build(merge) error = %v", err)
+	}
+	if got := cfg.Domain("d").Files; len(got) != 2 {
+		t.Errorf("merged domain files = %v, want both", got)
+	}
+}
+
+func mustParse(t testing.TB, name, src string) *File {
+	t.Helper()
+	f, err := Parse(name, []byte(src))
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", name, err)
+	}
+	return f
+}
+
+func mustBuild(t testing.TB, src string) *Config {
+	t.Helper()
+	c, err := Build([]*File{mustParse(t, "test.yaml", src)}, Options{})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return c
+}
