@@ -1,0 +1,91 @@
+package service
+
+import (
+	"math"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// buildResponse turns a plan and its outcomes into the wire answer: one status
+// per request descriptor, in order. A descriptor with several limits reports
+// the rejected one that frees up last, or else the one closest to its limit.
+// Shadow-mode descriptors (and everything under global shadow mode) answer OK;
+// quota-mode descriptors report OVER_LIMIT without rejecting the request.
+func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs)),
+	}
+	for i, d := range p.Descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if d.Count == 0 {
+			if d.Unlimited {
+				st.LimitRemaining = math.MaxUint32
+			}
+			continue
+		}
+		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
+		out, l := outs[j], p.Refs[j].Limit
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+			Name:            l.Name,
+			RequestsPerUnit: l.RequestsPerUnit,
+			Unit:            l.Unit.Proto(),
+		}
+		if l.UnitMultiplier > 1 {
+			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+		}
+		st.LimitRemaining = uint32(min(out.Remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(ceilMillis(out.ResetAfter))
+		if out.Allowed {
+			continue
+		}
+		shadow := globalShadow || d.Node != nil && d.Node.ShadowMode
+		if shadow {
+			continue
+		}
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		if d.Node == nil || !d.Node.QuotaMode {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	return resp
+}
+
+// pick chooses which of one descriptor's limits its status reports.
+func pick(hits []limiter.Hit, outs []limiter.Outcome) int {
+	best := 0
+	for i := 1; i < len(outs); i++ {
+		a, b := outs[i], outs[best]
+		switch {
+		case a.Allowed != b.Allowed:
+			if !a.Allowed {
+				best = i
+			}
+		case !a.Allowed:
+			if a.RetryAfter > b.RetryAfter {
+				best = i
+			}
+		default:
+			// Closest to its limit: smallest remaining/limit, compared
+			// without division (both factors fit in 32 bits).
+			la, lb := hits[i].Rule.Limit, hits[best].Rule.Limit
+			if a.Remaining*lb < b.Remaining*la || a.Remaining*lb == b.Remaining*la && a.Remaining < b.Remaining {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// ceilMillis rounds up to whole milliseconds, so that a client waiting the
+// reported time never comes back a fraction too early.
+func ceilMillis(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}

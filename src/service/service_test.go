@@ -1,0 +1,291 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+const testConfig = `
+domain: web
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: ip
+    value: 10.0.0.1
+    rate_limit: {unlimited: true}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: multi
+    rate_limits:
+      - {unit: second, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 3, name: hourly}
+  - key: windowed
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 1}
+`
+
+// t0 is 10.5s into a minute, so reset times are not whole numbers.
+var t0 = time.Unix(1_699_999_200, 0).Add(10*time.Second + 500*time.Millisecond)
+
+func newTestServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	f, err := config.Parse("test.yaml", []byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Build([]*config.File{f}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur atomic.Pointer[config.Config]
+	cur.Store(cfg)
+	if opts.Store == nil {
+		mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+		t.Cleanup(mem.Close)
+		opts.Store = mem
+	}
+	opts.Configs = &cur
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	opts.Logger = quiet
+	opts.Now = func() time.Time { return t0 }
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func req(domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
+}
+
+func d(kvs ...string) *rlv3.RateLimitDescriptor {
+	out := &rlv3.RateLimitDescriptor{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		out.Entries = append(out.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return out
+}
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+func limit(rpu uint32, u rlsv3.RateLimitResponse_RateLimit_Unit) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: u}
+}
+
+func st(code rlsv3.RateLimitResponse_Code, l *rlsv3.RateLimitResponse_RateLimit, rem uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: l, LimitRemaining: rem, DurationUntilReset: durationpb.New(reset)}
+}
+
+func TestShouldRateLimit(t *testing.T) {
+	minute := rlsv3.RateLimitResponse_RateLimit_MINUTE
+	reset := 49500 * time.Millisecond
+	type call struct {
+		req  *rlsv3.RateLimitRequest
+		want *rlsv3.RateLimitResponse
+	}
+	tests := []struct {
+		name  string
+		opts  Options
+		calls []call
+	}{
+		{"ok then over limit", Options{}, []call{
+			{req("web", d("ip=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("ip=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=1")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(2, minute), 0, reset)}}},
+		}},
+		{"unknown domain, no match, unlimited", Options{}, []call{
+			{req("other", d("ip=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: ok}}}},
+			{req("web", d("nope=1"), d("ip=10.0.0.1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: ok}, {Code: ok, LimitRemaining: math.MaxUint32}}}},
+		}},
+		{"shadow mode descriptor answers OK", Options{}, []call{
+			{req("web", d("shadow=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
+			{req("web", d("shadow=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
+		}},
+		{"quota mode reports but does not reject", Options{}, []call{
+			{req("web", d("quota=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
+			{req("web", d("quota=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(1, minute), 0, reset)}}},
+		}},
+		{"global shadow mode", Options{ShadowMode: true}, []call{
+			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 0, reset)}}},
+		}},
+		{"several limits report the closest", Options{}, []call{
+			{req("web", d("multi=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, &rlsv3.RateLimitResponse_RateLimit{Name: "hourly", RequestsPerUnit: 3, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR}, 2, time.Hour-10500*time.Millisecond)}}},
+		}},
+		{"unit multiplier", Options{}, []call{
+			{req("web", d("windowed=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND, UnitMultiplier: wrapperspb.UInt32(30)}, 0, 19500*time.Millisecond)}}},
+		}},
+		{"stop increment when over limit", Options{StopIncrementWhenOverLimit: true}, []call{
+			{req("web", d("ip=3"), d("ip=3")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(2, minute), 1, reset), st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=4"), d("ip=3")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(2, minute), 2, reset), st(over, limit(2, minute), 0, reset)}}},
+			// ip=4 consumed nothing above, so two more fit.
+			{req("web", d("ip=4"), d("ip=4")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(2, minute), 1, reset), st(ok, limit(2, minute), 0, reset)}}},
+		}},
+		{"override", Options{}, []call{
+			{req("web", &rlv3.RateLimitDescriptor{Entries: d("ip=5").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}}),
+				&rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(7, minute), 6, reset)}}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestServer(t, tc.opts)
+			for i, c := range tc.calls {
+				got, err := s.ShouldRateLimit(context.Background(), c.req)
+				if err != nil {
+					t.Fatalf("call %d: ShouldRateLimit() error: %v", i, err)
+				}
+				if diff := cmp.Diff(c.want, got, protocmp.Transform()); diff != "" {
+					t.Errorf("call %d: ShouldRateLimit() mismatch (-want +got):\n%s", i, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestShouldRateLimitBadRequests(t *testing.T) {
+	s := newTestServer(t, Options{Limits: Limits{MaxDescriptors: 2, MaxEntries: 2, MaxStringBytes: 8}})
+	neg := d("ip=1")
+	neg.IsNegativeHits = true
+	tests := []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{"nil request", nil, "domain is empty"},
+		{"empty domain", req("", d("ip=1")), "domain is empty"},
+		{"long domain", req("123456789", d("ip=1")), "domain is 9 bytes long, at most 8 allowed"},
+		{"no descriptors", req("web"), "no descriptors"},
+		{"too many descriptors", req("web", d("a=1"), d("a=1"), d("a=1")), "3 descriptors, at most 2 allowed"},
+		{"empty descriptor", req("web", d()), "descriptors[0] has no entries"},
+		{"too many entries", req("web", d("a=1", "b=2", "c=3")), "descriptors[0] has 3 entries, at most 2 allowed"},
+		{"empty key", req("web", d("ip=1"), d("=1")), "descriptors[1].entries[0].key is empty"},
+		{"long value", req("web", d("ip=123456789")), "descriptors[0].entries[0].value is 9 bytes long, at most 8 allowed"},
+		{"override unknown unit", req("web", &rlv3.RateLimitDescriptor{Entries: d("ip=1").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptors[0].limit.unit is UNKNOWN"},
+		{"negative hits", req("web", neg), "descriptors[0].is_negative_hits is not supported"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.ShouldRateLimit(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tc.want {
+				t.Errorf("ShouldRateLimit() error = %v, want InvalidArgument %q", err, tc.want)
+			}
+		})
+	}
+}
+
+type failingStore struct{}
+
+func (failingStore) Apply(context.Context, limiter.Batch) ([]limiter.Outcome, error) {
+	return nil, errors.New("connection refused")
+}
+
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	s := newTestServer(t, Options{Store: failingStore{}})
+	_, err := s.ShouldRateLimit(context.Background(), req("web", d("ip=1")))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("ShouldRateLimit() with a failing store: error = %v, want Unavailable naming the cause", err)
+	}
+	// No hit, no store call: an unmatched request succeeds even so.
+	if _, err := s.ShouldRateLimit(context.Background(), req("web", d("nope=1"))); err != nil {
+		t.Errorf("ShouldRateLimit(unmatched) with a failing store: error = %v, want nil", err)
+	}
+}
+
+func TestNoConfigIsUnavailable(t *testing.T) {
+	var none atomic.Pointer[config.Config]
+	s, err := New(Options{Store: failingStore{}, Configs: &none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ShouldRateLimit(context.Background(), req("web", d("ip=1")))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration") {
+		t.Errorf("ShouldRateLimit() without config: error = %v, want Unavailable", err)
+	}
+}
+
+func TestJSONHandler(t *testing.T) {
+	s := newTestServer(t, Options{})
+	h := s.JSONHandler()
+	tests := []struct {
+		name, method, body string
+		wantCode           int
+		wantBody           string
+	}{
+		{"ok", "POST", `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`, 200, `"overallCode":"OK"`},
+		{"ok again", "POST", `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`, 200, `"durationUntilReset":"49.500s"`},
+		{"over", "POST", `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`, 429, `"overallCode":"OVER_LIMIT"`},
+		{"bad json", "POST", `{"domain":`, 400, "invalid RateLimitRequest JSON"},
+		{"unknown field", "POST", `{"domain":"web","nope":1}`, 400, "invalid RateLimitRequest JSON"},
+		{"invalid request", "POST", `{"domain":"web"}`, 400, "no descriptors"},
+		{"wrong method", "GET", ``, 405, "POST"},
+	}
+	for _, tc := range tests {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, "/json", strings.NewReader(tc.body)))
+		if rec.Code != tc.wantCode || !strings.Contains(rec.Body.String(), tc.wantBody) {
+			t.Errorf("%s: POST /json = %d %q, want %d containing %q", tc.name, rec.Code, rec.Body.String(), tc.wantCode, tc.wantBody)
+		}
+	}
+	rec := httptest.NewRecorder()
+	NewStoreFailing(t).JSONHandler().ServeHTTP(rec, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`)))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("POST /json with a failing store = %d, want 503", rec.Code)
+	}
+}
+
+func NewStoreFailing(t *testing.T) *Server { return newTestServer(t, Options{Store: failingStore{}}) }
+
+func BenchmarkShouldRateLimit(b *testing.B) {
+	f, _ := config.Parse("b.yaml", []byte(testConfig))
+	cfg, _ := config.Build([]*config.File{f}, config.Options{})
+	var cur atomic.Pointer[config.Config]
+	cur.Store(cfg)
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+	defer mem.Close()
+	s, _ := New(Options{Store: mem, Configs: &cur})
+	r := req("web", d("multi=1"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.ShouldRateLimit(context.Background(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+)
+
+// Limits bounds what one request may hold, so that no request can make the
+// service do unbounded work or build unbounded keys.
+type Limits struct {
+	MaxDescriptors int // per request
+	MaxEntries     int // per descriptor
+	MaxStringBytes int // per domain, key or value
+}
+
+// DefaultLimits are generous for any Envoy route config and still small
+// enough to keep a request cheap.
+var DefaultLimits = Limits{MaxDescriptors: 64, MaxEntries: 32, MaxStringBytes: 4096}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxDescriptors <= 0 {
+		l.MaxDescriptors = DefaultLimits.MaxDescriptors
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultLimits.MaxEntries
+	}
+	if l.MaxStringBytes <= 0 {
+		l.MaxStringBytes = DefaultLimits.MaxStringBytes
+	}
+	return l
+}
+
+// validate reports the first thing wrong with req, phrased for the caller.
+func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
+	switch d := req.GetDomain(); {
+	case d == "":
+		return errors.New("domain is empty")
+	case len(d) > lim.MaxStringBytes:
+		return fmt.Errorf("domain is %d bytes long, at most %d allowed", len(d), lim.MaxStringBytes)
+	}
+	descs := req.GetDescriptors()
+	switch {
+	case len(descs) == 0:
+		return errors.New("no descriptors")
+	case len(descs) > lim.MaxDescriptors:
+		return fmt.Errorf("%d descriptors, at most %d allowed", len(descs), lim.MaxDescriptors)
+	}
+	for i, d := range descs {
+		if d == nil || len(d.GetEntries()) == 0 {
+			return fmt.Errorf("descriptors[%d] has no entries", i)
+		}
+		if len(d.GetEntries()) > lim.MaxEntries {
+			return fmt.Errorf("descriptors[%d] has %d entries, at most %d allowed", i, len(d.GetEntries()), lim.MaxEntries)
+		}
+		for j, e := range d.GetEntries() {
+			switch {
+			case e.GetKey() == "":
+				return fmt.Errorf("descriptors[%d].entries[%d].key is empty", i, j)
+			case len(e.GetKey()) > lim.MaxStringBytes:
+				return fmt.Errorf("descriptors[%d].entries[%d].key is %d bytes long, at most %d allowed", i, j, len(e.GetKey()), lim.MaxStringBytes)
+			case len(e.GetValue()) > lim.MaxStringBytes:
+				return fmt.Errorf("descriptors[%d].entries[%d].value is %d bytes long, at most %d allowed", i, j, len(e.GetValue()), lim.MaxStringBytes)
+			}
+		}
+		if o := d.GetLimit(); o != nil {
+			if o.GetUnit() == typev3.RateLimitUnit_UNKNOWN {
+				return fmt.Errorf("descriptors[%d].limit.unit is UNKNOWN", i)
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() == 0 {
+				return fmt.Errorf("descriptors[%d].limit.unit_multiplier is 0", i)
+			}
+		}
+		if d.GetIsNegativeHits() {
+			return fmt.Errorf("descriptors[%d].is_negative_hits is not supported", i)
+		}
+	}
+	return nil
+}
