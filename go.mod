@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/google/go-cmp v0.7.0
+	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/sirupsen/logrus v1.10.2
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

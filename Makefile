@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` and `make test`.
+GO ?= go
+BIN := bin
+
+.PHONY: build run test unit integration vet clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/server ./cmd/server
+
+# Runs the service on the embedded in-memory store with the example config.
+# The config directory holds a link to examples/ratelimit-config.yaml, so
+# edits to the example are what the service reads.
+run: build
+	mkdir -p .run/ratelimit/config
+	ln -sf "$(CURDIR)/examples/ratelimit-config.yaml" .run/ratelimit/config/ratelimit-config.yaml
+	RUNTIME_ROOT="$(CURDIR)/.run" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
+	LOG_LEVEL=info BACKEND_TYPE=memory $(BIN)/server
+
+# Every test: unit tests, Redis-backed tests and the black-box integration
+# tests. Installs redis-server first if it is missing and can be installed.
+test: vet
+	scripts/ensure-redis.sh
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN) .run

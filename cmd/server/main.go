@@ -1,0 +1,123 @@
+// Command server is the rate limit service. It only wires packages together:
+// settings → logger → store → config → service → listeners.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/service"
+	"github.com/openrls/ratelimit/src/settings"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimit:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	s, err := settings.Load()
+	if err != nil {
+		return fmt.Errorf("invalid settings: %w", oneLine(err))
+	}
+	log := newLogger(s)
+	health := &server.Health{}
+
+	store, closeStore, err := newStore(s, log, health)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	var current atomic.Pointer[config.Config]
+	cfg, err := config.LoadDir(s.ConfigDir(), s.RuntimeIgnoreDotFiles, config.Options{MergeDomains: s.MergeDomainConfig})
+	switch {
+	case err == nil:
+		current.Store(cfg)
+		log.WithField("domains", cfg.Domains()).Info("config loaded")
+	case s.ForceStartWithoutInitialConfig:
+		log.WithError(err).Error("starting without config (FORCE_START_WITHOUT_INITIAL_CONFIG)")
+	default:
+		return fmt.Errorf("load config from %s: %w", s.ConfigDir(), err)
+	}
+
+	svc, err := service.New(service.Options{
+		Store:                      store,
+		Configs:                    &current,
+		ShadowMode:                 s.ShadowMode,
+		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
+		Logger:                     log,
+	})
+	if err != nil {
+		return err
+	}
+	return server.Run(ctx, server.Options{
+		GRPCAddr:              hostPort(s.GRPCHost, s.GRPCPort),
+		HTTPAddr:              hostPort(s.Host, s.Port),
+		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
+		Service:               svc,
+		Health:                health,
+		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(&current)},
+		MaxConnectionAge:      s.GRPCMaxConnectionAge,
+		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
+		Logger:                log,
+	})
+}
+
+// newStore builds the configured backend and a function that releases it.
+func newStore(s settings.Settings, log logrus.FieldLogger, _ *server.Health) (limiter.Store, func(), error) {
+	switch s.Backend() {
+	case "memory":
+		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
+		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
+		return mem, mem.Close, nil
+	}
+	return nil, nil, fmt.Errorf("BACKEND_TYPE=%s is not available in this build", s.Backend())
+}
+
+func rlconfig(current *atomic.Pointer[config.Config]) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		cfg := current.Load()
+		if cfg == nil {
+			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(cfg.Dump()))
+	})
+}
+
+func newLogger(s settings.Settings) *logrus.Logger {
+	log := logrus.New()
+	level, _ := logrus.ParseLevel(s.LogLevel) // validated by settings
+	log.SetLevel(level)
+	if strings.EqualFold(s.LogFormat, "json") {
+		log.SetFormatter(&logrus.JSONFormatter{FieldMap: logrus.FieldMap{
+			logrus.FieldKeyTime: "@timestamp", logrus.FieldKeyMsg: "@message"}})
+	}
+	return log
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// oneLine folds a joined error onto one line for the start-up message.
+func oneLine(err error) error {
+	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+}

@@ -1,0 +1,149 @@
+// Package server runs the listeners around the RLS handler: gRPC (the RLS
+// service, grpc.health.v1 and reflection), HTTP (/healthcheck, /json) and the
+// debug port (/rlconfig, /debug/pprof/). Run serves until its context ends,
+// then marks the service unhealthy and shuts down gracefully.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Service is what the listeners serve.
+type Service interface {
+	rlsv3.RateLimitServiceServer
+	JSONHandler() http.Handler
+}
+
+// Options configures Run.
+type Options struct {
+	GRPCAddr, HTTPAddr, DebugAddr string
+	Service                       Service
+	Health                        *Health
+	// Debug handlers mounted on the debug port beside /debug/pprof/,
+	// e.g. "/rlconfig".
+	Debug                 map[string]http.Handler
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	ShutdownTimeout       time.Duration // 0 means 10s
+	Logger                logrus.FieldLogger
+}
+
+// Run listens on all three addresses and serves until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	lis := make([]net.Listener, 0, 3)
+	defer func() {
+		for _, l := range lis {
+			_ = l.Close()
+		}
+	}()
+	for _, a := range []struct{ name, addr string }{{"gRPC", o.GRPCAddr}, {"HTTP", o.HTTPAddr}, {"debug", o.DebugAddr}} {
+		l, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			return fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
+		}
+		lis = append(lis, l)
+		o.Logger.Warnf("listening for %s on %s", a.name, l.Addr())
+	}
+
+	var sopts []grpc.ServerOption
+	if o.MaxConnectionAge > 0 {
+		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
+	}
+	gs := grpc.NewServer(sopts...)
+	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	mux := http.NewServeMux()
+	mux.Handle("/healthcheck", o.Health)
+	mux.Handle("/json", o.Service.JSONHandler())
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	dmux := http.NewServeMux()
+	dmux.HandleFunc("/debug/pprof/", pprof.Index)
+	dmux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	dmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for path, h := range o.Debug {
+		dmux.Handle(path, h)
+	}
+	debugSrv := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 3)
+	gl, hl, dl := lis[0], lis[1], lis[2]
+	lis = nil // the servers own them now
+	go func() { errc <- serveErr("gRPC", gs.Serve(gl)) }()
+	go func() { errc <- serveErr("HTTP", httpSrv.Serve(hl)) }()
+	go func() { errc <- serveErr("debug", debugSrv.Serve(dl)) }()
+
+	stopHealth := make(chan struct{})
+	go syncGRPCHealth(o.Health, hs, stopHealth)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	o.Logger.Warn("shutting down")
+	o.Health.Stopping()
+	close(stopHealth)
+	hs.Shutdown()
+
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		gs.Stop()
+	}
+	return errors.Join(runErr, httpSrv.Shutdown(sctx), debugSrv.Shutdown(sctx))
+}
+
+func serveErr(name string, err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return fmt.Errorf("%s server: %w", name, err)
+}
+
+// syncGRPCHealth mirrors Health into the gRPC health service, so that gRPC
+// health checks see what /healthcheck sees.
+func syncGRPCHealth(h *Health, hs *health.Server, stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if h.Check() != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,208 @@
+// Package settings reads the service's environment once, into one struct,
+// with the variable names of envoyproxy/ratelimit wherever the concept
+// exists. No other package reads the environment: cmd/server projects
+// Settings into each package's Options.
+package settings
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/sirupsen/logrus"
+)
+
+// Settings is the whole environment. Field docs give the default.
+type Settings struct {
+	// Listeners.
+	Host      string `envconfig:"HOST" default:"0.0.0.0"`
+	Port      int    `envconfig:"PORT" default:"8080"`
+	GRPCHost  string `envconfig:"GRPC_HOST" default:"0.0.0.0"`
+	GRPCPort  int    `envconfig:"GRPC_PORT" default:"8081"`
+	DebugHost string `envconfig:"DEBUG_HOST" default:"0.0.0.0"`
+	DebugPort int    `envconfig:"DEBUG_PORT" default:"6070"`
+	// GRPCMaxConnectionAge closes client connections after this age so that
+	// clients re-resolve (0: never).
+	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"0"`
+	GRPCMaxConnectionAgeGrace time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE_GRACE" default:"0"`
+
+	// Config files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml.
+	RuntimeRoot           string `envconfig:"RUNTIME_ROOT" default:"/srv/runtime_data/current"`
+	RuntimeSubdirectory   string `envconfig:"RUNTIME_SUBDIRECTORY"`
+	RuntimeAppDirectory   string `envconfig:"RUNTIME_APPDIRECTORY" default:"config"`
+	RuntimeIgnoreDotFiles bool   `envconfig:"RUNTIME_IGNOREDOTFILES" default:"false"`
+	MergeDomainConfig     bool   `envconfig:"MERGE_DOMAIN_CONFIG" default:"false"`
+	// ForceStartWithoutInitialConfig starts serving even when the config
+	// cannot be loaded; requests then get Unavailable.
+	ForceStartWithoutInitialConfig bool `envconfig:"FORCE_START_WITHOUT_INITIAL_CONFIG" default:"false"`
+
+	LogLevel  string `envconfig:"LOG_LEVEL" default:"WARN"`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+
+	// Decisions.
+	ShadowMode                         bool `envconfig:"SHADOW_MODE" default:"false"`
+	StopCacheKeyIncrementWhenOverlimit bool `envconfig:"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" default:"false"`
+
+	// Backend: "memory" or "redis"; empty means redis when REDIS_URL is set,
+	// else memory.
+	BackendType string `envconfig:"BACKEND_TYPE"`
+	// MemoryMaxKeys bounds the embedded store (our own setting).
+	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
+
+	Redis          Redis `ignored:"true"`
+	RedisPerSecond bool  `envconfig:"REDIS_PERSECOND" default:"false"`
+	// RedisPerSecondConfig is the REDIS_PERSECOND_* twin, used when
+	// RedisPerSecond is set.
+	RedisPerSecondConfig Redis  `ignored:"true"`
+	CacheKeyPrefix       string `envconfig:"CACHE_KEY_PREFIX"`
+	// LocalCacheSizeInBytes sizes the local over-limit cache (0: off).
+	LocalCacheSizeInBytes int `envconfig:"LOCAL_CACHE_SIZE_IN_BYTES" default:"0"`
+}
+
+// Redis is one Redis connection's settings; the REDIS_ and
+// REDIS_PERSECOND_ groups share this shape.
+type Redis struct {
+	URL                         string        `envconfig:"URL"`
+	Type                        string        `envconfig:"TYPE" default:"single"`
+	SocketType                  string        `envconfig:"SOCKET_TYPE" default:"tcp"`
+	Auth                        string        `envconfig:"AUTH"`
+	SentinelAuth                string        `envconfig:"SENTINEL_AUTH"`
+	TLS                         bool          `envconfig:"TLS" default:"false"`
+	TLSCACert                   string        `envconfig:"TLS_CACERT"`
+	TLSClientCert               string        `envconfig:"TLS_CLIENT_CERT"`
+	TLSClientKey                string        `envconfig:"TLS_CLIENT_KEY"`
+	TLSSkipHostnameVerify       bool          `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
+	PoolSize                    int           `envconfig:"POOL_SIZE" default:"10"`
+	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
+	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"0"`
+	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
+	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
+}
+
+// Load reads the environment and validates it. The error names every bad
+// variable.
+func Load() (Settings, error) {
+	var s Settings
+	if err := envconfig.Process("", &s); err != nil {
+		return s, cleanEnvconfigError(err)
+	}
+	if err := envconfig.Process("REDIS", &s.Redis); err != nil {
+		return s, cleanEnvconfigError(err)
+	}
+	if err := envconfig.Process("REDIS_PERSECOND", &s.RedisPerSecondConfig); err != nil {
+		return s, cleanEnvconfigError(err)
+	}
+	return s, s.Validate()
+}
+
+// cleanEnvconfigError turns envconfig's "envconfig.Process: assigning PORT to
+// Port: converting 'x' to type int. details: ..." into "PORT: invalid value
+// \"x\": ...".
+func cleanEnvconfigError(err error) error {
+	var pe *envconfig.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: invalid value %q: want %s", pe.KeyName, pe.Value, pe.TypeName)
+	}
+	return err
+}
+
+// Backend is the store to use, with the default applied.
+func (s Settings) Backend() string {
+	if s.BackendType != "" {
+		return strings.ToLower(s.BackendType)
+	}
+	if s.Redis.URL != "" {
+		return "redis"
+	}
+	return "memory"
+}
+
+// ConfigDir is where the config files live.
+func (s Settings) ConfigDir() string {
+	return joinPath(s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory)
+}
+
+func joinPath(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, strings.TrimSuffix(p, "/"))
+		}
+	}
+	return strings.Join(out, "/")
+}
+
+// Validate reports every invalid setting by its variable name.
+func (s Settings) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"PORT", s.Port}, {"GRPC_PORT", s.GRPCPort}, {"DEBUG_PORT", s.DebugPort}} {
+		if p.v < 0 || p.v > 65535 {
+			bad(p.name, "port %d out of range 0-65535", p.v)
+		}
+	}
+	if _, err := logrus.ParseLevel(s.LogLevel); err != nil {
+		bad("LOG_LEVEL", "unknown level %q (want debug, info, warn, error)", s.LogLevel)
+	}
+	if f := strings.ToLower(s.LogFormat); f != "text" && f != "json" {
+		bad("LOG_FORMAT", "unknown format %q (want text or json)", s.LogFormat)
+	}
+	switch s.Backend() {
+	case "memory":
+	case "redis":
+		if s.Redis.URL == "" {
+			bad("REDIS_URL", "required with BACKEND_TYPE=redis")
+		}
+		s.Redis.validate("REDIS_", bad)
+		if s.RedisPerSecond {
+			if s.RedisPerSecondConfig.URL == "" {
+				bad("REDIS_PERSECOND_URL", "required with REDIS_PERSECOND=true")
+			}
+			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
+		}
+	default:
+		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
+	}
+	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
+		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
+	}
+	if s.MemoryMaxKeys < 1 {
+		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
+	}
+	if s.LocalCacheSizeInBytes < 0 {
+		bad("LOCAL_CACHE_SIZE_IN_BYTES", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+func (r Redis) validate(prefix string, bad func(name, format string, args ...any)) {
+	switch r.Type {
+	case "single", "sentinel", "cluster":
+	default:
+		bad(prefix+"TYPE", "unknown type %q (want single, sentinel or cluster)", r.Type)
+	}
+	switch r.SocketType {
+	case "tcp", "unix":
+	default:
+		bad(prefix+"SOCKET_TYPE", "unknown socket type %q (want tcp or unix)", r.SocketType)
+	}
+	if r.Type == "sentinel" && len(strings.Split(r.URL, ",")) < 2 {
+		bad(prefix+"URL", "sentinel wants master-name,host:port[,host:port...], got %q", r.URL)
+	}
+	if r.PoolSize < 1 {
+		bad(prefix+"POOL_SIZE", "must be at least 1, got %d", r.PoolSize)
+	}
+	if r.Timeout <= 0 {
+		bad(prefix+"TIMEOUT", "must be positive, got %v", r.Timeout)
+	}
+	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
+		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
+	}
+}

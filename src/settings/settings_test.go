@@ -1,0 +1,73 @@
+package settings
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadDefaults(t *testing.T) {
+	s, err := Load()
+	if err != nil {
+		t.Fatalf("Load() with an empty environment: %v", err)
+	}
+	if s.Port != 8080 || s.GRPCPort != 8081 || s.DebugPort != 6070 {
+		t.Errorf("ports = %d/%d/%d, want 8080/8081/6070", s.Port, s.GRPCPort, s.DebugPort)
+	}
+	if s.Backend() != "memory" {
+		t.Errorf("Backend() = %q without REDIS_URL, want memory", s.Backend())
+	}
+	if s.ConfigDir() != "/srv/runtime_data/current/config" {
+		t.Errorf("ConfigDir() = %q", s.ConfigDir())
+	}
+	if s.Redis.Timeout != time.Second || s.Redis.PoolSize != 10 {
+		t.Errorf("redis defaults = %v/%d", s.Redis.Timeout, s.Redis.PoolSize)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string // "" for success
+		check   func(Settings) bool
+	}{
+		{"redis by default with REDIS_URL", map[string]string{"REDIS_URL": "127.0.0.1:6379"}, "", func(s Settings) bool { return s.Backend() == "redis" }},
+		{"explicit memory wins", map[string]string{"REDIS_URL": "x:1", "BACKEND_TYPE": "memory"}, "", func(s Settings) bool { return s.Backend() == "memory" }},
+		{"per-second twin", map[string]string{"REDIS_URL": "a:1", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "b:2", "REDIS_PERSECOND_POOL_SIZE": "3"}, "",
+			func(s Settings) bool { return s.RedisPerSecondConfig.URL == "b:2" && s.RedisPerSecondConfig.PoolSize == 3 }},
+		{"config dir", map[string]string{"RUNTIME_ROOT": "/data/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "cfg"}, "",
+			func(s Settings) bool { return s.ConfigDir() == "/data/rl/cfg" }},
+		{"bad port", map[string]string{"PORT": "http"}, `PORT: invalid value "http": want int`, nil},
+		{"port range", map[string]string{"GRPC_PORT": "70000"}, "GRPC_PORT: port 70000 out of range", nil},
+		{"bad bool", map[string]string{"SHADOW_MODE": "maybe"}, `SHADOW_MODE: invalid value "maybe": want bool`, nil},
+		{"bad duration", map[string]string{"REDIS_TIMEOUT": "soon"}, `REDIS_TIMEOUT: invalid value "soon"`, nil},
+		{"bad backend", map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE: unknown backend "memcache"`, nil},
+		{"redis without url", map[string]string{"BACKEND_TYPE": "redis"}, "REDIS_URL: required with BACKEND_TYPE=redis", nil},
+		{"bad redis type", map[string]string{"REDIS_URL": "x:1", "REDIS_TYPE": "ring"}, `REDIS_TYPE: unknown type "ring"`, nil},
+		{"sentinel url", map[string]string{"REDIS_URL": "onlymaster", "REDIS_TYPE": "sentinel"}, "REDIS_URL: sentinel wants master-name,host:port", nil},
+		{"prefix braces", map[string]string{"CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX: must not contain { or }", nil},
+		{"bad log level", map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL: unknown level "loud"`, nil},
+		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			s, err := Load()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Load() error: %v", err)
+				}
+				if !tc.check(s) {
+					t.Errorf("Load() = %+v, check failed", s)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Load() error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
