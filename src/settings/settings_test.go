@@ -35,7 +35,9 @@ func TestLoad(t *testing.T) {
 		{"redis by default with REDIS_URL", map[string]string{"REDIS_URL": "127.0.0.1:6379"}, "", func(s Settings) bool { return s.Backend() == "redis" }},
 		{"explicit memory wins", map[string]string{"REDIS_URL": "x:1", "BACKEND_TYPE": "memory"}, "", func(s Settings) bool { return s.Backend() == "memory" }},
 		{"per-second twin", map[string]string{"REDIS_URL": "a:1", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "b:2", "REDIS_PERSECOND_POOL_SIZE": "3"}, "",
-			func(s Settings) bool { return s.RedisPerSecondConfig.URL == "b:2" && s.RedisPerSecondConfig.PoolSize == 3 }},
+			func(s Settings) bool {
+				return s.RedisPerSecondConfig.URL == "b:2" && s.RedisPerSecondConfig.PoolSize == 3
+			}},
 		{"config dir", map[string]string{"RUNTIME_ROOT": "/data/", "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "cfg"}, "",
 			func(s Settings) bool { return s.ConfigDir() == "/data/rl/cfg" }},
 		{"bad port", map[string]string{"PORT": "http"}, `PORT: invalid value "http": want int`, nil},
