@@ -1,0 +1,207 @@
+// Package integration drives the built server binary the way a user runs it:
+// environment variables, config files on disk, a gRPC client from
+// go-control-plane and plain HTTP.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+var serverBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ratelimit-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	serverBin = filepath.Join(dir, "server")
+	build := exec.Command("go", "build", "-o", serverBin, "../cmd/server")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one running server.
+type proc struct {
+	cmd                *exec.Cmd
+	grpcAddr, httpAddr string
+	debugAddr          string
+	stderr             *bytes.Buffer
+	exited             chan struct{}
+	conn               *grpc.ClientConn
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// writeConfig writes files (name → YAML) into a fresh runtime tree and
+// returns the env that points the server at it.
+func writeConfig(t *testing.T, files map[string]string) map[string]string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config"}
+}
+
+// command prepares the binary with env on free loopback ports.
+func command(t *testing.T, env map[string]string) (*exec.Cmd, *proc) {
+	t.Helper()
+	p := &proc{stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	gp, hp, dp := freePort(t), freePort(t), freePort(t)
+	p.grpcAddr, p.httpAddr, p.debugAddr = "127.0.0.1:"+strconv.Itoa(gp), "127.0.0.1:"+strconv.Itoa(hp), "127.0.0.1:"+strconv.Itoa(dp)
+	base := map[string]string{
+		"PATH": os.Getenv("PATH"), "GRPC_HOST": "127.0.0.1", "HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1",
+		"GRPC_PORT": strconv.Itoa(gp), "PORT": strconv.Itoa(hp), "DEBUG_PORT": strconv.Itoa(dp), "LOG_LEVEL": "info",
+	}
+	for k, v := range env {
+		base[k] = v
+	}
+	cmd := exec.Command(serverBin)
+	for k, v := range base {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout = p.stderr
+	cmd.Stderr = p.stderr
+	p.cmd = cmd
+	return cmd, p
+}
+
+// start runs the server and waits until /healthcheck answers 200.
+func start(t *testing.T, env map[string]string) *proc {
+	t.Helper()
+	cmd, p := command(t, env)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { p.stop(t) })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.httpAddr + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("server exited during start-up:\n%s", p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not healthy within 20s:\n%s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond) // readiness polling, not correctness
+	}
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.conn = conn
+	return p
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *proc) stop(t *testing.T) {
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		t.Errorf("server did not exit within 15s of SIGTERM:\n%s", p.stderr)
+		return
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("server exit code after SIGTERM = %d, want 0:\n%s", code, p.stderr)
+	}
+}
+
+// runToExit runs the binary expecting it to fail, returning code and output.
+func runToExit(t *testing.T, env map[string]string) (int, string) {
+	t.Helper()
+	cmd, p := command(t, env)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("server still running after 20s, expected it to fail:\n%s", p.stderr)
+	}
+	return cmd.ProcessState.ExitCode(), p.stderr.String()
+}
+
+func (p *proc) client() rlsv3.RateLimitServiceClient { return rlsv3.NewRateLimitServiceClient(p.conn) }
+
+func (p *proc) should(t *testing.T, domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit(%s): %v", domain, err)
+	}
+	return resp
+}
+
+func desc(kvs ...string) *rlv3.RateLimitDescriptor {
+	d := &rlv3.RateLimitDescriptor{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return d
+}
+
+func descs(ds ...*rlv3.RateLimitDescriptor) []*rlv3.RateLimitDescriptor { return ds }

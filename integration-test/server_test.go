@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+)
+
+const basicConfig = `
+domain: it
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+  - key: bucket
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+      algorithm: token_bucket
+`
+
+func postJSON(t *testing.T, p *proc, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+p.httpAddr+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp := p.should(t, "it", desc("user=alice"))
+		if resp.GetOverallCode() != want {
+			t.Errorf("call %d: overall_code = %v, want %v", i, resp.GetOverallCode(), want)
+		}
+		st := resp.GetStatuses()[0]
+		if st.GetCurrentLimit().GetRequestsPerUnit() != 2 || st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+			t.Errorf("call %d: current_limit = %v, want 2/HOUR", i, st.GetCurrentLimit())
+		}
+		if d := st.GetDurationUntilReset().AsDuration(); d <= 0 || d > time.Hour {
+			t.Errorf("call %d: duration_until_reset = %v, want within the hour", i, d)
+		}
+	}
+	if got := p.should(t, "it", desc("bucket=b")).GetStatuses()[0].GetLimitRemaining(); got != 2 {
+		t.Errorf("token bucket limit_remaining after 1 of 3 = %d, want 2", got)
+	}
+
+	body := `{"domain":"it","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}`
+	for i, want := range []int{200, 200, 429} {
+		if code, out := postJSON(t, p, body); code != want || !strings.Contains(out, "overallCode") {
+			t.Errorf("POST /json call %d = %d %s, want %d", i, code, out, want)
+		}
+	}
+	if code, out := postJSON(t, p, `{"domain":""}`); code != 400 || !strings.Contains(out, "domain is empty") {
+		t.Errorf("POST /json bad request = %d %q, want 400 naming the problem", code, out)
+	}
+
+	_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ShouldRateLimit(no descriptors) error = %v, want InvalidArgument", err)
+	}
+
+	h, err := healthpb.NewHealthClient(p.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("grpc health = %v, %v; want SERVING", h, err)
+	}
+
+	resp, err := http.Get("http://" + p.debugAddr + "/rlconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(dump), "it.user: 2 per hour, fixed_window") {
+		t.Errorf("/rlconfig = %q, want the user limit", dump)
+	}
+}
+
+func TestReflectionListsServices(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	stream, err := reflectionpb.NewServerReflectionClient(p.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range r.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, ","), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Errorf("reflection services = %v, want the RLS service", names)
+	}
+}
+
+func TestStartupFailures(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"bad config file", writeConfig(t, map[string]string{"bad.yaml": "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"}),
+			`bad.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
+		{"bad setting", map[string]string{"PORT": "eighty"}, `ratelimit: invalid settings: PORT: invalid value "eighty"`},
+		{"missing config dir", map[string]string{"RUNTIME_ROOT": "/nonexistent-dir-for-test"}, "load config from /nonexistent-dir-for-test/config"},
+		{"duplicate domain", writeConfig(t, map[string]string{"a.yaml": "domain: x\n", "b.yaml": "domain: x\n"}), `duplicate domain "x"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runToExit(t, tc.env)
+			if code != 1 || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, output:\n%s\nwant exit 1 and %q", code, out, tc.want)
+			}
+			if strings.Contains(out, "goroutine ") {
+				t.Errorf("output has a stack trace:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestForceStartWithoutConfig(t *testing.T) {
+	p := start(t, map[string]string{"RUNTIME_ROOT": t.TempDir() + "/missing", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"})
+	_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: nil})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad request without config: %v, want InvalidArgument", err)
+	}
+	_, err = p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration") {
+		t.Errorf("request without config: %v, want Unavailable", err)
+	}
+}
