@@ -179,6 +179,8 @@ func tokenStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64)
 		out.RetryAfter = usToDuration(tat - now)
 	}
 	out.ResetAfter = usToDuration(tat - now)
-	out.Remaining = uint64((capacity - (tat - now)) / interval)
+	if left := capacity - (tat - now); left > 0 { // negative after burst was lowered
+		out.Remaining = uint64(left / interval)
+	}
 	return state{w: tat}, out, tat
 }

@@ -1,0 +1,15 @@
+-- Helpers shared by the algorithm scripts. The scripts are concatenated in
+-- this order: common.lua, fixed_window.lua, sliding_window.lua,
+-- token_bucket.lua, batch.lua (see scripts.go); only batch.lua runs on its own.
+--
+-- All numbers are integers below 2^53 (see src/limiter/math.go), so Lua's
+-- doubles compute them exactly and math.floor(a / b) is exact integer division.
+
+-- fits mirrors limiter.fits: a limit of 0 rejects even a cost of 0.
+local function fits(used, cost, limit)
+  return limit > 0 and used <= limit and cost <= limit - used
+end
+
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end

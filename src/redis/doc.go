@@ -1,0 +1,12 @@
+// Package redis is the Redis-backed limiter.Store: clients for a single node,
+// Sentinel and Cluster (go-redis), the counter keys' Redis form, and the Lua
+// scripts that apply a request's hits atomically in one round trip.
+//
+// Keys are CACHE_KEY_PREFIX + "rl:v1:" + the config's injective key, whose
+// {hash tag} puts every limit of one descriptor value in one Cluster slot.
+// The "v1" names the scripts' state format: bump it whenever that changes, so
+// replicas of two versions never misread each other's counters during a
+// rolling upgrade.
+//
+// redis imports limiter; the service never imports redis (cmd/server wires it).
+package redis

@@ -1,0 +1,302 @@
+// Package redistest starts real redis-server processes for tests, on free
+// loopback ports, and stops them when the test ends: a single node, a
+// 3-master Redis Cluster, or a master with a replica and three Sentinels.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server (or sentinel).
+type Server struct {
+	Addr string
+	Port int
+	cmd  *exec.Cmd
+	dir  string
+	args []string
+	tb   testing.TB
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+func binary(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		tb.Fatalf("%s not found on PATH: the tests need a real Redis; install the Debian package redis-server (apt-get install redis-server)", name)
+	}
+	return p
+}
+
+// portPair finds a loopback port p such that p and p+10000 (the cluster bus)
+// are both free.
+func portPair(tb testing.TB) int {
+	tb.Helper()
+	for range 200 {
+		p := 20000 + rand.IntN(25000)
+		l1, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+		l1.Close()
+		if err != nil {
+			continue
+		}
+		l2.Close()
+		return p
+	}
+	tb.Fatal("no free loopback port pair found")
+	return 0
+}
+
+// Start runs a single redis-server with the given extra arguments (for
+// example "--requirepass", "secret").
+func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	return start(tb, "redis-server", nil, extra...)
+}
+
+func start(tb testing.TB, bin string, conf []string, extra ...string) *Server {
+	tb.Helper()
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s := &Server{tb: tb, dir: tb.TempDir()}
+		s.Port = portPair(tb)
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+		args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--save", "", "--appendonly", "no", "--dir", s.dir}
+		if conf != nil {
+			path := filepath.Join(s.dir, "sentinel.conf")
+			body := strings.ReplaceAll(strings.Join(conf, "\n"), "$PORT", strconv.Itoa(s.Port)) + "\n"
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				tb.Fatal(err)
+			}
+			args = []string{path, "--sentinel"}
+		}
+		s.args = append(args, extra...)
+		if lastErr = s.launch(bin); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+	}
+	tb.Fatalf("start %s: %v", bin, lastErr)
+	return nil
+}
+
+func (s *Server) launch(bin string) error {
+	cmd := exec.Command(binary(s.tb, bin), s.args...)
+	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("redis exited at start-up:\n%s", log)
+		default:
+		}
+		if reply, err := s.Do("PING"); err == nil && strings.Contains(reply, "PONG") {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond) // readiness polling
+	}
+	s.Stop()
+	return fmt.Errorf("redis on %s not answering PING within 10s", s.Addr)
+}
+
+// Stop kills the server and waits for it. It is safe to call twice.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Restart starts the server again on the same port (empty: no persistence).
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	if err := s.launch("redis-server"); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
+// Pause stops the process with SIGSTOP; Resume continues it.
+func (s *Server) Pause()  { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Do sends one command with redis-cli-free plain RESP and returns the reply
+// rendered as text (arrays joined by newlines). It is for test set-up and
+// inspection, not speed.
+func (s *Server) Do(args ...string) (string, error) {
+	return Do(s.Addr, args...)
+}
+
+// Do is Server.Do for any address.
+func Do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("redis: %s", line[1:])
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, _ := strconv.Atoi(line[1:])
+		parts := make([]string, 0, max(n, 0))
+		for range n {
+			p, err := readReply(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+// StartCluster starts masters redis-servers in cluster mode, joins them with
+// redis-cli --cluster create, and waits for cluster_state:ok on every node.
+func StartCluster(tb testing.TB, masters int) []*Server {
+	tb.Helper()
+	nodes := make([]*Server, masters)
+	addrs := make([]string, masters)
+	for i := range nodes {
+		nodes[i] = Start(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		addrs[i] = nodes[i].Addr
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command(binary(tb, "redis-cli"), args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range nodes {
+		for {
+			info, err := n.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("cluster node %s not ok within 20s: %s %v", n.Addr, info, err)
+			}
+			time.Sleep(50 * time.Millisecond) // readiness polling
+		}
+	}
+	return nodes
+}
+
+// Sentinel is a master, one replica and three sentinels watching them under
+// the master name "mymaster".
+type Sentinel struct {
+	Master, Replica *Server
+	Sentinels       []*Server
+	MasterName      string
+}
+
+// SentinelAddrs returns the sentinels' addresses.
+func (s *Sentinel) SentinelAddrs() []string {
+	out := make([]string, len(s.Sentinels))
+	for i, x := range s.Sentinels {
+		out[i] = x.Addr
+	}
+	return out
+}
+
+// StartSentinel starts a monitored master + replica + 3 sentinels and waits
+// until every sentinel knows the master and its replica.
+func StartSentinel(tb testing.TB) *Sentinel {
+	tb.Helper()
+	st := &Sentinel{MasterName: "mymaster"}
+	st.Master = Start(tb)
+	st.Replica = Start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(st.Master.Port))
+	conf := []string{
+		"port $PORT", "bind 127.0.0.1", "dir " + tb.TempDir(),
+		"sentinel monitor mymaster 127.0.0.1 " + strconv.Itoa(st.Master.Port) + " 2",
+		"sentinel down-after-milliseconds mymaster 1000",
+		"sentinel failover-timeout mymaster 3000",
+	}
+	for range 3 {
+		st.Sentinels = append(st.Sentinels, start(tb, "redis-server", conf))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range st.Sentinels {
+		for {
+			reply, err := s.Do("SENTINEL", "REPLICAS", "mymaster")
+			if err == nil && strings.Contains(reply, strconv.Itoa(st.Replica.Port)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("sentinel %s does not see the replica within 30s: %q %v", s.Addr, reply, err)
+			}
+			time.Sleep(50 * time.Millisecond) // readiness polling
+		}
+	}
+	return st
+}

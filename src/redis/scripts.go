@@ -1,0 +1,88 @@
+package redis
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+var (
+	//go:embed common.lua
+	commonSrc string
+	//go:embed fixed_window.lua
+	fixedWindowSrc string
+	//go:embed sliding_window.lua
+	slidingWindowSrc string
+	//go:embed token_bucket.lua
+	tokenBucketSrc string
+	//go:embed batch.lua
+	batchSrc string
+)
+
+// batchScript is the one script the store runs: the algorithm files define
+// local functions that batch.lua, appended last, calls. Keeping them one file
+// each lets every algorithm sit beside its Go twin in src/limiter/math.go.
+var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + batchSrc)
+
+// keyVersion names the state format written by batch.lua.
+const keyVersion = "rl:v1:"
+
+// Script modes; see batch.lua.
+const (
+	modeEach = iota
+	modeAllOrNothing
+	modeDryRun
+)
+
+const argsPerHit = 6
+
+// scriptArgs builds ARGV for a group of hits.
+func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
+	args := make([]any, 0, 2+argsPerHit*len(hits))
+	args = append(args, now, mode)
+	for _, h := range hits {
+		adv := 0
+		if h.Advisory {
+			adv = 1
+		}
+		args = append(args,
+			int(h.Rule.Algorithm),
+			strconv.FormatUint(h.Rule.Limit, 10),
+			strconv.FormatInt(int64(h.Rule.Period/time.Microsecond), 10),
+			strconv.FormatUint(h.Rule.Burst, 10),
+			strconv.FormatUint(min(h.Cost, 1<<53), 10), // any cost above a limit is rejected alike
+			adv)
+	}
+	return args
+}
+
+// parseOutcomes reads batch.lua's reply: 4 integers per hit.
+func parseOutcomes(reply any, n int) ([]limiter.Outcome, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 4*n {
+		return nil, fmt.Errorf("redis: unexpected script reply %T (len %d) for %d hits", reply, len(vals), n)
+	}
+	outs := make([]limiter.Outcome, n)
+	for i := range outs {
+		var f [4]int64
+		for j := range f {
+			v, ok := vals[4*i+j].(int64)
+			if !ok {
+				return nil, fmt.Errorf("redis: unexpected script reply element %T", vals[4*i+j])
+			}
+			f[j] = v
+		}
+		outs[i] = limiter.Outcome{
+			Allowed:    f[0] == 1,
+			Remaining:  uint64(max(f[1], 0)),
+			ResetAfter: time.Duration(max(f[2], 0)) * time.Microsecond,
+			RetryAfter: time.Duration(max(f[3], 0)) * time.Microsecond,
+		}
+	}
+	return outs, nil
+}

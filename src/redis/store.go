@@ -1,0 +1,212 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Prefix is prepended to every key (CACHE_KEY_PREFIX). It must not
+	// contain braces: they would move the Cluster hash tag.
+	Prefix string
+	// LocalCacheBytes sizes the local over-limit cache; 0 turns it off.
+	LocalCacheBytes int
+	// Clock is used for the local cache when a Batch has no Now; nil means
+	// time.Now.
+	Clock func() time.Time
+}
+
+// Store is the Redis limiter.Store. Every Apply is one round trip: a single
+// script call over all keys on a single node or Sentinel, one pipeline per
+// node in Cluster mode. It is safe for concurrent use.
+type Store struct {
+	client  goredis.UniversalClient
+	cluster bool
+	prefix  string
+	cache   *overCache
+	clock   func() time.Time
+}
+
+// New returns a Store over client and loads its script (on every shard of a
+// Cluster), so that the first request does not pay for it.
+func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*Store, error) {
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redis: key prefix %q must not contain { or }", opts.Prefix)
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	_, cluster := client.(*goredis.ClusterClient)
+	s := &Store{client: client, cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock}
+	if opts.LocalCacheBytes > 0 {
+		s.cache = newOverCache(opts.LocalCacheBytes)
+	}
+	if err := batchScript.Load(ctx, client).Err(); err != nil {
+		return nil, fmt.Errorf("redis: load script: %w", err)
+	}
+	return s, nil
+}
+
+// Ping reports whether Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.client.Ping(ctx).Err() }
+
+// group is the hits that go into one script call.
+type group struct {
+	idx  []int // positions in the batch
+	keys []string
+	hits []*limiter.Hit
+}
+
+// Apply implements limiter.Store.
+func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	outs := make([]limiter.Outcome, len(b.Hits))
+	now := ""
+	if !b.Now.IsZero() {
+		now = strconv.FormatInt(b.Now.UnixMicro(), 10)
+	}
+	localNow := b.Now
+	if localNow.IsZero() {
+		localNow = s.clock()
+	}
+	mode := modeEach
+	if b.AllOrNothing {
+		mode = modeAllOrNothing
+	}
+	groups := s.groups(b, outs, localNow, &mode)
+	if len(groups) == 0 {
+		return outs, nil
+	}
+	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
+		// Slots cannot share a script: check every group first, count only
+		// if none rejects. A concurrent request can still slip in between
+		// the two round trips (see README, "Redis Cluster").
+		if err := s.run(ctx, now, modeDryRun, groups, outs); err != nil {
+			return nil, err
+		}
+		if rejectedAny(b.Hits, outs) {
+			return outs, nil
+		}
+	}
+	if err := s.run(ctx, now, mode, groups, outs); err != nil {
+		return nil, err
+	}
+	s.remember(b.Hits, outs, localNow)
+	return outs, nil
+}
+
+// groups answers what the local cache knows and groups the rest: one group
+// per hash tag in Cluster mode, else one group. A cached rejection under
+// AllOrNothing turns the call into a dry run: the request is rejected anyway.
+func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, mode *int) []*group {
+	var gs []*group
+	byTag := map[string]*group{}
+	for i := range b.Hits {
+		h := &b.Hits[i]
+		if s.cache != nil {
+			if out, ok := s.cache.get(h, now); ok {
+				outs[i] = out
+				if b.AllOrNothing && !h.Advisory {
+					*mode = modeDryRun
+				}
+				continue
+			}
+		}
+		tag := ""
+		if s.cluster {
+			tag = hashTag(h.Key)
+		}
+		g := byTag[tag]
+		if g == nil {
+			g = &group{}
+			byTag[tag] = g
+			gs = append(gs, g)
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, s.prefix+h.Key)
+		g.hits = append(g.hits, h)
+	}
+	return gs
+}
+
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+func rejectedAny(hits []limiter.Hit, outs []limiter.Outcome) bool {
+	for i := range hits {
+		if !outs[i].Allowed && !hits[i].Advisory {
+			return true
+		}
+	}
+	return false
+}
+
+// run executes the groups' scripts in one round trip and fills outs.
+func (s *Store) run(ctx context.Context, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+	if len(groups) == 1 {
+		g := groups[0]
+		reply, err := batchScript.Run(ctx, s.client, g.keys, scriptArgs(now, mode, g.hits)...).Result()
+		if err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
+		}
+		return fill(reply, g, outs)
+	}
+	cmds := make([]*goredis.Cmd, len(groups))
+	_, _ = s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, g := range groups {
+			cmds[i] = batchScript.EvalSha(ctx, p, g.keys, scriptArgs(now, mode, g.hits)...)
+		}
+		return nil
+	})
+	for i, g := range groups {
+		reply, err := cmds[i].Result()
+		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script was flushed (restart, SCRIPT FLUSH, failover): this
+			// group did not run, so running it again counts it once.
+			reply, err = batchScript.Run(ctx, s.client, g.keys, scriptArgs(now, mode, g.hits)...).Result()
+		}
+		if err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
+		}
+		if err := fill(reply, g, outs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fill(reply any, g *group, outs []limiter.Outcome) error {
+	got, err := parseOutcomes(reply, len(g.hits))
+	if err != nil {
+		return err
+	}
+	for j, i := range g.idx {
+		outs[i] = got[j]
+	}
+	return nil
+}
+
+// remember puts fresh rejections into the local cache.
+func (s *Store) remember(hits []limiter.Hit, outs []limiter.Outcome, now time.Time) {
+	if s.cache == nil {
+		return
+	}
+	for i := range hits {
+		if !outs[i].Allowed && outs[i].RetryAfter > 0 {
+			s.cache.put(&hits[i], outs[i], now)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/limiter/limitertest"
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+var _ limiter.Store = (*Store)(nil)
+
+func single(t testing.TB, srv *redistest.Server) goredis.UniversalClient {
+	t.Helper()
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 16, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c goredis.UniversalClient, opts Options) *Store {
+	t.Helper()
+	s, err := New(context.Background(), c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformanceSingle(t *testing.T) {
+	s := newStore(t, single(t, redistest.Start(t)), Options{})
+	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+}
+
+func TestConformanceCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{})
+	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+	t.Run("keys spread over the masters", func(t *testing.T) {
+		for i := range 30 {
+			r := limiter.Rule{Limit: 5, Period: time.Minute}
+			if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: fmt.Sprintf("{spread%d}:fw60", i), Rule: r, Cost: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range nodes {
+			if got, _ := n.Do("DBSIZE"); got == "0" {
+				t.Errorf("master %s holds no key after 30 distinct descriptors", n.Addr)
+			}
+		}
+	})
+}
+
+func TestConformanceSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	c, err := NewClient(ClientOptions{URL: st.MasterName + "," + strings.Join(st.SentinelAddrs(), ","), Type: "sentinel", PoolSize: 16, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{})
+	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+}
+
+var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+)`)
+
+// commandCalls returns Redis's per-command call counts.
+func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
+		out[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return out
+}
+
+func hits(prefix string, n int, r limiter.Rule) []limiter.Hit {
+	out := make([]limiter.Hit, n)
+	for i := range out {
+		out[i] = limiter.Hit{Key: fmt.Sprintf("{%s%d}:x", prefix, i), Rule: r, Cost: 1}
+	}
+	return out
+}
+
+func TestFiveDescriptorsOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	r := limiter.Rule{Limit: 10, Period: time.Minute}
+	// Warm the connection so that its handshake is not counted.
+	if _, err := s.Apply(context.Background(), limiter.Batch{Hits: hits("warm", 1, r)}); err != nil {
+		t.Fatal(err)
+	}
+	before := commandCalls(t, srv)
+	if _, err := s.Apply(context.Background(), limiter.Batch{Hits: hits("rt", 5, r)}); err != nil {
+		t.Fatal(err)
+	}
+	after := commandCalls(t, srv)
+	total := 0
+	for cmd, n := range after {
+		switch cmd {
+		case "info", "get", "set", "time": // ours, or run inside the script
+		default:
+			total += n - before[cmd]
+		}
+	}
+	if total != 1 || after["evalsha"]-before["evalsha"] != 1 {
+		t.Logf("before %v\nafter %v", before, after)
+		t.Errorf("5 descriptors cost %d commands (evalsha %d), want exactly one EVALSHA", total, after["evalsha"]-before["evalsha"])
+	}
+}
+
+func TestScriptFlushIsRecovered(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	r := limiter.Rule{Limit: 3, Period: time.Hour}
+	h := []limiter.Hit{{Key: "{flush}:fw", Rule: r, Cost: 1}}
+	for i, want := range []uint64{2, 1} {
+		if i == 1 {
+			if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: h})
+		if err != nil {
+			t.Fatalf("Apply after SCRIPT FLUSH: %v", err)
+		}
+		if out[0].Remaining != want {
+			t.Errorf("call %d: Remaining = %d, want %d (counted exactly once)", i, out[0].Remaining, want)
+		}
+	}
+}
+
+func TestEveryKeyHasTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{Prefix: "ttl_"})
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+		r := limiter.Rule{Algorithm: a, Limit: 5, Period: time.Hour}
+		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl" + a.String() + "}:k", Rule: r, Cost: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := srv.Do("KEYS", "ttl_rl:v1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := strings.Fields(keys)
+	if len(list) != 3 {
+		t.Fatalf("keys = %q, want 3 keys with the prefix and version", keys)
+	}
+	for _, k := range list {
+		pttl, _ := srv.Do("PTTL", k)
+		if n, _ := strconv.Atoi(pttl); n <= 0 || n > int(2*time.Hour/time.Millisecond) {
+			t.Errorf("PTTL %s = %s, want a positive TTL of at most two windows", k, pttl)
+		}
+	}
+}
+
+// Two replicas whose own clocks disagree by an hour still count in one window:
+// without an explicit Now, the script reads Redis's clock.
+func TestSkewedReplicasShareRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	a := newStore(t, c, Options{Clock: func() time.Time { return time.Now().Add(-time.Hour) }})
+	b := newStore(t, c, Options{Clock: func() time.Time { return time.Now().Add(time.Hour) }})
+	r := limiter.Rule{Limit: 2, Period: time.Hour}
+	h := []limiter.Hit{{Key: "{skew}:fw", Rule: r, Cost: 1}}
+	var allowed int
+	for _, s := range []*Store{a, b, a, b} {
+		out, err := s.Apply(context.Background(), limiter.Batch{Hits: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("two skewed replicas allowed %d of 4 on a limit of 2, want 2", allowed)
+	}
+}
+
+func TestLocalCacheSparesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{LocalCacheBytes: 1 << 20})
+	r := limiter.Rule{Limit: 1, Period: time.Hour}
+	h := []limiter.Hit{{Key: "{cache}:fw", Rule: r, Cost: 1}}
+	now := limitertest.T0
+	for range 2 {
+		if _, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := commandCalls(t, srv)["evalsha"]
+	for i := range 50 {
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: now.Add(time.Duration(i) * time.Second), Hits: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed || out[0].RetryAfter != time.Hour-time.Duration(i)*time.Second {
+			t.Fatalf("cached answer %d = %+v, want rejected with RetryAfter counting down", i, out[0])
+		}
+	}
+	if got := commandCalls(t, srv)["evalsha"] - before; got != 0 {
+		t.Errorf("50 rejections of a known over-limit key made %d Redis calls, want 0", got)
+	}
+	// A raised limit is a different rule: the cache must not answer for it.
+	h[0].Rule.Limit = 5
+	out, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: h})
+	if err != nil || !out[0].Allowed {
+		t.Errorf("after raising the limit: %+v, %v; want allowed from Redis", out, err)
+	}
+	// Past the window the cache no longer answers.
+	h[0].Rule.Limit = 1
+	out, err = s.Apply(context.Background(), limiter.Batch{Now: now.Add(time.Hour), Hits: h})
+	if err != nil || !out[0].Allowed {
+		t.Errorf("next window: %+v, %v; want allowed", out, err)
+	}
+}
+
+func TestRedisDownThenBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := newStore(t, c, Options{})
+	h := []limiter.Hit{{Key: "{down}:fw", Rule: limiter.Rule{Limit: 5, Period: time.Hour}, Cost: 1}}
+	if _, err := s.Apply(context.Background(), limiter.Batch{Hits: h}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	start := time.Now()
+	if _, err := s.Apply(context.Background(), limiter.Batch{Hits: h}); err == nil {
+		t.Fatal("Apply with Redis stopped: nil error")
+	}
+	t.Logf("error returned %v after Redis stopped (timeout 300ms)", time.Since(start))
+	if s.Ping(context.Background()) == nil {
+		t.Error("Ping with Redis stopped: nil error")
+	}
+	srv.Restart()
+	// The restarted server is empty and has no script: the store recovers
+	// by itself (NOSCRIPT fallback, reconnect).
+	out, err := s.Apply(context.Background(), limiter.Batch{Hits: h})
+	if err != nil || !out[0].Allowed || out[0].Remaining != 4 {
+		t.Errorf("Apply after restart = %+v, %v; want allowed with 4 left", out, err)
+	}
+}
+
+// Two stores (two service replicas) hammer one key: exactly the limit passes.
+func TestTwoReplicasShareOneLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	replicas := []*Store{newStore(t, single(t, srv), Options{}), newStore(t, single(t, srv), Options{})}
+	const limit = 50
+	r := limiter.Rule{Limit: limit, Period: time.Hour}
+	var mu sync.Mutex
+	allowed := 0
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := replicas[w%2]
+			for range 10 {
+				out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{shared}:fw", Rule: r, Cost: 1}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].Allowed {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed != limit {
+		t.Errorf("two replicas, 160 hits on a limit of %d: allowed %d", limit, allowed)
+	}
+}
+
+func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+	defer c.Close()
+	s := newStore(t, c, Options{})
+	one := limiter.Rule{Limit: 1, Period: time.Hour}
+	five := limiter.Rule{Limit: 5, Period: time.Hour}
+	ctx := context.Background()
+	if _, err := s.Apply(ctx, limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{a}:x", Rule: one, Cost: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Apply(ctx, limiter.Batch{Now: limitertest.T0, AllOrNothing: true, Hits: []limiter.Hit{{Key: "{b}:x", Rule: five, Cost: 1}, {Key: "{a}:x", Rule: one, Cost: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Allowed || out[0].Remaining != 5 || out[1].Allowed {
+		t.Errorf("rejected request across slots = %+v, want b allowed with 5 left (nothing counted), a rejected", out)
+	}
+}
