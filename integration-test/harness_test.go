@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -205,3 +206,10 @@ func desc(kvs ...string) *rlv3.RateLimitDescriptor {
 }
 
 func descs(ds ...*rlv3.RateLimitDescriptor) []*rlv3.RateLimitDescriptor { return ds }
+
+// readBody reads and closes an HTTP response body.
+func readBody(resp *http.Response) string {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
-	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
@@ -40,7 +39,7 @@ func run(ctx context.Context) error {
 	log := newLogger(s)
 	health := &server.Health{}
 
-	store, closeStore, err := newStore(s, log, health)
+	store, closeStore, err := newStore(ctx, s, log, health)
 	if err != nil {
 		return err
 	}
@@ -79,17 +78,6 @@ func run(ctx context.Context) error {
 		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		Logger:                log,
 	})
-}
-
-// newStore builds the configured backend and a function that releases it.
-func newStore(s settings.Settings, log logrus.FieldLogger, _ *server.Health) (limiter.Store, func(), error) {
-	switch s.Backend() {
-	case "memory":
-		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
-		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
-		return mem, mem.Close, nil
-	}
-	return nil, nil, fmt.Errorf("BACKEND_TYPE=%s is not available in this build", s.Backend())
 }
 
 func rlconfig(current *atomic.Pointer[config.Config]) http.Handler {

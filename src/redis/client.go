@@ -29,7 +29,10 @@ type ClientOptions struct {
 	Timeout time.Duration
 }
 
-// NewClient builds the go-redis client for o.
+// NewClient builds the go-redis client for o. It neither retries commands
+// nor redials within a call: a request that cannot be answered within the
+// timeout is better answered Unavailable at once, and the next request tries
+// again.
 func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	user, pass := splitAuth(o.Auth)
 	addrs := splitList(o.URL)
@@ -48,7 +51,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		}
 		return goredis.NewClient(&goredis.Options{Network: network, Addr: addrs[0], Username: user, Password: pass,
 			TLSConfig: o.TLS, PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
-			ContextTimeoutEnabled: true, MaxRetries: -1}), nil
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "sentinel":
 		if len(addrs) < 2 {
 			return nil, fmt.Errorf("redis: sentinel wants master-name,host:port[,...], got %q", o.URL)
@@ -57,11 +60,11 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: addrs[0], SentinelAddrs: addrs[1:],
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: o.TLS,
 			PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
-			ContextTimeoutEnabled: true, MaxRetries: -1}), nil
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "cluster":
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, Username: user, Password: pass,
 			TLSConfig: o.TLS, PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
-			ContextTimeoutEnabled: true, MaxRetries: -1}), nil
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	}
 	return nil, fmt.Errorf("redis: unknown type %q", o.Type)
 }

@@ -22,6 +22,9 @@ type Options struct {
 	// Clock is used for the local cache when a Batch has no Now; nil means
 	// time.Now.
 	Clock func() time.Time
+	// Timeout bounds one Apply, all round trips included (REDIS_TIMEOUT);
+	// 0 means only the caller's context bounds it.
+	Timeout time.Duration
 }
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
@@ -33,11 +36,12 @@ type Store struct {
 	prefix  string
 	cache   *overCache
 	clock   func() time.Time
+	timeout time.Duration
 }
 
-// New returns a Store over client and loads its script (on every shard of a
-// Cluster), so that the first request does not pay for it.
-func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*Store, error) {
+// New returns a Store over client. It does not contact Redis: the service
+// must start even while Redis is down, and recover when it comes back.
+func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain { or }", opts.Prefix)
 	}
@@ -45,14 +49,21 @@ func New(ctx context.Context, client goredis.UniversalClient, opts Options) (*St
 		opts.Clock = time.Now
 	}
 	_, cluster := client.(*goredis.ClusterClient)
-	s := &Store{client: client, cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock}
+	s := &Store{client: client, cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock, timeout: opts.Timeout}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
-	if err := batchScript.Load(ctx, client).Err(); err != nil {
-		return nil, fmt.Errorf("redis: load script: %w", err)
-	}
 	return s, nil
+}
+
+// Preload loads the script (on every shard of a Cluster) so that the first
+// request does not pay for it. Failing is harmless: a missing script is
+// loaded on first use.
+func (s *Store) Preload(ctx context.Context) error {
+	if err := batchScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("redis: load script: %w", err)
+	}
+	return nil
 }
 
 // Ping reports whether Redis answers.
@@ -83,6 +94,11 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	groups := s.groups(b, outs, localNow, &mode)
 	if len(groups) == 0 {
 		return outs, nil
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
 	}
 	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
 		// Slots cannot share a script: check every group first, count only

@@ -31,8 +31,11 @@ func single(t testing.TB, srv *redistest.Server) goredis.UniversalClient {
 
 func newStore(t testing.TB, c goredis.UniversalClient, opts Options) *Store {
 	t.Helper()
-	s, err := New(context.Background(), c, opts)
+	s, err := New(c, opts)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s

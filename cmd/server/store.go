@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/settings"
+)
+
+// newStore builds the configured backend and a function that releases it.
+func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (limiter.Store, func(), error) {
+	if s.Backend() == "memory" {
+		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
+		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
+		return mem, mem.Close, nil
+	}
+	main, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.RedisPerSecond {
+		return main, closeMain, nil
+	}
+	perSecond, closePS, err := newRedis(ctx, "REDIS_PERSECOND_", s.RedisPerSecondConfig, s, log, health)
+	if err != nil {
+		closeMain()
+		return nil, nil, err
+	}
+	return limiter.Split{PerSecond: perSecond, Other: main}, func() { closePS(); closeMain() }, nil
+}
+
+func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*redis.Store, func(), error) {
+	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
+		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
+	if r.TLS {
+		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%sTLS: %w", name, err)
+		}
+		opts.TLS = tlsCfg
+	}
+	client, err := redis.NewClient(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%sURL: %w", name, err)
+	}
+	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	if err := store.Preload(pctx); err != nil {
+		log.WithError(err).Warn("redis is not reachable yet; serving anyway and retrying per request")
+	}
+	if r.HealthCheckActiveConnection {
+		health.AddCheck("redis "+r.URL, func() error {
+			c, cancel := context.WithTimeout(context.Background(), min(r.Timeout, time.Second))
+			defer cancel()
+			return store.Ping(c)
+		})
+	}
+	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
+	return store, func() { _ = client.Close() }, nil
+}
