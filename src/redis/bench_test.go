@@ -1,0 +1,61 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// BenchmarkApply measures decisions per second through one Redis, with 1 and
+// 5 descriptors per request, from parallel callers (b.SetParallelism).
+func BenchmarkApply(b *testing.B) {
+	srv := redistest.Start(b)
+	s := newStore(b, single(b, srv), Options{})
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+			r := limiter.Rule{Limit: 1 << 31, Period: time.Hour}
+			var seq atomic.Int64
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				hs := hits("bench"+strconv.FormatInt(seq.Add(1), 10)+"_", n, r)
+				for pb.Next() {
+					if _, err := s.Apply(context.Background(), limiter.Batch{Hits: hs}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkMemoryPerKey reports Redis's MEMORY USAGE of one counter per
+// algorithm, with a key of typical length.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	srv := redistest.Start(b)
+	s := newStore(b, single(b, srv), Options{})
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+		b.Run(a.String(), func(b *testing.B) {
+			key := "{7:example14:remote_address12:203.0.113.77}:" + a.String()
+			r := limiter.Rule{Algorithm: a, Limit: 1000, Period: time.Minute}
+			for b.Loop() {
+				if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			usage, err := srv.Do("MEMORY", "USAGE", keyVersion+key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := strconv.Atoi(usage)
+			b.ReportMetric(float64(n), "bytes/key")
+		})
+	}
+}
