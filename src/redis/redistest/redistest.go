@@ -121,7 +121,8 @@ func (s *Server) launch(bin string) error {
 			return fmt.Errorf("redis exited at start-up:\n%s", log)
 		default:
 		}
-		if reply, err := s.Do("PING"); err == nil && strings.Contains(reply, "PONG") {
+		// Any RESP answer means the server is up, NOAUTH included.
+		if _, err := s.Do("PING"); err == nil || strings.HasPrefix(err.Error(), "redis: ") {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond) // readiness polling
