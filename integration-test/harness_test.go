@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ type proc struct {
 	cmd                *exec.Cmd
 	grpcAddr, httpAddr string
 	debugAddr          string
-	stderr             *bytes.Buffer
+	stderr             *syncBuffer
 	exited             chan struct{}
 	conn               *grpc.ClientConn
 }
@@ -70,7 +71,13 @@ func freePort(t *testing.T) int {
 func writeConfig(t *testing.T, files map[string]string) map[string]string {
 	t.Helper()
 	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
+	writeFiles(t, filepath.Join(root, "ratelimit", "config"), files)
+	return map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config"}
+}
+
+// writeFiles writes files (name → content) into dir, creating it.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +86,12 @@ func writeConfig(t *testing.T, files map[string]string) map[string]string {
 			t.Fatal(err)
 		}
 	}
-	return map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config"}
 }
 
 // command prepares the binary with env on free loopback ports.
 func command(t *testing.T, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
-	p := &proc{stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	p := &proc{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	gp, hp, dp := freePort(t), freePort(t), freePort(t)
 	p.grpcAddr, p.httpAddr, p.debugAddr = "127.0.0.1:"+strconv.Itoa(gp), "127.0.0.1:"+strconv.Itoa(hp), "127.0.0.1:"+strconv.Itoa(dp)
 	base := map[string]string{
@@ -212,4 +218,35 @@ func readBody(resp *http.Response) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// syncBuffer is a bytes.Buffer that the child's output goroutine and the
+// test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// eventually polls cond until it holds, within a bounded wait.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 15s: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an eventually-consistent state
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -45,21 +44,14 @@ func run(ctx context.Context) error {
 	}
 	defer closeStore()
 
-	var current atomic.Pointer[config.Config]
-	cfg, err := config.LoadDir(s.ConfigDir(), s.RuntimeIgnoreDotFiles, config.Options{MergeDomains: s.MergeDomainConfig})
-	switch {
-	case err == nil:
-		current.Store(cfg)
-		log.WithField("domains", cfg.Domains()).Info("config loaded")
-	case s.ForceStartWithoutInitialConfig:
-		log.WithError(err).Error("starting without config (FORCE_START_WITHOUT_INITIAL_CONFIG)")
-	default:
-		return fmt.Errorf("load config from %s: %w", s.ConfigDir(), err)
+	configs, err := startConfig(ctx, s, log, health)
+	if err != nil {
+		return err
 	}
 
 	svc, err := service.New(service.Options{
 		Store:                      store,
-		Configs:                    &current,
+		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
 		Logger:                     log,
@@ -73,14 +65,14 @@ func run(ctx context.Context) error {
 		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
 		Service:               svc,
 		Health:                health,
-		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(&current)},
+		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs)},
 		MaxConnectionAge:      s.GRPCMaxConnectionAge,
 		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		Logger:                log,
 	})
 }
 
-func rlconfig(current *atomic.Pointer[config.Config]) http.Handler {
+func rlconfig(current *config.Holder) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		cfg := current.Load()

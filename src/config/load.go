@@ -68,11 +68,16 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 	return Build(files, opts)
 }
 
-// LoadDir is FindFiles followed by LoadFiles.
+// LoadDir is FindFiles followed by LoadFiles. A directory without config
+// files is an error: during a ConfigMap update or a botched deploy it is far
+// more likely a transient or a mistake than a wish to drop every limit.
 func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
 	paths, err := FindFiles(dir, ignoreDotfiles)
 	if err != nil {
 		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("no config files (*.yaml, *.yml) in %s", dir)
 	}
 	return LoadFiles(paths, opts)
 }

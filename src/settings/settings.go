@@ -34,9 +34,21 @@ type Settings struct {
 	RuntimeAppDirectory   string `envconfig:"RUNTIME_APPDIRECTORY" default:"config"`
 	RuntimeIgnoreDotFiles bool   `envconfig:"RUNTIME_IGNOREDOTFILES" default:"false"`
 	MergeDomainConfig     bool   `envconfig:"MERGE_DOMAIN_CONFIG" default:"false"`
+	// RuntimeWatchRoot also watches RUNTIME_ROOT's parent, so that swapping
+	// the root symlink reloads the config.
+	RuntimeWatchRoot bool `envconfig:"RUNTIME_WATCH_ROOT" default:"true"`
 	// ForceStartWithoutInitialConfig starts serving even when the config
 	// cannot be loaded; requests then get Unavailable.
 	ForceStartWithoutInitialConfig bool `envconfig:"FORCE_START_WITHOUT_INITIAL_CONFIG" default:"false"`
+	// HealthyWithAtLeastOneConfigLoaded keeps /healthcheck failing until a
+	// config with at least one domain is being served.
+	HealthyWithAtLeastOneConfigLoaded bool `envconfig:"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED" default:"false"`
+
+	// ConfigType is FILE or GRPC_XDS_SOTW.
+	ConfigType              string        `envconfig:"CONFIG_TYPE" default:"FILE"`
+	XDSServerURL            string        `envconfig:"CONFIG_GRPC_XDS_SERVER_URL" default:"localhost:18000"`
+	XDSNodeID               string        `envconfig:"CONFIG_GRPC_XDS_NODE_ID" default:"default"`
+	XDSConnectRetryInterval time.Duration `envconfig:"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" default:"3s"`
 
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"WARN"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
@@ -169,6 +181,14 @@ func (s Settings) Validate() error {
 		}
 	default:
 		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
+	}
+	switch strings.ToUpper(s.ConfigType) {
+	case "FILE", "GRPC_XDS_SOTW":
+	default:
+		bad("CONFIG_TYPE", "unknown type %q (want FILE or GRPC_XDS_SOTW)", s.ConfigType)
+	}
+	if s.XDSConnectRetryInterval <= 0 {
+		bad("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "must be positive, got %v", s.XDSConnectRetryInterval)
 	}
 	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
 		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")

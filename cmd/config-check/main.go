@@ -1,0 +1,86 @@
+// Command config-check validates descriptor config files before they ship:
+//
+//	config-check [-merge] [-ignore-dotfiles] [-dump] PATH...
+//
+// Each PATH is a file or a directory (read as the service reads
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). Every problem is
+// printed on its own line as file:line: path: message, and the exit code is
+// 1 if there is any, 2 for bad usage, 0 otherwise.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/openrls/ratelimit/src/config"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("config-check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	merge := fs.Bool("merge", false, "allow one domain in several files (MERGE_DOMAIN_CONFIG)")
+	ignoreDot := fs.Bool("ignore-dotfiles", false, "skip dotfiles in directories (RUNTIME_IGNOREDOTFILES)")
+	dump := fs.Bool("dump", false, "print the loaded config, one line per limit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump] PATH...")
+		return 2
+	}
+	var paths []string
+	for _, p := range fs.Args() {
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if !fi.IsDir() {
+			paths = append(paths, p)
+			continue
+		}
+		found, err := config.FindFiles(p, *ignoreDot)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		paths = append(paths, found...)
+	}
+	if len(paths) == 0 {
+		fmt.Fprintln(stderr, "no config files (*.yaml, *.yml) found")
+		return 1
+	}
+	cfg, err := config.LoadFiles(paths, config.Options{MergeDomains: *merge})
+	if err != nil {
+		for _, line := range flatten(err) {
+			fmt.Fprintln(stderr, line)
+		}
+		return 1
+	}
+	if *dump {
+		fmt.Fprint(stdout, cfg.Dump())
+	}
+	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(paths), strings.Join(cfg.Domains(), ", "))
+	return 0
+}
+
+// flatten lists the leaves of a joined error.
+func flatten(err error) []string {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []string{err.Error()}
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad", "bad.yaml")
+	_ = os.MkdirAll(filepath.Dir(bad), 0o755)
+	_ = os.WriteFile(good, []byte("domain: g\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644)
+	_ = os.WriteFile(bad, []byte("domain: b\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n  - value: x\n"), 0o644)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  []string
+	}{
+		{"good file", []string{"-dump", good}, 0, "g.a: 1 per second", nil},
+		{"example config", []string{"../../examples/ratelimit-config.yaml"}, 0, "OK: 1 files, domains example", nil},
+		{"every error, one per line", []string{filepath.Dir(bad)}, 1, "", []string{
+			bad + `:4: descriptors[0].rate_limit.unit: unknown unit "eon"`,
+			bad + `:5: descriptors[1]: missing key`}},
+		{"no args", nil, 2, "", []string{"usage"}},
+		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(tc.args, &out, &errb)
+			if code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("run(%v) = %d, stdout %q; want %d and %q (stderr %q)", tc.args, code, out.String(), tc.wantCode, tc.wantOut, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			for i, w := range tc.wantErr {
+				if i >= len(lines) || !strings.Contains(lines[i], w) {
+					t.Errorf("stderr line %d = %q, want %q (all: %q)", i, lines, w, errb.String())
+				}
+			}
+		})
+	}
+}

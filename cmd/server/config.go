@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/settings"
+	"github.com/openrls/ratelimit/src/xds"
+)
+
+// startConfig loads the first config and keeps it current in the background
+// (file watching or xDS) until ctx ends. Unless FORCE_START_WITHOUT_INITIAL_CONFIG,
+// it returns only once a first config is being served.
+func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*config.Holder, error) {
+	first := make(chan struct{})
+	var once sync.Once
+	holder := config.NewHolder(func(cfg *config.Config, err error) {
+		if err != nil {
+			log.WithError(err).Error("config load failed; the last good config keeps serving")
+			return
+		}
+		log.WithField("domains", cfg.Domains()).Info("config loaded")
+		once.Do(func() { close(first) })
+	})
+	if s.HealthyWithAtLeastOneConfigLoaded {
+		health.AddCheck("config", func() error {
+			if len(holder.Load().Domains()) == 0 {
+				return errors.New("no rate limit config loaded")
+			}
+			return nil
+		})
+	}
+	opts := config.Options{MergeDomains: s.MergeDomainConfig}
+
+	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
+		go func() {
+			_ = xds.Run(ctx, xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,
+				Install: holder.Install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)})
+		}()
+		if !s.ForceStartWithoutInitialConfig {
+			log.WithField("server", s.XDSServerURL).Info("waiting for the first config from xDS")
+			select {
+			case <-first:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return holder, nil
+	}
+
+	dir := s.ConfigDir()
+	reload := func() error {
+		return holder.Install(func() (*config.Config, error) { return config.LoadDir(dir, s.RuntimeIgnoreDotFiles, opts) })
+	}
+	w, err := config.NewWatcher(config.WatchOptions{Dir: dir, Root: s.RuntimeRoot, WatchRoot: s.RuntimeWatchRoot, Reload: reload})
+	if err != nil {
+		return nil, err
+	}
+	go w.Run(ctx)
+	if err := reload(); err != nil && !s.ForceStartWithoutInitialConfig {
+		return nil, fmt.Errorf("load config from %s: %w", dir, err)
+	}
+	return holder, nil
+}

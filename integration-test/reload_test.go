@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+func limitYAML(domain string, rpu int) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(rpu) + "}\n"
+}
+
+// limitOf returns the requests_per_unit the server applies to domain/k, or
+// 0 when nothing matches (unknown domain).
+func limitOf(t *testing.T, p *proc, domain string) uint32 {
+	t.Helper()
+	return p.should(t, domain, desc("k=v")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+func waitLimit(t *testing.T, p *proc, domain string, want uint32) {
+	t.Helper()
+	eventually(t, domain+" served with limit "+strconv.Itoa(int(want)), func() bool { return limitOf(t, p, domain) == want })
+}
+
+func swapLink(t *testing.T, target, link string) {
+	t.Helper()
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReloadInPlaceEditsBrokenFilesAndDomains(t *testing.T) {
+	for _, watchRoot := range []string{"true", "false"} {
+		t.Run("RUNTIME_WATCH_ROOT="+watchRoot, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"a.yaml": limitYAML("a", 10)})
+			env["RUNTIME_WATCH_ROOT"] = watchRoot
+			dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+			p := start(t, env)
+			waitLimit(t, p, "a", 10)
+
+			writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 20)})
+			waitLimit(t, p, "a", 20)
+
+			// A broken edit: the old config keeps serving, the error names the file and line.
+			writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 30) + "  - key: k\n    rate_limit: {unit: fortnight}\n"})
+			eventually(t, "the broken file's error logged", func() bool {
+				return strings.Contains(p.stderr.String(), "a.yaml:6: descriptors[1].rate_limit.unit: unknown unit")
+			})
+			if got := limitOf(t, p, "a"); got != 20 {
+				t.Errorf("after a broken edit: limit %d, want the last good 20", got)
+			}
+			writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 40)})
+			waitLimit(t, p, "a", 40)
+
+			writeFiles(t, dir, map[string]string{"b.yaml": limitYAML("b", 5)})
+			waitLimit(t, p, "b", 5)
+			if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
+				t.Fatal(err)
+			}
+			waitLimit(t, p, "b", 0)
+			waitLimit(t, p, "a", 40)
+		})
+	}
+}
+
+func TestReloadRootSymlinkSwap(t *testing.T) {
+	base := t.TempDir()
+	writeFiles(t, filepath.Join(base, "v1", "ratelimit", "config"), map[string]string{"a.yaml": limitYAML("a", 1)})
+	writeFiles(t, filepath.Join(base, "v2", "ratelimit", "config"), map[string]string{"a.yaml": limitYAML("a", 2)})
+	swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+	p := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(base, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit"})
+	waitLimit(t, p, "a", 1)
+	swapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
+	waitLimit(t, p, "a", 2)
+	swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+	waitLimit(t, p, "a", 1)
+}
+
+// configMapUpdate lays out dir as the kubelet does: a timestamped directory,
+// ..data pointing at it (swapped atomically), and top-level links into ..data.
+func configMapUpdate(t *testing.T, dir, stamp string, files map[string]string) {
+	t.Helper()
+	writeFiles(t, filepath.Join(dir, stamp), files)
+	swapLink(t, stamp, filepath.Join(dir, "..data"))
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestReloadConfigMapDataSwap(t *testing.T) {
+	for _, watchRoot := range []string{"true", "false"} {
+		t.Run("RUNTIME_WATCH_ROOT="+watchRoot, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "config")
+			configMapUpdate(t, dir, "..2026_11_22_01", map[string]string{"a.yaml": limitYAML("a", 7)})
+			// RUNTIME_IGNOREDOTFILES stays false: the ..data internals must
+			// still not be read twice (that would be a duplicate domain).
+			p := start(t, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_WATCH_ROOT": watchRoot})
+			waitLimit(t, p, "a", 7)
+			configMapUpdate(t, dir, "..2026_11_22_02", map[string]string{"a.yaml": limitYAML("a", 8)})
+			waitLimit(t, p, "a", 8)
+			if strings.Contains(p.stderr.String(), "duplicate domain") {
+				t.Errorf("ConfigMap internals read as a duplicate domain:\n%s", p.stderr)
+			}
+		})
+	}
+}
+
+func TestReloadFromXDS(t *testing.T) {
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	set := func(version string, rpu uint32) {
+		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {
+			&rlconfv3.RateLimitConfig{Name: "x", Domain: "x", Descriptors: []*rlconfv3.RateLimitDescriptor{{
+				Key: "k", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: rpu}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cache.SetSnapshot(context.Background(), "rl-node", snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("1", 11)
+	p := start(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": lis.Addr().String(),
+		"CONFIG_GRPC_XDS_NODE_ID": "rl-node", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "100ms"})
+	waitLimit(t, p, "x", 11)
+	set("2", 12)
+	waitLimit(t, p, "x", 12)
+}

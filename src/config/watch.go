@@ -1,0 +1,113 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchOptions says what a Watcher watches.
+type WatchOptions struct {
+	// Dir is the config directory; it and every directory below it are
+	// watched, Kubernetes' ..data links included, so writes, creates,
+	// renames, removes and ConfigMap swaps all trigger a reload.
+	Dir string
+	// Root, with WatchRoot, is RUNTIME_ROOT: its parent directory is watched
+	// too, so that swapping the root symlink triggers a reload.
+	Root      string
+	WatchRoot bool
+	// Debounce is how long events must pause before a reload; 0 means 100ms.
+	// Editors and ConfigMap updates produce bursts of events.
+	Debounce time.Duration
+	// Reload is called after each burst. Its error is only reported through
+	// its own channels: the Watcher goes on watching.
+	Reload func() error
+}
+
+// Watcher reloads the config when its files change.
+type Watcher struct {
+	o WatchOptions
+	w *fsnotify.Watcher
+}
+
+// NewWatcher starts watching at once: a change made after it returns is seen
+// by Run, even one made before Run starts.
+func NewWatcher(o WatchOptions) (*Watcher, error) {
+	if o.Debounce == 0 {
+		o.Debounce = 100 * time.Millisecond
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("config watch: %w", err)
+	}
+	o.arm(w)
+	return &Watcher{o: o, w: w}, nil
+}
+
+// Run reloads after each burst of changes until ctx ends, then releases the
+// watches. Every reload re-arms them, because a symlink swap replaces the
+// directories being watched.
+func (wt *Watcher) Run(ctx context.Context) {
+	o, w := wt.o, wt.w
+	defer w.Close()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			timer.Reset(o.Debounce)
+		case _, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflowed queue may have lost events: reload to be sure.
+			timer.Reset(o.Debounce)
+		case <-timer.C:
+			o.arm(w)
+			_ = o.Reload()
+		}
+	}
+}
+
+// arm replaces the watch list with the directories as they are now: the
+// root's parent (for a root symlink swap), the config directory and every
+// directory or directory link below it. A missing config directory is
+// covered by watching its nearest existing parent.
+func (o WatchOptions) arm(w *fsnotify.Watcher) {
+	for _, p := range w.WatchList() {
+		_ = w.Remove(p)
+	}
+	if o.WatchRoot && o.Root != "" {
+		_ = w.Add(filepath.Dir(filepath.Clean(o.Root)))
+	}
+	_ = filepath.WalkDir(o.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // vanished mid-walk: its removal is an event, which re-arms
+		}
+		if d.IsDir() {
+			_ = w.Add(path)
+		} else if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			_ = w.Add(path) // a link to a directory, such as ConfigMap's ..data
+		}
+		return nil
+	})
+	for dir := filepath.Clean(o.Dir); ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); err == nil {
+			_ = w.Add(dir)
+			return
+		}
+		if dir == filepath.Dir(dir) {
+			return
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHolderKeepsLastGoodConfig(t *testing.T) {
+	var seen []error
+	h := NewHolder(func(_ *Config, err error) { seen = append(seen, err) })
+	if h.Load() != nil {
+		t.Fatal("new Holder serves a config")
+	}
+	good := mustBuild(t, "domain: a\n")
+	if err := h.Install(func() (*Config, error) { return good, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Install(func() (*Config, error) { return nil, errors.New("bad file") }); err == nil {
+		t.Fatal("Install(failing build) = nil error")
+	}
+	if h.Load() != good {
+		t.Errorf("after a failed load, Load() is not the last good config")
+	}
+	if ok, failed := h.Counts(); ok != 1 || failed != 1 || len(seen) != 2 || seen[1] == nil {
+		t.Errorf("Counts() = %d, %d; onLoad saw %v; want 1, 1 and two calls", ok, failed, seen)
+	}
+}
+
+func limitConfig(domain string, rpu int) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + strconv.Itoa(rpu) + "}\n"
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// swapLink atomically points link at target, as `ln -sfn` + rename does.
+func swapLink(t *testing.T, target, link string) {
+	t.Helper()
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configMap lays out dir as a Kubernetes ConfigMap volume does: files are
+// links into ..data, which links to a timestamped directory.
+func configMap(t *testing.T, dir, stamp string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		write(t, filepath.Join(dir, stamp, name), body)
+	}
+	swapLink(t, stamp, filepath.Join(dir, "..data"))
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err != nil {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestWatchReloads(t *testing.T) {
+	tests := []struct {
+		name      string
+		watchRoot bool
+		setup     func(t *testing.T, base string) (root, dir string)
+		change    func(t *testing.T, base string)
+	}{
+		{"in-place edit", false,
+			func(t *testing.T, base string) (string, string) {
+				write(t, filepath.Join(base, "cfg", "a.yaml"), limitConfig("a", 1))
+				return base, filepath.Join(base, "cfg")
+			},
+			func(t *testing.T, base string) { write(t, filepath.Join(base, "cfg", "a.yaml"), limitConfig("a", 2)) }},
+		{"new file by rename", false,
+			func(t *testing.T, base string) (string, string) {
+				write(t, filepath.Join(base, "cfg", "a.yaml"), limitConfig("a", 1))
+				return base, filepath.Join(base, "cfg")
+			},
+			func(t *testing.T, base string) {
+				write(t, filepath.Join(base, "staging.tmp"), limitConfig("a", 2))
+				if err := os.Rename(filepath.Join(base, "staging.tmp"), filepath.Join(base, "cfg", "a.yaml")); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{"root symlink swap", true,
+			func(t *testing.T, base string) (string, string) {
+				write(t, filepath.Join(base, "v1", "config", "a.yaml"), limitConfig("a", 1))
+				swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+				return filepath.Join(base, "current"), filepath.Join(base, "current", "config")
+			},
+			func(t *testing.T, base string) {
+				write(t, filepath.Join(base, "v2", "config", "a.yaml"), limitConfig("a", 2))
+				swapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
+			}},
+		{"configmap ..data swap, watching the root", true,
+			func(t *testing.T, base string) (string, string) {
+				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
+				return base, filepath.Join(base, "cfg")
+			},
+			func(t *testing.T, base string) {
+				configMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
+			}},
+		{"configmap ..data swap, watching the directory", false,
+			func(t *testing.T, base string) (string, string) {
+				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
+				return base, filepath.Join(base, "cfg")
+			},
+			func(t *testing.T, base string) {
+				configMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, dir := tc.setup(t, base)
+			loaded := make(chan *Config, 16)
+			h := NewHolder(func(c *Config, err error) {
+				if err == nil {
+					loaded <- c
+				}
+			})
+			reload := func() error {
+				return h.Install(func() (*Config, error) { return LoadDir(dir, false, Options{}) })
+			}
+			if err := reload(); err != nil {
+				t.Fatal(err)
+			}
+			<-loaded
+			w, err := NewWatcher(WatchOptions{Dir: dir, Root: root, WatchRoot: tc.watchRoot, Debounce: 20 * time.Millisecond, Reload: reload})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { w.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			tc.change(t, base)
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case c := <-loaded:
+					if strings.Contains(c.Dump(), "a.k: 2 per second") {
+						return
+					}
+				case <-deadline:
+					t.Fatalf("no reload with the new limit within 10s; serving:\n%s", h.Load().Dump())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,184 @@
+// Package xds loads the descriptor config from an xDS management server
+// (CONFIG_TYPE=GRPC_XDS_SOTW): an ADS state-of-the-world stream of
+// type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig
+// resources. Every response is converted, validated by the config package
+// exactly like files, and installed only if valid; it is then ACKed, else
+// NACKed with the errors, and the last good config keeps serving.
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/openrls/ratelimit/src/config"
+)
+
+// Options configures Run.
+type Options struct {
+	ServerURL string
+	NodeID    string
+	// RetryInterval is the first wait before reconnecting; it doubles on each
+	// failure in a row up to ten times itself.
+	RetryInterval time.Duration
+	// Install serves what build returns if it succeeds (config.Holder's
+	// Install); every response goes through it, bad ones included, so that
+	// load errors are counted and logged in one place.
+	Install func(build func() (*config.Config, error)) error
+	// Build combines the resources as files are combined.
+	Build  config.Options
+	Logger logrus.FieldLogger
+	// DialOptions default to a plaintext connection.
+	DialOptions []grpc.DialOption
+}
+
+// Run keeps an ADS stream open until ctx ends, reconnecting with backoff.
+func Run(ctx context.Context, o Options) error {
+	if len(o.DialOptions) == 0 {
+		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(o.ServerURL, o.DialOptions...)
+	if err != nil {
+		return fmt.Errorf("xds: %s: %w", o.ServerURL, err)
+	}
+	defer conn.Close()
+	wait := o.RetryInterval
+	for {
+		received, err := session(ctx, conn, o)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if received {
+			wait = o.RetryInterval
+		}
+		o.Logger.WithError(err).WithField("retry_in", wait).Warn("xds config stream ended; reconnecting")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*o.RetryInterval)
+	}
+}
+
+// session runs one stream; it reports whether any response arrived.
+func session(ctx context.Context, conn *grpc.ClientConn, o Options) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := sotw.NewADSClient(sctx, &corev3.Node{Id: o.NodeID}, resource.RateLimitConfigType)
+	if err := c.InitConnect(conn); err != nil {
+		return false, err
+	}
+	received := false
+	for {
+		resp, err := c.Fetch()
+		if err != nil {
+			return received, err
+		}
+		received = true
+		err = o.Install(func() (*config.Config, error) {
+			files, err := Files(resp.Resources)
+			if err != nil {
+				return nil, err
+			}
+			return config.Build(files, o.Build)
+		})
+		if err != nil {
+			o.Logger.WithError(err).Error("xds config rejected; keeping the last good config")
+			if err := c.Nack(err.Error()); err != nil {
+				return received, err
+			}
+			continue
+		}
+		o.Logger.WithField("resources", len(resp.Resources)).Info("xds config loaded")
+		if err := c.Ack(); err != nil {
+			return received, err
+		}
+	}
+}
+
+// Files converts RateLimitConfig resources into parsed config files, named
+// "xds:<resource name>". Problems in every resource are reported together.
+func Files(resources []*anypb.Any) ([]*config.File, error) {
+	var files []*config.File
+	var errs []error
+	for _, a := range resources {
+		rc := &rlconfv3.RateLimitConfig{}
+		if err := a.UnmarshalTo(rc); err != nil {
+			errs = append(errs, fmt.Errorf("xds: resource of type %s: %w", a.GetTypeUrl(), err))
+			continue
+		}
+		name := rc.GetName()
+		if name == "" {
+			name = rc.GetDomain()
+		}
+		doc := map[string]any{"domain": rc.GetDomain(), "descriptors": descriptors(rc.GetDescriptors())}
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("xds: %s: %w", name, err))
+			continue
+		}
+		f, err := config.Parse("xds:"+name, data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		files = append(files, f)
+	}
+	return files, errors.Join(errs...)
+}
+
+// descriptors renders the proto tree in the YAML shape the config package
+// parses, so that both sources share one validation.
+func descriptors(ds []*rlconfv3.RateLimitDescriptor) []any {
+	out := make([]any, 0, len(ds))
+	for _, d := range ds {
+		m := map[string]any{"key": d.GetKey()}
+		if d.GetValue() != "" {
+			m["value"] = d.GetValue()
+		}
+		if d.GetShadowMode() {
+			m["shadow_mode"] = true
+		}
+		if d.GetDetailedMetric() {
+			m["detailed_metric"] = true
+		}
+		if p := d.GetRateLimit(); p != nil {
+			rl := map[string]any{}
+			if p.GetUnlimited() {
+				rl["unlimited"] = true
+			} else {
+				rl["unit"] = strings.ToLower(p.GetUnit().String())
+				rl["requests_per_unit"] = p.GetRequestsPerUnit()
+			}
+			if p.GetName() != "" {
+				rl["name"] = p.GetName()
+			}
+			var rs []any
+			for _, r := range p.GetReplaces() {
+				rs = append(rs, map[string]any{"name": r.GetName()})
+			}
+			if len(rs) > 0 {
+				rl["replaces"] = rs
+			}
+			m["rate_limit"] = rl
+		}
+		if len(d.GetDescriptors()) > 0 {
+			m["descriptors"] = descriptors(d.GetDescriptors())
+		}
+		out = append(out, m)
+	}
+	return out
+}

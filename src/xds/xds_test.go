@@ -1,0 +1,157 @@
+package xds
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+
+	"github.com/openrls/ratelimit/src/config"
+)
+
+// startServer runs go-control-plane's own xDS server and snapshot cache on a
+// free loopback port.
+func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
+	t.Helper()
+	cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	srv := serverv3.NewServer(context.Background(), cache, nil)
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String(), cache
+}
+
+func setConfig(t *testing.T, cache cachev3.SnapshotCache, version string, cfgs ...*rlconfv3.RateLimitConfig) {
+	t.Helper()
+	res := make([]types.Resource, len(cfgs))
+	for i, c := range cfgs {
+		res[i] = c
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.SetSnapshot(context.Background(), "node-1", snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func limitConfig(rpu uint32, unit rlconfv3.RateLimitUnit) *rlconfv3.RateLimitConfig {
+	return &rlconfv3.RateLimitConfig{Name: "web", Domain: "web", Descriptors: []*rlconfv3.RateLimitDescriptor{{
+		Key: "user", RateLimit: &rlconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: rpu, Name: "per_user"},
+		Descriptors: []*rlconfv3.RateLimitDescriptor{{Key: "path", Value: "/a", ShadowMode: true,
+			RateLimit: &rlconfv3.RateLimitPolicy{Unlimited: true}}},
+	}}}
+}
+
+func TestRunFollowsTheServer(t *testing.T) {
+	addr, cache := startServer(t)
+	installed := make(chan string, 16)
+	rejected := make(chan error, 16)
+	h := config.NewHolder(func(c *config.Config, err error) {
+		if err != nil {
+			rejected <- err
+			return
+		}
+		installed <- c.Dump()
+	})
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ServerURL: addr, NodeID: "node-1", RetryInterval: 50 * time.Millisecond, Logger: log,
+			Install: h.Install})
+	}()
+	defer func() { cancel(); <-done }()
+
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-installed:
+			if !strings.Contains(got, want) {
+				t.Fatalf("installed config:\n%s\nwant it to contain %q", got, want)
+			}
+		case err := <-rejected:
+			t.Fatalf("config rejected: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no config installed within 10s, want %q", want)
+		}
+	}
+	setConfig(t, cache, "1", limitConfig(5, rlconfv3.RateLimitUnit_MINUTE))
+	expect(`web.user: 5 per minute, fixed_window, name "per_user"`)
+	setConfig(t, cache, "2", limitConfig(9, rlconfv3.RateLimitUnit_HOUR))
+	expect("web.user: 9 per hour")
+
+	setConfig(t, cache, "3", limitConfig(1, rlconfv3.RateLimitUnit_UNKNOWN))
+	select {
+	case err := <-rejected:
+		if !strings.Contains(err.Error(), `xds:web`) || !strings.Contains(err.Error(), `unknown unit "unknown"`) {
+			t.Errorf("rejection = %v, want a positioned unknown-unit error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("invalid config not rejected within 10s")
+	}
+	if !strings.Contains(h.Load().Dump(), "web.user: 9 per hour") {
+		t.Errorf("after a rejected update, serving:\n%s\nwant the last good config", h.Load().Dump())
+	}
+	setConfig(t, cache, "4", limitConfig(3, rlconfv3.RateLimitUnit_SECOND))
+	expect("web.user: 3 per second")
+}
+
+func TestRunReconnects(t *testing.T) {
+	// Nothing listens at first: Run must keep trying, then pick up the
+	// server once it appears on that address.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	installed := make(chan struct{}, 4)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ServerURL: addr, NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
+			Install: func(build func() (*config.Config, error)) error {
+				_, err := build()
+				installed <- struct{}{}
+				return err
+			}})
+	}()
+	defer func() { cancel(); <-done }()
+
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
+	lis, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("address %s was taken meanwhile: %v", addr, err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	setConfig(t, cache, "1", limitConfig(5, rlconfv3.RateLimitUnit_MINUTE))
+	select {
+	case <-installed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not reconnect and install within 15s")
+	}
+}
