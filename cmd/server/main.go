@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
@@ -37,8 +38,17 @@ func run(ctx context.Context) error {
 	}
 	log := newLogger(s)
 	health := &server.Health{}
+	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries})
+	if s.UseStatsd {
+		go func() {
+			addr := hostPort(s.StatsdHost, s.StatsdPort)
+			if err := reg.RunStatsd(ctx, metrics.StatsdOptions{Addr: addr, Interval: s.StatsdFlushInterval, Tags: s.Tags()}); err != nil {
+				log.WithError(err).Error("statsd disabled")
+			}
+		}()
+	}
 
-	store, closeStore, err := newStore(ctx, s, log, health)
+	store, closeStore, err := newStore(ctx, s, log, health, reg)
 	if err != nil {
 		return err
 	}
@@ -48,13 +58,21 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	reg.CounterFunc("ratelimit_config_load_success_total", "Config loads that were served.", nil,
+		func() float64 { ok, _ := configs.Counts(); return float64(ok) })
+	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
+		func() float64 { _, failed := configs.Counts(); return float64(failed) })
 
 	svc, err := service.New(service.Options{
 		Store:                      store,
 		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
-		Logger:                     log,
+		Headers: service.Headers{Enabled: s.LimitResponseHeadersEnabled, Limit: s.LimitLimitHeader,
+			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
+		DynamicMetadata: s.ResponseDynamicMetadata,
+		Metrics:         reg,
+		Logger:          log,
 	})
 	if err != nil {
 		return err
@@ -66,6 +84,9 @@ func run(ctx context.Context) error {
 		Service:               svc,
 		Health:                health,
 		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs)},
+		Metrics:               reg.Handler(),
+		MetricsAddr:           prometheusAddr(s),
+		MetricsPath:           s.PrometheusPath,
 		MaxConnectionAge:      s.GRPCMaxConnectionAge,
 		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		Logger:                log,
@@ -93,6 +114,13 @@ func newLogger(s settings.Settings) *logrus.Logger {
 			logrus.FieldKeyTime: "@timestamp", logrus.FieldKeyMsg: "@message"}})
 	}
 	return log
+}
+
+func prometheusAddr(s settings.Settings) string {
+	if s.UsePrometheus {
+		return s.PrometheusAddr
+	}
+	return ""
 }
 
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

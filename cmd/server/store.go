@@ -3,31 +3,34 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/settings"
 )
 
 // newStore builds the configured backend and a function that releases it.
-func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (limiter.Store, func(), error) {
+func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	if s.Backend() == "memory" {
 		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil
 	}
-	main, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health)
+	main, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health, reg)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !s.RedisPerSecond {
 		return main, closeMain, nil
 	}
-	perSecond, closePS, err := newRedis(ctx, "REDIS_PERSECOND_", s.RedisPerSecondConfig, s, log, health)
+	perSecond, closePS, err := newRedis(ctx, "REDIS_PERSECOND_", s.RedisPerSecondConfig, s, log, health, reg)
 	if err != nil {
 		closeMain()
 		return nil, nil, err
@@ -35,7 +38,7 @@ func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 	return limiter.Split{PerSecond: perSecond, Other: main}, func() { closePS(); closeMain() }, nil
 }
 
-func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*redis.Store, func(), error) {
+func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (*redis.Store, func(), error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
 	if r.TLS {
@@ -65,6 +68,10 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 			defer cancel()
 			return store.Ping(c)
 		})
+	}
+	if s.LocalCacheSizeInBytes > 0 {
+		reg.CounterFunc("ratelimit_local_cache_hits_total", "Hits answered OVER_LIMIT by the local cache without Redis.",
+			prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 { return float64(store.CacheHits()) })
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
 	return store, func() { _ = client.Close() }, nil

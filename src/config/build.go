@@ -44,6 +44,8 @@ type Node struct {
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
 	children level
+	// valueInPath is set when this node or an ancestor has value_to_metric.
+	valueInPath bool
 }
 
 // level is one list of descriptors, indexed for matching.
@@ -74,7 +76,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 			continue
 		}
 		d.Files = append(d.Files, f.Name)
-		errs = append(errs, d.root.add(f.Name, "", f.Descriptors)...)
+		errs = append(errs, d.root.add(f.Name, nil, f.Descriptors)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -82,7 +84,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 	return c, nil
 }
 
-func (lv *level) add(file, parentPath string, descs []*Descriptor) []error {
+func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 	var errs []error
 	for _, desc := range descs {
 		n := &Node{
@@ -94,8 +96,16 @@ func (lv *level) add(file, parentPath string, descs []*Descriptor) []error {
 		if desc.Value != "" {
 			n.Path += "_" + desc.Value
 		}
-		if parentPath != "" {
-			n.Path = parentPath + "." + n.Path
+		n.valueInPath = desc.ValueToMetric
+		if parent != nil {
+			n.Path = parent.Path + "." + n.Path
+			n.valueInPath = n.valueInPath || parent.valueInPath
+		}
+		for _, l := range n.Limits {
+			l.MetricKey = n.Path
+			if len(n.Limits) > 1 {
+				l.MetricKey += "." + l.identity
+			}
 		}
 		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {
 			errs = append(errs, &Error{File: file, Line: desc.Line, Path: desc.Path,
@@ -103,7 +113,7 @@ func (lv *level) add(file, parentPath string, descs []*Descriptor) []error {
 			continue
 		}
 		lv.insert(n)
-		errs = append(errs, n.children.add(file, n.Path, desc.Descriptors)...)
+		errs = append(errs, n.children.add(file, n, desc.Descriptors)...)
 	}
 	return errs
 }

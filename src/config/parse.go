@@ -55,6 +55,9 @@ type Limit struct {
 	// keeps the counter.
 	Rule     limiter.Rule
 	identity string
+	// MetricKey names the limit in metrics: its descriptor's path, plus the
+	// identity when the descriptor has several limits. Set by Build.
+	MetricKey string
 }
 
 var (

@@ -22,6 +22,10 @@ type Plan struct {
 type DescPlan struct {
 	Node      *Node // the matched descriptor; nil when nothing matched
 	Unlimited bool
+	// MetricKey, when not empty, names this descriptor's rules in metrics
+	// instead of each Limit's MetricKey: it holds request values, because
+	// the rule asked for them (detailed_metric, value_to_metric).
+	MetricKey string
 	// Hits[First:First+Count] are this descriptor's hits.
 	First, Count int
 }
@@ -46,6 +50,9 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		var key []byte
 		n := p.Domain.match(desc.GetEntries(), &key)
 		p.Descs[i].Node = n
+		if n != nil && (n.DetailedMetric || n.valueInPath) {
+			p.Descs[i].MetricKey = p.Domain.metricKey(desc.GetEntries(), n.DetailedMetric)
+		}
 		limits, err := limitsFor(n, desc.GetLimit())
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d].limit: %w", i, err)
@@ -106,6 +113,11 @@ func limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride) ([]*Limit
 	if err != nil {
 		return nil, err
 	}
+	// Metrics never name an override by its request values.
+	l.MetricKey = "_override"
+	if n != nil {
+		l.MetricKey = n.Path + "._override"
+	}
 	if n != nil && len(n.Limits) > 0 && !n.Limits[0].Unlimited {
 		l.Algorithm = n.Limits[0].Algorithm
 		if err := l.finish(); err != nil {
@@ -138,3 +150,28 @@ func OverrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error
 
 // Window is the limit's period: UnitMultiplier units.
 func (l *Limit) Window() time.Duration { return l.Rule.Period }
+
+// metricKey names a matched descriptor by its request values: every level's
+// when all is set (detailed_metric), else only the levels that ask
+// (value_to_metric); the other levels keep their config path element.
+func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) string {
+	var b []byte
+	lv := &d.root
+	for i, e := range entries {
+		n := lv.find(e.GetKey(), e.GetValue())
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+		switch {
+		case all || n.ValueToMetric:
+			b = append(b, '_')
+			b = append(b, e.GetValue()...)
+		case n.Value != "":
+			b = append(b, '_')
+			b = append(b, n.Value...)
+		}
+		lv = &n.children
+	}
+	return string(b)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -31,13 +32,17 @@ type Options struct {
 // script call over all keys on a single node or Sentinel, one pipeline per
 // node in Cluster mode. It is safe for concurrent use.
 type Store struct {
-	client  goredis.UniversalClient
-	cluster bool
-	prefix  string
-	cache   *overCache
-	clock   func() time.Time
-	timeout time.Duration
+	client    goredis.UniversalClient
+	cluster   bool
+	prefix    string
+	cache     *overCache
+	cacheHits atomic.Uint64
+	clock     func() time.Time
+	timeout   time.Duration
 }
+
+// CacheHits returns how many hits the local over-limit cache answered.
+func (s *Store) CacheHits() uint64 { return s.cacheHits.Load() }
 
 // New returns a Store over client. It does not contact Redis: the service
 // must start even while Redis is down, and recover when it comes back.
@@ -129,6 +134,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 		if s.cache != nil {
 			if out, ok := s.cache.get(h, now); ok {
 				outs[i] = out
+				s.cacheHits.Add(1)
 				if b.AllOrNothing && !h.Advisory {
 					*mode = modeDryRun
 				}

@@ -35,14 +35,18 @@ type Options struct {
 	Health                        *Health
 	// Debug handlers mounted on the debug port beside /debug/pprof/,
 	// e.g. "/rlconfig".
-	Debug                 map[string]http.Handler
-	MaxConnectionAge      time.Duration
-	MaxConnectionAgeGrace time.Duration
-	ShutdownTimeout       time.Duration // 0 means 10s
-	Logger                logrus.FieldLogger
+	Debug map[string]http.Handler
+	// Metrics is served at /metrics on the HTTP port and, when MetricsAddr
+	// is set, at MetricsPath on a listener of its own (USE_PROMETHEUS).
+	Metrics                  http.Handler
+	MetricsAddr, MetricsPath string
+	MaxConnectionAge         time.Duration
+	MaxConnectionAgeGrace    time.Duration
+	ShutdownTimeout          time.Duration // 0 means 10s
+	Logger                   logrus.FieldLogger
 }
 
-// Run listens on all three addresses and serves until ctx is done.
+// Run listens on every address and serves until ctx is done.
 func Run(ctx context.Context, o Options) error {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
@@ -53,7 +57,11 @@ func Run(ctx context.Context, o Options) error {
 			_ = l.Close()
 		}
 	}()
-	for _, a := range []struct{ name, addr string }{{"gRPC", o.GRPCAddr}, {"HTTP", o.HTTPAddr}, {"debug", o.DebugAddr}} {
+	addrs := []struct{ name, addr string }{{"gRPC", o.GRPCAddr}, {"HTTP", o.HTTPAddr}, {"debug", o.DebugAddr}}
+	if o.MetricsAddr != "" {
+		addrs = append(addrs, struct{ name, addr string }{"metrics", o.MetricsAddr})
+	}
+	for _, a := range addrs {
 		l, err := net.Listen("tcp", a.addr)
 		if err != nil {
 			return fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
@@ -76,7 +84,16 @@ func Run(ctx context.Context, o Options) error {
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", o.Health)
 	mux.Handle("/json", o.Service.JSONHandler())
+	if o.Metrics != nil {
+		mux.Handle("/metrics", o.Metrics)
+	}
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	metricsSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	if o.MetricsAddr != "" {
+		mm := http.NewServeMux()
+		mm.Handle(o.MetricsPath, o.Metrics)
+		metricsSrv.Handler = mm
+	}
 
 	dmux := http.NewServeMux()
 	dmux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -89,8 +106,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	debugSrv := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	gl, hl, dl := lis[0], lis[1], lis[2]
+	if o.MetricsAddr != "" {
+		ml := lis[3]
+		go func() { errc <- serveErr("metrics", metricsSrv.Serve(ml)) }()
+	}
 	lis = nil // the servers own them now
 	go func() { errc <- serveErr("gRPC", gs.Serve(gl)) }()
 	go func() { errc <- serveErr("HTTP", httpSrv.Serve(hl)) }()
@@ -118,7 +139,7 @@ func Run(ctx context.Context, o Options) error {
 	case <-sctx.Done():
 		gs.Stop()
 	}
-	return errors.Join(runErr, httpSrv.Shutdown(sctx), debugSrv.Shutdown(sctx))
+	return errors.Join(runErr, httpSrv.Shutdown(sctx), debugSrv.Shutdown(sctx), metricsSrv.Shutdown(sctx))
 }
 
 func serveErr(name string, err error) error {

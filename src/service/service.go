@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/metrics"
 )
 
 // Configs yields the config snapshot to serve a request with; nil means none
@@ -35,7 +37,15 @@ type Options struct {
 	StopIncrementWhenOverLimit bool
 	// Limits bounds request sizes; zero fields take DefaultLimits' values.
 	Limits Limits
-	Logger logrus.FieldLogger
+	// Headers, when Enabled, adds RateLimit-* headers to every answer
+	// (LIMIT_RESPONSE_HEADERS_ENABLED).
+	Headers Headers
+	// DynamicMetadata adds the decision to dynamic_metadata
+	// (RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// Metrics receives every decision; nil means a private registry.
+	Metrics *metrics.Registry
+	Logger  logrus.FieldLogger
 }
 
 // Server implements the RLS v3 RateLimitService. It is safe for concurrent
@@ -44,6 +54,7 @@ type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	opts      Options
 	storeErrs burstLog
+	storeDown atomic.Bool
 }
 
 // New returns a Server.
@@ -57,12 +68,37 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.New()
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(metrics.Options{})
+	}
 	opts.Limits = opts.Limits.withDefaults()
+	opts.Headers = opts.Headers.withDefaults()
 	return &Server{opts: opts}, nil
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.shouldRateLimit(ctx, req)
+	s.opts.Metrics.Request(outcomeLabel(resp, err), time.Since(start))
+	return resp, err
+}
+
+func outcomeLabel(resp *rlsv3.RateLimitResponse, err error) string {
+	switch {
+	case err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		return "over_limit"
+	case err == nil:
+		return "ok"
+	case status.Code(err) == codes.InvalidArgument:
+		return "invalid"
+	case status.Code(err) == codes.Unavailable:
+		return "unavailable"
+	}
+	return "error"
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req, s.opts.Limits); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -81,18 +117,66 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				plan.Hits[i].Advisory = true
 			}
 		}
+		began := time.Now()
 		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: s.opts.Now(), Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+		s.opts.Metrics.Backend(time.Since(began), err)
 		if err != nil {
 			return nil, s.storeError(ctx, err)
 		}
+		if s.storeDown.CompareAndSwap(true, false) {
+			s.opts.Logger.Warn("rate limit store recovered")
+		}
+		s.record(req.GetDomain(), plan, outcomes)
 	}
-	return buildResponse(plan, outcomes, s.opts.ShadowMode), nil
+	resp := buildResponse(plan, outcomes, s.opts.ShadowMode)
+	if s.opts.ShadowMode && wouldReject(plan, outcomes) {
+		s.opts.Metrics.ShadowOverride()
+	}
+	if s.opts.Headers.Enabled {
+		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp)
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, plan, resp)
+	}
+	return resp, nil
+}
+
+// record counts every hit against its rule.
+func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
+	for j, h := range p.Hits {
+		ref := p.Refs[j]
+		d := &p.Descs[ref.Desc]
+		key, detailed := ref.Limit.MetricKey, false
+		if d.MetricKey != "" {
+			key, detailed = d.MetricKey+strings.TrimPrefix(ref.Limit.MetricKey, d.Node.Path), true
+		}
+		rule := s.opts.Metrics.Rule(domain, key, detailed, ref.Limit.MetricKey)
+		out := outs[j]
+		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
+		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode
+		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
+	}
+}
+
+// wouldReject reports whether the request would be OVER_LIMIT without
+// global shadow mode.
+func wouldReject(p *config.Plan, outs []limiter.Outcome) bool {
+	for j, ref := range p.Refs {
+		n := p.Descs[ref.Desc].Node
+		if !outs[j].Allowed && (n == nil || !n.ShadowMode && !n.QuotaMode) {
+			return true
+		}
+	}
+	return false
 }
 
 // storeError maps a store failure to a status, logging once per burst.
 func (s *Server) storeError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
+	}
+	if s.storeDown.CompareAndSwap(false, true) {
+		s.opts.Logger.WithError(err).Error("rate limit store failing; answering Unavailable")
 	}
 	if n, ok := s.storeErrs.due(time.Now()); ok {
 		s.opts.Logger.WithError(err).WithField("suppressed", n).Error("rate limit store failed")

@@ -40,7 +40,15 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: quota
     quota_mode: true
+    metadata: {team: growth}
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: token_bucket}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
   - key: multi
     rate_limits:
       - {unit: second, requests_per_unit: 5}

@@ -63,6 +63,24 @@ type Settings struct {
 	// MemoryMaxKeys bounds the embedded store (our own setting).
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
 
+	// Observability.
+	NearLimitRatio          float64       `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	MaxDetailedMetricSeries int           `envconfig:"MAX_DETAILED_METRIC_SERIES" default:"1000"`
+	UsePrometheus           bool          `envconfig:"USE_PROMETHEUS" default:"false"`
+	PrometheusAddr          string        `envconfig:"PROMETHEUS_ADDR" default:":9090"`
+	PrometheusPath          string        `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
+	UseStatsd               bool          `envconfig:"USE_STATSD" default:"false"`
+	StatsdHost              string        `envconfig:"STATSD_HOST" default:"localhost"`
+	StatsdPort              int           `envconfig:"STATSD_PORT" default:"8125"`
+	StatsdFlushInterval     time.Duration `envconfig:"STATSD_FLUSH_INTERVAL" default:"10s"`
+	ExtraTags               string        `envconfig:"EXTRA_TAGS"`
+	// Response decorations.
+	LimitResponseHeadersEnabled bool   `envconfig:"LIMIT_RESPONSE_HEADERS_ENABLED" default:"false"`
+	LimitLimitHeader            string `envconfig:"LIMIT_LIMIT_HEADER" default:"RateLimit-Limit"`
+	LimitRemainingHeader        string `envconfig:"LIMIT_REMAINING_HEADER" default:"RateLimit-Remaining"`
+	LimitResetHeader            string `envconfig:"LIMIT_RESET_HEADER" default:"RateLimit-Reset"`
+	ResponseDynamicMetadata     bool   `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+
 	Redis          Redis `ignored:"true"`
 	RedisPerSecond bool  `envconfig:"REDIS_PERSECOND" default:"false"`
 	// RedisPerSecondConfig is the REDIS_PERSECOND_* twin, used when
@@ -193,6 +211,21 @@ func (s Settings) Validate() error {
 	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
 		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
 	}
+	if s.NearLimitRatio <= 0 || s.NearLimitRatio > 1 {
+		bad("NEAR_LIMIT_RATIO", "must be in (0, 1], got %v", s.NearLimitRatio)
+	}
+	if s.MaxDetailedMetricSeries < 1 {
+		bad("MAX_DETAILED_METRIC_SERIES", "must be at least 1, got %d", s.MaxDetailedMetricSeries)
+	}
+	if s.StatsdPort < 1 || s.StatsdPort > 65535 {
+		bad("STATSD_PORT", "port %d out of range 1-65535", s.StatsdPort)
+	}
+	if _, err := metricsTags(s.ExtraTags); err != nil {
+		bad("EXTRA_TAGS", "%v (want k1:v1,k2:v2)", err)
+	}
+	if !strings.HasPrefix(s.PrometheusPath, "/") {
+		bad("PROMETHEUS_PATH", "must start with /, got %q", s.PrometheusPath)
+	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
 	}
@@ -225,4 +258,26 @@ func (r Redis) validate(prefix string, bad func(name, format string, args ...any
 	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
 		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
 	}
+}
+
+// metricsTags checks EXTRA_TAGS without importing the metrics package.
+func metricsTags(s string) (map[string]string, error) {
+	tags := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("tag %q is not key:value", kv)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+// Tags returns EXTRA_TAGS as a map (validated by Load).
+func (s Settings) Tags() map[string]string {
+	t, _ := metricsTags(s.ExtraTags)
+	return t
 }

@@ -1,0 +1,199 @@
+// Package metrics counts what the service decides, per rule and for the
+// service as a whole, and exports it to Prometheus (/metrics) and statsd.
+//
+// Per-rule counters are plain atomics bumped on the request path; exporters
+// read them when scraped or flushed. Rules are labelled by domain and the
+// rule's config path, never by raw request values, except where a rule asks
+// for values (detailed_metric, value_to_metric); those series are capped per
+// process (MaxDetailedSeries) and the excess folds into the rule's own path.
+// Cardinality therefore stays bounded whatever the requests hold.
+package metrics
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configures a Registry.
+type Options struct {
+	// NearLimitRatio is the share of a limit above which an allowed hit
+	// counts as near_limit (NEAR_LIMIT_RATIO); 0 means 0.8.
+	NearLimitRatio float64
+	// MaxDetailedSeries caps the rules named by request values; 0 means 1000.
+	MaxDetailedSeries int
+}
+
+// Registry holds every counter. It is safe for concurrent use.
+type Registry struct {
+	near        float64
+	maxDetailed int64
+	detailed    atomic.Int64
+	rules       sync.Map // ruleKey → *Rule
+
+	prom            *prometheus.Registry
+	requests        *prometheus.CounterVec
+	requestDuration prometheus.Histogram
+	backendErrors   prometheus.Counter
+	backendDuration prometheus.Histogram
+	shadowOverrides prometheus.Counter
+}
+
+type ruleKey struct{ domain, key string }
+
+// Rule is one rule's counters, in hits (a request's hits_addend counts as
+// that many hits).
+type Rule struct {
+	Domain, Key                                  string
+	TotalHits, OverLimit, NearLimit, WithinLimit atomic.Uint64
+	ShadowMode                                   atomic.Uint64
+}
+
+// New returns a Registry with the service-level metrics and Go runtime
+// collectors registered.
+func New(o Options) *Registry {
+	if o.NearLimitRatio <= 0 {
+		o.NearLimitRatio = 0.8
+	}
+	if o.MaxDetailedSeries <= 0 {
+		o.MaxDetailedSeries = 1000
+	}
+	r := &Registry{near: o.NearLimitRatio, maxDetailed: int64(o.MaxDetailedSeries), prom: prometheus.NewRegistry()}
+	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total",
+		Help: "ShouldRateLimit calls by outcome: ok, over_limit, invalid, unavailable, error."}, []string{"code"})
+	r.requestDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_request_duration_seconds",
+		Help: "ShouldRateLimit latency.", Buckets: latencyBuckets})
+	r.backendErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_backend_errors_total",
+		Help: "Store calls that failed."})
+	r.backendDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_backend_duration_seconds",
+		Help: "Store call latency (one round trip for Redis).", Buckets: latencyBuckets})
+	r.shadowOverrides = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_global_shadow_mode_total",
+		Help: "OVER_LIMIT answers turned into OK by SHADOW_MODE."})
+	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides,
+		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+// Rule returns the counters of a rule, creating them on first use. A
+// detailed key (one built from request values) beyond the cap returns the
+// counters of fallback, the rule's own path.
+func (r *Registry) Rule(domain, key string, detailed bool, fallback string) *Rule {
+	k := ruleKey{domain, key}
+	if v, ok := r.rules.Load(k); ok {
+		return v.(*Rule)
+	}
+	if detailed && r.detailed.Add(1) > r.maxDetailed {
+		r.detailed.Add(-1)
+		return r.Rule(domain, fallback, false, fallback)
+	}
+	v, loaded := r.rules.LoadOrStore(k, &Rule{Domain: domain, Key: key})
+	if loaded && detailed {
+		r.detailed.Add(-1)
+	}
+	return v.(*Rule)
+}
+
+// Hit records one decision on a rule: hits is the cost, used the count
+// after it, limit the rule's limit.
+func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow bool) {
+	rule.TotalHits.Add(hits)
+	switch {
+	case !allowed:
+		rule.OverLimit.Add(hits)
+		if shadow {
+			rule.ShadowMode.Add(hits)
+		}
+	case float64(used) >= r.near*float64(limit):
+		rule.NearLimit.Add(hits)
+		rule.WithinLimit.Add(hits)
+	default:
+		rule.WithinLimit.Add(hits)
+	}
+}
+
+// Request records one ShouldRateLimit call.
+func (r *Registry) Request(code string, d time.Duration) {
+	r.requests.WithLabelValues(code).Inc()
+	r.requestDuration.Observe(d.Seconds())
+}
+
+// Backend records one store call.
+func (r *Registry) Backend(d time.Duration, err error) {
+	r.backendDuration.Observe(d.Seconds())
+	if err != nil {
+		r.backendErrors.Inc()
+	}
+}
+
+// ShadowOverride records an OVER_LIMIT answer turned OK by SHADOW_MODE.
+func (r *Registry) ShadowOverride() { r.shadowOverrides.Inc() }
+
+// CounterFunc registers a counter read from fn at scrape time (config loads,
+// local cache hits: values other packages already count).
+func (r *Registry) CounterFunc(name, help string, labels prometheus.Labels, fn func() float64) {
+	r.prom.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, fn))
+}
+
+// Handler serves the Prometheus exposition format.
+func (r *Registry) Handler() http.Handler {
+	return promhttp.HandlerFor(r.prom, promhttp.HandlerOpts{})
+}
+
+// Rules returns a snapshot of every rule's counters, sorted, for statsd.
+func (r *Registry) Rules() []*Rule {
+	var out []*Rule
+	r.rules.Range(func(_, v any) bool { out = append(out, v.(*Rule)); return true })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Domain != out[j].Domain {
+			return out[i].Domain < out[j].Domain
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// ruleCollector exports the per-rule atomics as Prometheus counters.
+type ruleCollector struct{ r *Registry }
+
+// ruleStatNames are the per-rule stats, named as envoyproxy/ratelimit names
+// them, so dashboards built on its statsd names carry over.
+var ruleStatNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
+
+// ruleDescs is built once and never changed.
+var ruleDescs = func() map[string]*prometheus.Desc {
+	m := map[string]*prometheus.Desc{}
+	for _, n := range ruleStatNames {
+		m[n] = prometheus.NewDesc("ratelimit_service_rate_limit_"+n,
+			"Hits per rate limit rule ("+n+"), labelled by domain and the rule's descriptor path.", []string{"domain", "key"}, nil)
+	}
+	return m
+}()
+
+func (c ruleCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range ruleDescs {
+		ch <- d
+	}
+}
+
+func (c ruleCollector) Collect(ch chan<- prometheus.Metric) {
+	c.r.rules.Range(func(_, v any) bool {
+		rule := v.(*Rule)
+		for i, val := range rule.values() {
+			ch <- prometheus.MustNewConstMetric(ruleDescs[ruleStatNames[i]], prometheus.CounterValue, float64(val), rule.Domain, rule.Key)
+		}
+		return true
+	})
+}
+
+// values returns the counters in ruleStatNames order.
+func (rule *Rule) values() [5]uint64 {
+	return [5]uint64{rule.TotalHits.Load(), rule.OverLimit.Load(), rule.NearLimit.Load(), rule.WithinLimit.Load(), rule.ShadowMode.Load()}
+}

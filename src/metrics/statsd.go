@@ -1,0 +1,88 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"time"
+)
+
+// StatsdOptions configures RunStatsd.
+type StatsdOptions struct {
+	Addr     string        // host:port of the statsd server (UDP)
+	Interval time.Duration // flush period; 0 means 10s
+	// Tags are appended to every stat name in the gostats form
+	// ".__key=value", as envoyproxy/ratelimit's EXTRA_TAGS are.
+	Tags map[string]string
+}
+
+// RunStatsd sends the per-rule counters to statsd as counter deltas, named
+// ratelimit.service.rate_limit.DOMAIN.KEY.STAT like envoyproxy/ratelimit's,
+// every interval until ctx ends (and once more then).
+func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
+	if o.Interval <= 0 {
+		o.Interval = 10 * time.Second
+	}
+	conn, err := net.Dial("udp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("statsd: %w", err)
+	}
+	defer conn.Close()
+	suffix := tagSuffix(o.Tags)
+	sent := map[*Rule][5]uint64{}
+	t := time.NewTicker(o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.flushStatsd(conn, sent, suffix)
+			return nil
+		case <-t.C:
+			r.flushStatsd(conn, sent, suffix)
+		}
+	}
+}
+
+func tagSuffix(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, ".__%s=%s", k, tags[k])
+	}
+	return b.String()
+}
+
+// maxPacket keeps datagrams under a typical MTU.
+const maxPacket = 1400
+
+func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, suffix string) {
+	var pkt []byte
+	for _, rule := range r.Rules() {
+		now := rule.values()
+		prev := sent[rule]
+		sent[rule] = now
+		for i, v := range now {
+			if v == prev[i] {
+				continue
+			}
+			line := fmt.Sprintf("ratelimit.service.rate_limit.%s.%s.%s%s:%d|c", rule.Domain, rule.Key, ruleStatNames[i], suffix, v-prev[i])
+			if len(pkt)+len(line)+1 > maxPacket && len(pkt) > 0 {
+				_, _ = conn.Write(pkt) // statsd is best effort by design
+				pkt = pkt[:0]
+			}
+			if len(pkt) > 0 {
+				pkt = append(pkt, '\n')
+			}
+			pkt = append(pkt, line...)
+		}
+	}
+	if len(pkt) > 0 {
+		_, _ = conn.Write(pkt)
+	}
+}

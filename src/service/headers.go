@@ -1,0 +1,93 @@
+package service
+
+import (
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// Headers names the RateLimit-* response headers.
+type Headers struct {
+	Enabled                 bool
+	Limit, Remaining, Reset string // defaults: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset
+}
+
+func (h Headers) withDefaults() Headers {
+	if h.Limit == "" {
+		h.Limit = "RateLimit-Limit"
+	}
+	if h.Remaining == "" {
+		h.Remaining = "RateLimit-Remaining"
+	}
+	if h.Reset == "" {
+		h.Reset = "RateLimit-Reset"
+	}
+	return h
+}
+
+// build returns the headers for an answer, taken from the limit closest to
+// being exhausted across all descriptors; on OVER_LIMIT, Retry-After tells
+// when the request could pass. Limits whose window is not exactly one unit
+// use the policy form "10, 10;w=30" (window in seconds).
+func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+	if len(outs) == 0 {
+		return nil
+	}
+	j := pick(p.Hits, outs)
+	l, out := p.Refs[j].Limit, outs[j]
+	limit := strconv.FormatUint(uint64(l.RequestsPerUnit), 10)
+	if l.UnitMultiplier > 1 {
+		limit += ", " + limit + ";w=" + strconv.FormatInt(int64(l.Window()/time.Second), 10)
+	}
+	hs := []*corev3.HeaderValue{
+		{Key: h.Limit, Value: limit},
+		{Key: h.Remaining, Value: strconv.FormatUint(min(out.Remaining, 1<<32-1), 10)},
+		{Key: h.Reset, Value: ceilSeconds(out.ResetAfter)},
+	}
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		var retry time.Duration
+		for i, o := range outs {
+			if !o.Allowed && !p.Hits[i].Advisory {
+				retry = max(retry, o.RetryAfter)
+			}
+		}
+		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: ceilSeconds(retry)})
+	}
+	return hs
+}
+
+func ceilSeconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
+
+// dynamicMetadata describes the decision for Envoy's dynamic metadata:
+// the domain, and per descriptor its entries, code, remaining quota and, for
+// descriptors that passed, the config's metadata.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse) *structpb.Struct {
+	descs := make([]any, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		entries := make([]any, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = map[string]any{"key": e.GetKey(), "value": e.GetValue()}
+		}
+		st := resp.GetStatuses()[i]
+		m := map[string]any{"entries": entries, "code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
+		if n := p.Descs[i].Node; n != nil && st.GetCode() == rlsv3.RateLimitResponse_OK && len(n.Metadata) > 0 {
+			m["metadata"] = n.Metadata
+		}
+		descs[i] = m
+	}
+	s, err := structpb.NewStruct(map[string]any{"domain": req.GetDomain(), "descriptors": descs})
+	if err != nil {
+		// Metadata from YAML can hold values structpb cannot (e.g. dates);
+		// the decision matters more than its description.
+		s, _ = structpb.NewStruct(map[string]any{"domain": req.GetDomain(), "error": err.Error()})
+	}
+	return s
+}

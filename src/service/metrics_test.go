@@ -1,0 +1,141 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/openrls/ratelimit/src/metrics"
+)
+
+func scrape(t *testing.T, reg *metrics.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	reg.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+func series(body, prefix string) int {
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRuleMetrics(t *testing.T) {
+	reg := metrics.New(metrics.Options{})
+	s := newTestServer(t, Options{Metrics: reg})
+	ctx := context.Background()
+	for range 3 { // limit 2: ok, ok (near), over
+		if _, err := s.ShouldRateLimit(ctx, req("web", d("ip=9"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // shadow limit 1: ok, over (shadowed)
+		if _, err := s.ShouldRateLimit(ctx, req("web", d("shadow=1"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := scrape(t, reg)
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_total_hits{domain="web",key="ip"} 3`,
+		`ratelimit_service_rate_limit_within_limit{domain="web",key="ip"} 2`,
+		`ratelimit_service_rate_limit_near_limit{domain="web",key="ip"} 1`,
+		`ratelimit_service_rate_limit_over_limit{domain="web",key="ip"} 1`,
+		`ratelimit_service_rate_limit_shadow_mode{domain="web",key="ip"} 0`,
+		`ratelimit_service_rate_limit_total_hits{domain="web",key="shadow"} 2`,
+		`ratelimit_service_rate_limit_over_limit{domain="web",key="shadow"} 1`,
+		`ratelimit_service_rate_limit_shadow_mode{domain="web",key="shadow"} 1`,
+		`ratelimit_requests_total{code="ok"} 4`,
+		`ratelimit_requests_total{code="over_limit"} 1`,
+		`ratelimit_backend_duration_seconds_count 5`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestMetricsCardinalityIsBounded(t *testing.T) {
+	reg := metrics.New(metrics.Options{MaxDetailedSeries: 5})
+	s := newTestServer(t, Options{Metrics: reg})
+	ctx := context.Background()
+	before := series(scrape(t, reg), "ratelimit_service_rate_limit_total_hits")
+	for i := range 10_000 {
+		v := fmt.Sprintf("v%d", i)
+		o := d("ip=" + v)
+		if i%2 == 0 {
+			o.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+		}
+		if _, err := s.ShouldRateLimit(ctx, req("web", o, d("unknown="+v), d("detailed="+v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := series(scrape(t, reg), "ratelimit_service_rate_limit_total_hits")
+	// ip, ip._override, 5 detailed series and detailed's own path.
+	if after-before > 8 {
+		t.Errorf("10,000 distinct values added %d series, want at most 8", after-before)
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	tests := []struct {
+		name  string
+		desc  *rlv3.RateLimitDescriptor
+		calls int
+		want  string
+	}{
+		{"fixed window, ok", d("ip=h1"), 1, "RateLimit-Limit=2 RateLimit-Remaining=1 RateLimit-Reset=50"},
+		{"fixed window, over", d("ip=h2"), 3, "RateLimit-Limit=2 RateLimit-Remaining=0 RateLimit-Reset=50 Retry-After=50"},
+		{"token bucket", d("bucket=h"), 2, "RateLimit-Limit=4 RateLimit-Remaining=2 RateLimit-Reset=30"},
+		{"sliding window", d("sliding=h"), 1, "RateLimit-Limit=3 RateLimit-Remaining=2 RateLimit-Reset=110"},
+		{"multiplied window", d("windowed=h"), 1, "RateLimit-Limit=1, 1;w=30 RateLimit-Remaining=0 RateLimit-Reset=20"},
+		{"no limit, no headers", d("nope=h"), 1, ""},
+	}
+	s := newTestServer(t, Options{Headers: Headers{Enabled: true}})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var resp *rlsv3.RateLimitResponse
+			for range tc.calls {
+				var err error
+				if resp, err = s.ShouldRateLimit(context.Background(), req("web", tc.desc)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for _, h := range resp.GetResponseHeadersToAdd() {
+				got = append(got, h.GetKey()+"="+h.GetValue())
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("headers = %q, want %q", strings.Join(got, " "), tc.want)
+			}
+		})
+	}
+}
+
+func TestDynamicMetadata(t *testing.T) {
+	s := newTestServer(t, Options{DynamicMetadata: true})
+	resp, err := s.ShouldRateLimit(context.Background(), req("web", d("quota=m"), d("nope=x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetDynamicMetadata().AsMap()
+	descs := got["descriptors"].([]any)
+	first := descs[0].(map[string]any)
+	if got["domain"] != "web" || first["code"] != "OK" || first["metadata"].(map[string]any)["team"] != "growth" ||
+		first["entries"].([]any)[0].(map[string]any)["value"] != "m" {
+		t.Errorf("dynamic_metadata = %v", got)
+	}
+	if _, has := descs[1].(map[string]any)["metadata"]; has {
+		t.Errorf("unmatched descriptor carries metadata: %v", descs[1])
+	}
+}
