@@ -20,6 +20,7 @@ import (
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
+	"github.com/openrls/ratelimit/src/tracing"
 )
 
 func main() {
@@ -48,6 +49,14 @@ func run(ctx context.Context) error {
 		}()
 	}
 
+	tr, err := tracing.Setup(ctx, tracing.Options{Enabled: s.TracingEnabled, Protocol: s.TracingExporterProtocol,
+		ServiceName: s.TracingServiceName, Namespace: s.TracingServiceNamespace, InstanceID: s.TracingServiceInstanceID,
+		SamplingRate: s.TracingSamplingRate})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+
 	store, closeStore, err := newStore(ctx, s, log, health, reg)
 	if err != nil {
 		return err
@@ -64,7 +73,7 @@ func run(ctx context.Context) error {
 		func() float64 { _, failed := configs.Counts(); return float64(failed) })
 
 	svc, err := service.New(service.Options{
-		Store:                      store,
+		Store:                      tr.Store(store),
 		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
@@ -85,6 +94,7 @@ func run(ctx context.Context) error {
 		Health:                health,
 		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs)},
 		Metrics:               reg.Handler(),
+		GRPCOptions:           tr.ServerOptions(),
 		MetricsAddr:           prometheusAddr(s),
 		MetricsPath:           s.PrometheusPath,
 		MaxConnectionAge:      s.GRPCMaxConnectionAge,

@@ -40,10 +40,12 @@ type Options struct {
 	// is set, at MetricsPath on a listener of its own (USE_PROMETHEUS).
 	Metrics                  http.Handler
 	MetricsAddr, MetricsPath string
-	MaxConnectionAge         time.Duration
-	MaxConnectionAgeGrace    time.Duration
-	ShutdownTimeout          time.Duration // 0 means 10s
-	Logger                   logrus.FieldLogger
+	// GRPCOptions are extra gRPC server options (tracing's stats handler).
+	GRPCOptions           []grpc.ServerOption
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	ShutdownTimeout       time.Duration // 0 means 10s
+	Logger                logrus.FieldLogger
 }
 
 // Run listens on every address and serves until ctx is done.
@@ -70,7 +72,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Logger.Warnf("listening for %s on %s", a.name, l.Addr())
 	}
 
-	var sopts []grpc.ServerOption
+	sopts := o.GRPCOptions
 	if o.MaxConnectionAge > 0 {
 		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))

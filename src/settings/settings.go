@@ -74,6 +74,13 @@ type Settings struct {
 	StatsdPort              int           `envconfig:"STATSD_PORT" default:"8125"`
 	StatsdFlushInterval     time.Duration `envconfig:"STATSD_FLUSH_INTERVAL" default:"10s"`
 	ExtraTags               string        `envconfig:"EXTRA_TAGS"`
+	// Tracing (OpenTelemetry, OTLP; endpoint from OTEL_EXPORTER_OTLP_*).
+	TracingEnabled           bool    `envconfig:"TRACING_ENABLED" default:"false"`
+	TracingExporterProtocol  string  `envconfig:"TRACING_EXPORTER_PROTOCOL" default:"http"`
+	TracingServiceName       string  `envconfig:"TRACING_SERVICE_NAME" default:"RateLimit"`
+	TracingServiceNamespace  string  `envconfig:"TRACING_SERVICE_NAMESPACE"`
+	TracingServiceInstanceID string  `envconfig:"TRACING_SERVICE_INSTANCE_ID"`
+	TracingSamplingRate      float64 `envconfig:"TRACING_SAMPLING_RATE" default:"1"`
 	// Response decorations.
 	LimitResponseHeadersEnabled bool   `envconfig:"LIMIT_RESPONSE_HEADERS_ENABLED" default:"false"`
 	LimitLimitHeader            string `envconfig:"LIMIT_LIMIT_HEADER" default:"RateLimit-Limit"`
@@ -225,6 +232,12 @@ func (s Settings) Validate() error {
 	}
 	if !strings.HasPrefix(s.PrometheusPath, "/") {
 		bad("PROMETHEUS_PATH", "must start with /, got %q", s.PrometheusPath)
+	}
+	if p := strings.ToLower(s.TracingExporterProtocol); p != "http" && p != "grpc" {
+		bad("TRACING_EXPORTER_PROTOCOL", "unknown protocol %q (want http or grpc)", s.TracingExporterProtocol)
+	}
+	if s.TracingSamplingRate < 0 || s.TracingSamplingRate > 1 {
+		bad("TRACING_SAMPLING_RATE", "must be in [0, 1], got %v", s.TracingSamplingRate)
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)

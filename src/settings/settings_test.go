@@ -50,6 +50,12 @@ func TestLoad(t *testing.T) {
 		{"sentinel url", map[string]string{"REDIS_URL": "onlymaster", "REDIS_TYPE": "sentinel"}, "REDIS_URL: sentinel wants master-name,host:port", nil},
 		{"prefix braces", map[string]string{"CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX: must not contain { or }", nil},
 		{"bad log level", map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL: unknown level "loud"`, nil},
+		{"bad tracing protocol", map[string]string{"TRACING_EXPORTER_PROTOCOL": "udp"}, `TRACING_EXPORTER_PROTOCOL: unknown protocol "udp"`, nil},
+		{"bad sampling rate", map[string]string{"TRACING_SAMPLING_RATE": "2"}, "TRACING_SAMPLING_RATE: must be in [0, 1]", nil},
+		{"bad near limit ratio", map[string]string{"NEAR_LIMIT_RATIO": "0"}, "NEAR_LIMIT_RATIO: must be in (0, 1]", nil},
+		{"bad extra tags", map[string]string{"EXTRA_TAGS": "a:1,b"}, `EXTRA_TAGS: tag "b" is not key:value`, nil},
+		{"extra tags", map[string]string{"EXTRA_TAGS": "env:prod, team:rl"}, "", func(s Settings) bool { return s.Tags()["team"] == "rl" && len(s.Tags()) == 2 }},
+		{"bad config type", map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE: unknown type "CONSUL"`, nil},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
 	}
 	for _, tc := range tests {
