@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
@@ -72,8 +73,12 @@ func run(ctx context.Context) error {
 	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
 		func() float64 { _, failed := configs.Counts(); return float64(failed) })
 
+	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
+	defer fallback.Close()
 	svc, err := service.New(service.Options{
 		Store:                      tr.Store(store),
+		FailurePolicy:              s.BackendFailurePolicy,
+		Fallback:                   fallback,
 		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,

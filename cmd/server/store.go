@@ -17,6 +17,7 @@ import (
 )
 
 // newStore builds the configured backend and a function that releases it.
+// A Redis store sits behind a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
 func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	if s.Backend() == "memory" {
 		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
@@ -38,7 +39,7 @@ func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 	return limiter.Split{PerSecond: perSecond, Other: main}, func() { closePS(); closeMain() }, nil
 }
 
-func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (*redis.Store, func(), error) {
+func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
 	if r.TLS {
@@ -74,5 +75,18 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 			prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 { return float64(store.CacheHits()) })
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
-	return store, func() { _ = client.Close() }, nil
+	if s.CircuitBreakerFailures == 0 {
+		return store, func() { _ = client.Close() }, nil
+	}
+	blog := log.WithField("redis", r.URL)
+	br := limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
+		ProbeInterval: s.CircuitBreakerProbeInterval, Probe: store.Ping,
+		OnChange: func(open bool) {
+			if open {
+				blog.Error("redis circuit breaker open: answering by failure policy without waiting for redis")
+			} else {
+				blog.Warn("redis circuit breaker closed: redis answers again")
+			}
+		}})
+	return br, func() { br.Close(); _ = client.Close() }, nil
 }

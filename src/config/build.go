@@ -41,6 +41,10 @@ type Node struct {
 	ValueToMetric  bool
 	ShareThreshold bool
 	Metadata       map[string]any
+	// FailurePolicy is what to answer when the store fails: the nearest
+	// failure_policy on this descriptor or an ancestor; empty means the
+	// global BACKEND_FAILURE_POLICY.
+	FailurePolicy string
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
 	children level
@@ -91,6 +95,7 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 			Key: desc.Key, Value: desc.Value, File: file, Line: desc.Line, Limits: desc.Limits,
 			ShadowMode: desc.ShadowMode, QuotaMode: desc.QuotaMode, DetailedMetric: desc.DetailedMetric,
 			ValueToMetric: desc.ValueToMetric, ShareThreshold: desc.ShareThreshold, Metadata: desc.Metadata,
+			FailurePolicy: desc.FailurePolicy,
 		}
 		n.Path = desc.Key
 		if desc.Value != "" {
@@ -100,6 +105,9 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 		if parent != nil {
 			n.Path = parent.Path + "." + n.Path
 			n.valueInPath = n.valueInPath || parent.valueInPath
+			if n.FailurePolicy == "" {
+				n.FailurePolicy = parent.FailurePolicy
+			}
 		}
 		for _, l := range n.Limits {
 			l.MetricKey = n.Path

@@ -34,8 +34,10 @@ type Descriptor struct {
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
-	Metadata       map[string]any
-	Descriptors    []*Descriptor
+	// FailurePolicy is error, allow, deny or local; empty inherits.
+	FailurePolicy string
+	Metadata      map[string]any
+	Descriptors   []*Descriptor
 }
 
 // Limit is one rate limit on a descriptor. It is immutable once built.
@@ -62,7 +64,7 @@ type Limit struct {
 
 var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"unit_multiplier", "burst"}
 )
@@ -150,6 +152,12 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	desc.ShareThreshold = d.boolean(f["share_threshold"], path+".share_threshold")
 	if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
 		d.errf(f["share_threshold"], path+".share_threshold", "share_threshold needs a wildcard value (one with *)")
+	}
+	if n := f["failure_policy"]; n != nil {
+		desc.FailurePolicy = d.str(n, path+".failure_policy")
+		if !ValidFailurePolicy(desc.FailurePolicy) {
+			d.errf(n, path+".failure_policy", "unknown failure policy %q (want error, allow, deny or local)", desc.FailurePolicy)
+		}
 	}
 	if m := f["metadata"]; m != nil && !isNull(m) {
 		if m.Kind != yaml.MappingNode {
@@ -319,4 +327,13 @@ func (d *decoder) replaces(n *yaml.Node, path string) []string {
 		out = append(out, name)
 	}
 	return out
+}
+
+// ValidFailurePolicy reports whether p names a failure policy.
+func ValidFailurePolicy(p string) bool {
+	switch p {
+	case "error", "allow", "deny", "local":
+		return true
+	}
+	return false
 }

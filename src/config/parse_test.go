@@ -34,6 +34,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"window_too_long.yaml", []string{`window_too_long.yaml:5: descriptors[0].rate_limit: a window of 11 years is longer than the longest supported`}},
 		{"descriptors_not_list.yaml", []string{`descriptors_not_list.yaml:2: descriptors: want a list of descriptors, got a mapping`}},
 		{"replaces_itself.yaml", []string{`replaces_itself.yaml:9: descriptors[0].rate_limit.replaces: a limit cannot replace itself ("self")`}},
+		{"unknown_failure_policy.yaml", []string{`unknown_failure_policy.yaml:4: descriptors[0].failure_policy: unknown failure policy "sometimes"`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
 			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,

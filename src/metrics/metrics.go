@@ -43,6 +43,7 @@ type Registry struct {
 	backendErrors   prometheus.Counter
 	backendDuration prometheus.Histogram
 	shadowOverrides prometheus.Counter
+	failurePolicy   *prometheus.CounterVec
 }
 
 type ruleKey struct{ domain, key string }
@@ -75,7 +76,9 @@ func New(o Options) *Registry {
 		Help: "Store call latency (one round trip for Redis).", Buckets: latencyBuckets})
 	r.shadowOverrides = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_global_shadow_mode_total",
 		Help: "OVER_LIMIT answers turned into OK by SHADOW_MODE."})
-	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides,
+	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
+		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
+	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy,
 		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -132,6 +135,9 @@ func (r *Registry) Backend(d time.Duration, err error) {
 		r.backendErrors.Inc()
 	}
 }
+
+// FailurePolicy records one hit answered by a failure policy.
+func (r *Registry) FailurePolicy(policy string) { r.failurePolicy.WithLabelValues(policy).Inc() }
 
 // ShadowOverride records an OVER_LIMIT answer turned OK by SHADOW_MODE.
 func (r *Registry) ShadowOverride() { r.shadowOverrides.Inc() }

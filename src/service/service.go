@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,13 @@ type Options struct {
 	// DynamicMetadata adds the decision to dynamic_metadata
 	// (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
+	// FailurePolicy is what to answer when the store fails, for descriptors
+	// without their own failure_policy: "error" (the default: Unavailable,
+	// and Envoy's failure_mode_deny decides), "allow", "deny" or "local".
+	FailurePolicy string
+	// Fallback is the store the "local" policy counts in while the main
+	// store fails; required for "local".
+	Fallback limiter.Store
 	// Metrics receives every decision; nil means a private registry.
 	Metrics *metrics.Registry
 	Logger  logrus.FieldLogger
@@ -70,6 +78,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New(metrics.Options{})
+	}
+	if opts.FailurePolicy == "" {
+		opts.FailurePolicy = "error"
+	}
+	if !config.ValidFailurePolicy(opts.FailurePolicy) {
+		return nil, fmt.Errorf("service: unknown failure policy %q", opts.FailurePolicy)
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	opts.Headers = opts.Headers.withDefaults()
@@ -121,9 +135,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: s.opts.Now(), Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
 		s.opts.Metrics.Backend(time.Since(began), err)
 		if err != nil {
-			return nil, s.storeError(ctx, err)
-		}
-		if s.storeDown.CompareAndSwap(true, false) {
+			s.noteStoreError(err)
+			if outcomes, err = s.degrade(ctx, plan, err); err != nil {
+				return nil, err
+			}
+		} else if s.storeDown.CompareAndSwap(true, false) {
 			s.opts.Logger.Warn("rate limit store recovered")
 		}
 		s.record(req.GetDomain(), plan, outcomes)
@@ -170,18 +186,62 @@ func wouldReject(p *config.Plan, outs []limiter.Outcome) bool {
 	return false
 }
 
-// storeError maps a store failure to a status, logging once per burst.
-func (s *Server) storeError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
+// noteStoreError logs a store failure: once when the store starts failing,
+// then at most once per burst.
+func (s *Server) noteStoreError(err error) {
 	if s.storeDown.CompareAndSwap(false, true) {
-		s.opts.Logger.WithError(err).Error("rate limit store failing; answering Unavailable")
+		s.opts.Logger.WithError(err).Error("rate limit store failing; answering by failure policy")
 	}
 	if n, ok := s.storeErrs.due(time.Now()); ok {
 		s.opts.Logger.WithError(err).WithField("suppressed", n).Error("rate limit store failed")
 	}
-	return status.Errorf(codes.Unavailable, "rate limit store unavailable: %v", err)
+}
+
+// degrade answers a plan whose store call failed, hit by hit, by the
+// failure policy of each hit's descriptor. Any hit under "error" makes the
+// whole answer Unavailable: Envoy's failure_mode_deny then decides.
+func (s *Server) degrade(ctx context.Context, p *config.Plan, cause error) ([]limiter.Outcome, error) {
+	if ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	unavailable := status.Errorf(codes.Unavailable, "rate limit store unavailable: %v", cause)
+	outs := make([]limiter.Outcome, len(p.Hits))
+	var local []int
+	for j, ref := range p.Refs {
+		policy := s.opts.FailurePolicy
+		if n := p.Descs[ref.Desc].Node; n != nil && n.FailurePolicy != "" {
+			policy = n.FailurePolicy
+		}
+		s.opts.Metrics.FailurePolicy(policy)
+		switch policy {
+		case "allow":
+			outs[j] = limiter.Outcome{Allowed: true, Remaining: p.Hits[j].Rule.Limit}
+		case "deny":
+			outs[j] = limiter.Outcome{}
+		case "local":
+			local = append(local, j)
+		default:
+			return nil, unavailable
+		}
+	}
+	if len(local) == 0 {
+		return outs, nil
+	}
+	if s.opts.Fallback == nil {
+		return nil, unavailable
+	}
+	hits := make([]limiter.Hit, len(local))
+	for i, j := range local {
+		hits[i] = p.Hits[j]
+	}
+	got, err := s.opts.Fallback.Apply(ctx, limiter.Batch{Now: s.opts.Now(), Hits: hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+	if err != nil {
+		return nil, unavailable
+	}
+	for i, j := range local {
+		outs[j] = got[i]
+	}
+	return outs, nil
 }
 
 // burstLog lets one line through per interval and counts the rest.

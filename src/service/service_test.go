@@ -78,9 +78,7 @@ func newTestServer(t *testing.T, opts Options) *Server {
 		opts.Store = mem
 	}
 	opts.Configs = &cur
-	quiet := logrus.New()
-	quiet.SetOutput(io.Discard)
-	opts.Logger = quiet
+	opts.Logger = quietLogger()
 	opts.Now = func() time.Time { return t0 }
 	s, err := New(opts)
 	if err != nil {
@@ -296,4 +294,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func quietLogger() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
 }

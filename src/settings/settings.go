@@ -57,6 +57,14 @@ type Settings struct {
 	ShadowMode                         bool `envconfig:"SHADOW_MODE" default:"false"`
 	StopCacheKeyIncrementWhenOverlimit bool `envconfig:"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" default:"false"`
 
+	// BackendFailurePolicy answers descriptors without their own
+	// failure_policy when the store fails: error, allow, deny or local.
+	BackendFailurePolicy string `envconfig:"BACKEND_FAILURE_POLICY" default:"error"`
+	// CircuitBreakerFailures in a row open the Redis circuit breaker (0: no
+	// breaker); CircuitBreakerProbeInterval paces its probes while open.
+	CircuitBreakerFailures      int           `envconfig:"CIRCUIT_BREAKER_FAILURES" default:"5"`
+	CircuitBreakerProbeInterval time.Duration `envconfig:"CIRCUIT_BREAKER_PROBE_INTERVAL" default:"500ms"`
+
 	// Backend: "memory" or "redis"; empty means redis when REDIS_URL is set,
 	// else memory.
 	BackendType string `envconfig:"BACKEND_TYPE"`
@@ -238,6 +246,17 @@ func (s Settings) Validate() error {
 	}
 	if s.TracingSamplingRate < 0 || s.TracingSamplingRate > 1 {
 		bad("TRACING_SAMPLING_RATE", "must be in [0, 1], got %v", s.TracingSamplingRate)
+	}
+	switch s.BackendFailurePolicy {
+	case "error", "allow", "deny", "local":
+	default:
+		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
+	}
+	if s.CircuitBreakerFailures < 0 {
+		bad("CIRCUIT_BREAKER_FAILURES", "must not be negative, got %d", s.CircuitBreakerFailures)
+	}
+	if s.CircuitBreakerProbeInterval <= 0 {
+		bad("CIRCUIT_BREAKER_PROBE_INTERVAL", "must be positive, got %v", s.CircuitBreakerProbeInterval)
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
