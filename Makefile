@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test unit integration vet clean
+.PHONY: build run test fuzz vet clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/server ./cmd/server
@@ -21,6 +21,12 @@ run: build
 test: vet
 	scripts/ensure-redis.sh
 	$(GO) test -race -count=1 -timeout 20m ./...
+	scripts/fuzz.sh 5s
+
+# Longer fuzzing, by hand: make fuzz FUZZTIME=5m
+FUZZTIME ?= 1m
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 vet:
 	$(GO) vet ./...

@@ -37,7 +37,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			return nil
 		})
 	}
-	opts := config.Options{MergeDomains: s.MergeDomainConfig}
+	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues}
 
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
 		go func() {

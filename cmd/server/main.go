@@ -85,8 +85,10 @@ func run(ctx context.Context) error {
 		Headers: service.Headers{Enabled: s.LimitResponseHeadersEnabled, Limit: s.LimitLimitHeader,
 			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
 		DynamicMetadata: s.ResponseDynamicMetadata,
-		Metrics:         reg,
-		Logger:          log,
+		Limits: service.Limits{MaxDescriptors: s.RequestMaxDescriptors, MaxEntries: s.RequestMaxEntries,
+			MaxStringBytes: s.RequestMaxStringBytes},
+		Metrics: reg,
+		Logger:  log,
 	})
 	if err != nil {
 		return err

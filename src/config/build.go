@@ -13,6 +13,9 @@ type Options struct {
 	// lists are merged (MERGE_DOMAIN_CONFIG). A descriptor defined in two of
 	// them is still an error.
 	MergeDomains bool
+	// HashValues writes every descriptor value hashed in counter keys
+	// (CACHE_KEY_HASH_VALUES).
+	HashValues bool
 }
 
 // Config is a validated, immutable set of domains. It is safe for concurrent
@@ -23,9 +26,10 @@ type Config struct {
 
 // Domain is one domain's descriptor tree.
 type Domain struct {
-	Name  string
-	Files []string
-	root  level
+	Name       string
+	Files      []string
+	root       level
+	hashValues bool
 }
 
 // Node is one descriptor of the tree. Nodes are immutable.
@@ -45,6 +49,8 @@ type Node struct {
 	// failure_policy on this descriptor or an ancestor; empty means the
 	// global BACKEND_FAILURE_POLICY.
 	FailurePolicy string
+	// HashValue writes this level's request value hashed in counter keys.
+	HashValue bool
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
 	children level
@@ -71,7 +77,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 		}
 		d := c.domains[f.Domain]
 		if d == nil {
-			d = &Domain{Name: f.Domain}
+			d = &Domain{Name: f.Domain, hashValues: opts.HashValues}
 			c.domains[f.Domain] = d
 			first[f.Domain] = f
 		} else if !opts.MergeDomains {
@@ -95,7 +101,7 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 			Key: desc.Key, Value: desc.Value, File: file, Line: desc.Line, Limits: desc.Limits,
 			ShadowMode: desc.ShadowMode, QuotaMode: desc.QuotaMode, DetailedMetric: desc.DetailedMetric,
 			ValueToMetric: desc.ValueToMetric, ShareThreshold: desc.ShareThreshold, Metadata: desc.Metadata,
-			FailurePolicy: desc.FailurePolicy,
+			FailurePolicy: desc.FailurePolicy, HashValue: desc.HashValue,
 		}
 		n.Path = desc.Key
 		if desc.Value != "" {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 // FuzzParse: malformed YAML never panics, and every error is positioned.
@@ -77,7 +79,7 @@ func FuzzKey(f *testing.F) {
 		}
 		b := appendKeyStart(nil, domain)
 		for i := 0; i < len(parts); i += 2 {
-			b = appendKeyEntry(b, nil, parts[i], parts[i+1])
+			b = appendKeyEntry(b, nil, parts[i], parts[i+1], false)
 		}
 		b = appendKeyEnd(b)
 		b = append(b, "fw60"...)
@@ -94,6 +96,35 @@ func FuzzKey(f *testing.F) {
 			}
 			if fields[i] != exp {
 				t.Fatalf("key %q field %d = %q, want %q", b, i, fields[i], exp)
+			}
+		}
+	})
+}
+
+// FuzzMatch: any request descriptor, however odd, matches or not without
+// panicking, and every key it yields decodes back to its fields.
+func FuzzMatch(f *testing.F) {
+	f.Add("remote_address", "10.0.0.1", "", "", uint32(1))
+	f.Add("path", "/api/v2/x", "", "", uint32(0))
+	f.Add("message_type", "marketing", "to_number", "\x00\xff}{", uint32(3))
+	f.Add("tenant", "free-*", "", "", uint32(7))
+	c, err := LoadFiles([]string{"testdata/good/example.yaml"}, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, addend uint32) {
+		d := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k1, Value: v1}}}
+		if k2 != "" {
+			d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k2, Value: v2})
+		}
+		p, err := c.Plan("shop", []*rlv3.RateLimitDescriptor{d}, addend)
+		if err != nil {
+			t.Fatalf("Plan() error without an override: %v", err)
+		}
+		for _, h := range p.Hits {
+			fields, _ := decodeFields(t, h.Key)
+			if len(fields) != 1+2*len(d.Entries) {
+				t.Fatalf("key %q has %d fields for %d entries", h.Key, len(fields), len(d.Entries))
 			}
 		}
 	})

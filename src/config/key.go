@@ -15,7 +15,9 @@ import (
 //
 //	':' the value itself
 //	'#' the first 128 bits of the value's SHA-256, in hex, for values longer
-//	    than MaxRawField bytes, so keys stay bounded
+//	    than MaxRawField bytes, so keys stay bounded, and for every value
+//	    under CACHE_KEY_HASH_VALUES or hash_value, so personal data (IPs,
+//	    user ids, API keys) never appears in Redis
 //	'*' a shared wildcard pattern (share_threshold): every value matching it
 //	    counts on one key
 //	'%' a hashed shared pattern
@@ -29,9 +31,9 @@ import (
 // hashed.
 const MaxRawField = 128
 
-func appendField(b []byte, s string, raw, hashed byte) []byte {
+func appendField(b []byte, s string, raw, hashed byte, forceHash bool) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
-	if len(s) <= MaxRawField {
+	if len(s) <= MaxRawField && !forceHash {
 		b = append(b, raw)
 		return append(b, s...)
 	}
@@ -42,15 +44,17 @@ func appendField(b []byte, s string, raw, hashed byte) []byte {
 
 func appendKeyStart(b []byte, domain string) []byte {
 	b = append(b, '{')
-	return appendField(b, domain, ':', '#')
+	return appendField(b, domain, ':', '#', false)
 }
 
-func appendKeyEntry(b []byte, n *Node, key, value string) []byte {
-	b = appendField(b, key, ':', '#')
+// appendKeyEntry appends one entry; hash forces the value's hashed form
+// (CACHE_KEY_HASH_VALUES, hash_value), so personal data never reaches Redis.
+func appendKeyEntry(b []byte, n *Node, key, value string, hash bool) []byte {
+	b = appendField(b, key, ':', '#', false)
 	if n != nil && n.ShareThreshold {
-		return appendField(b, n.Value, '*', '%')
+		return appendField(b, n.Value, '*', '%', false)
 	}
-	return appendField(b, value, ':', '#')
+	return appendField(b, value, ':', '#', hash || n != nil && n.HashValue)
 }
 
 func appendKeyEnd(b []byte) []byte { return append(b, '}', ':') }

@@ -37,7 +37,7 @@ func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry, key *[]byte) *
 			return nil
 		}
 		if key != nil {
-			*key = appendKeyEntry(*key, n, e.GetKey(), e.GetValue())
+			*key = appendKeyEntry(*key, n, e.GetKey(), e.GetValue(), d.hashValues)
 		}
 	}
 	if key != nil {

@@ -253,3 +253,39 @@ func BenchmarkMatch(b *testing.B) {
 		}
 	}
 }
+
+func TestHashedValuesInKeys(t *testing.T) {
+	src := "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: user\n    hash_value: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+	key := func(c *Config, kv string) string {
+		p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{desc(kv)}, 0)
+		if err != nil || len(p.Hits) != 1 {
+			t.Fatalf("Plan(%s): %v", kv, err)
+		}
+		return p.Hits[0].Key
+	}
+	plain := mustBuild(t, src)
+	global, err := Build([]*File{mustParse(t, "test.yaml", src)}, Options{HashValues: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		cfg  *Config
+		kv   string
+		raw  bool
+	}{
+		{"plain value", plain, "ip=203.0.113.7", true},
+		{"hash_value on the descriptor", plain, "user=alice@example.com", false},
+		{"CACHE_KEY_HASH_VALUES", global, "ip=203.0.113.7", false},
+	}
+	for _, tc := range tests {
+		k := key(tc.cfg, tc.kv)
+		_, value, _ := strings.Cut(tc.kv, "=")
+		if got := strings.Contains(k, value); got != tc.raw {
+			t.Errorf("%s: key %q contains the raw value = %v, want %v", tc.name, k, got, tc.raw)
+		}
+	}
+	if a, b := key(global, "ip=1"), key(global, "ip=2"); a == b {
+		t.Errorf("hashed keys of different values are equal: %q", a)
+	}
+}

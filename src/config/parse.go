@@ -36,8 +36,10 @@ type Descriptor struct {
 	ShareThreshold bool
 	// FailurePolicy is error, allow, deny or local; empty inherits.
 	FailurePolicy string
-	Metadata      map[string]any
-	Descriptors   []*Descriptor
+	// HashValue hashes this level's request value in counter keys.
+	HashValue   bool
+	Metadata    map[string]any
+	Descriptors []*Descriptor
 }
 
 // Limit is one rate limit on a descriptor. It is immutable once built.
@@ -64,7 +66,7 @@ type Limit struct {
 
 var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy"}
+		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"unit_multiplier", "burst"}
 )
@@ -150,6 +152,7 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	desc.DetailedMetric = d.boolean(f["detailed_metric"], path+".detailed_metric")
 	desc.ValueToMetric = d.boolean(f["value_to_metric"], path+".value_to_metric")
 	desc.ShareThreshold = d.boolean(f["share_threshold"], path+".share_threshold")
+	desc.HashValue = d.boolean(f["hash_value"], path+".hash_value")
 	if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
 		d.errf(f["share_threshold"], path+".share_threshold", "share_threshold needs a wildcard value (one with *)")
 	}

@@ -60,7 +60,7 @@ descriptors:
 // t0 is 10.5s into a minute, so reset times are not whole numbers.
 var t0 = time.Unix(1_699_999_200, 0).Add(10*time.Second + 500*time.Millisecond)
 
-func newTestServer(t *testing.T, opts Options) *Server {
+func newTestServer(t testing.TB, opts Options) *Server {
 	t.Helper()
 	f, err := config.Parse("test.yaml", []byte(testConfig))
 	if err != nil {

@@ -53,6 +53,11 @@ type Settings struct {
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"WARN"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
 
+	// Request size limits (answered InvalidArgument beyond them).
+	RequestMaxDescriptors int `envconfig:"REQUEST_MAX_DESCRIPTORS" default:"64"`
+	RequestMaxEntries     int `envconfig:"REQUEST_MAX_ENTRIES" default:"32"`
+	RequestMaxStringBytes int `envconfig:"REQUEST_MAX_STRING_BYTES" default:"4096"`
+
 	// Decisions.
 	ShadowMode                         bool `envconfig:"SHADOW_MODE" default:"false"`
 	StopCacheKeyIncrementWhenOverlimit bool `envconfig:"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" default:"false"`
@@ -102,6 +107,8 @@ type Settings struct {
 	// RedisPerSecond is set.
 	RedisPerSecondConfig Redis  `ignored:"true"`
 	CacheKeyPrefix       string `envconfig:"CACHE_KEY_PREFIX"`
+	// CacheKeyHashValues writes descriptor values hashed in counter keys.
+	CacheKeyHashValues bool `envconfig:"CACHE_KEY_HASH_VALUES" default:"false"`
 	// LocalCacheSizeInBytes sizes the local over-limit cache (0: off).
 	LocalCacheSizeInBytes int `envconfig:"LOCAL_CACHE_SIZE_IN_BYTES" default:"0"`
 }
@@ -257,6 +264,14 @@ func (s Settings) Validate() error {
 	}
 	if s.CircuitBreakerProbeInterval <= 0 {
 		bad("CIRCUIT_BREAKER_PROBE_INTERVAL", "must be positive, got %v", s.CircuitBreakerProbeInterval)
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries}, {"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}} {
+		if l.v < 1 {
+			bad(l.name, "must be at least 1, got %d", l.v)
+		}
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)

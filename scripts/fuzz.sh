@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a short, bounded time (default 5s each).
+# Seeds and past crashers live in each package's testdata/fuzz and also run
+# in every plain `go test`.
+set -euo pipefail
+time="${1:-5s}"
+targets=(
+  "./src/config FuzzParse"
+  "./src/config FuzzKey"
+  "./src/config FuzzMatch"
+  "./src/service FuzzShouldRateLimit"
+)
+for t in "${targets[@]}"; do
+  read -r pkg name <<<"$t"
+  echo "fuzz $name ($pkg) for $time"
+  go test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" "$pkg"
+done
