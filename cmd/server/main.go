@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -93,7 +94,15 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var tlsCfg *tls.Config
+	if s.GRPCServerUseTLS {
+		if tlsCfg, err = server.NewTLSConfig(server.TLSOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey,
+			ClientCAFile: s.GRPCClientTLSCACert, ClientSAN: s.GRPCClientTLSSAN}); err != nil {
+			return err
+		}
+	}
 	return server.Run(ctx, server.Options{
+		TLS:                   tlsCfg,
 		GRPCAddr:              hostPort(s.GRPCHost, s.GRPCPort),
 		HTTPAddr:              hostPort(s.Host, s.Port),
 		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/redis/redistest"
+	"github.com/openrls/ratelimit/src/tlstest"
 )
 
 func TestClientConnects(t *testing.T) {
@@ -67,5 +68,58 @@ func TestSplitAuth(t *testing.T) {
 		if u, p := splitAuth(in); u != want[0] || p != want[1] {
 			t.Errorf("splitAuth(%q) = %q, %q, want %q", in, u, p, want)
 		}
+	}
+}
+
+func TestClientTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, rogue := tlstest.NewCA(t, "redis-ca"), tlstest.NewCA(t, "rogue")
+	sc, sk := ca.Issue(t, "redis") // valid for 127.0.0.1, not for "localhost"
+	cc, ck := ca.Issue(t, "ratelimit")
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	rogueFile := tlstest.Write(t, dir, "rogue.pem", rogue.PEM)
+	certFile, keyFile := tlstest.Write(t, dir, "client.pem", cc), tlstest.Write(t, dir, "client.key", ck)
+	inspect, err := TLSConfig(caFile, certFile, keyFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.StartTLS(t, tlstest.Write(t, dir, "server.pem", sc), tlstest.Write(t, dir, "server.key", sk), caFile, inspect,
+		"--tls-auth-clients", "yes", "--user", "default", "off", "--user", "rl", "on", ">pw", "~*", "+@all")
+	localhost := strings.Replace(srv.Addr, "127.0.0.1", "localhost", 1)
+	tests := []struct {
+		name         string
+		addr         string
+		ca, cert     string
+		skipHostname bool
+		ok           bool
+	}{
+		{"client certificate, right CA, ACL user", srv.Addr, caFile, certFile, false, true},
+		{"no client certificate", srv.Addr, caFile, "", false, false},
+		{"server from an untrusted CA", srv.Addr, rogueFile, certFile, false, false},
+		{"name not in the certificate", localhost, caFile, certFile, false, false},
+		{"name not in the certificate, hostname check skipped", localhost, caFile, certFile, true, true},
+		{"hostname check skipped still verifies the chain", localhost, rogueFile, certFile, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := ""
+			if tc.cert != "" {
+				key = keyFile
+			}
+			cfg, err := TLSConfig(tc.ca, tc.cert, key, tc.skipHostname)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := NewClient(ClientOptions{URL: tc.addr, Type: "single", Auth: "rl:pw", TLS: cfg, PoolSize: 1, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s, _ := New(c, Options{})
+			_, err = s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{tls}:k", Rule: limiter.Rule{Limit: 1, Period: time.Second}, Cost: 1}}})
+			if (err == nil) != tc.ok {
+				t.Errorf("Apply() error = %v, want success %v", err, tc.ok)
+			}
+		})
 	}
 }

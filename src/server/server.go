@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -40,6 +42,8 @@ type Options struct {
 	// is set, at MetricsPath on a listener of its own (USE_PROMETHEUS).
 	Metrics                  http.Handler
 	MetricsAddr, MetricsPath string
+	// TLS, when not nil, serves gRPC over TLS (see NewTLSConfig).
+	TLS *tls.Config
 	// GRPCOptions are extra gRPC server options (tracing's stats handler).
 	GRPCOptions           []grpc.ServerOption
 	MaxConnectionAge      time.Duration
@@ -73,6 +77,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	sopts := o.GRPCOptions
+	if o.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
 	if o.MaxConnectionAge > 0 {
 		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))

@@ -23,6 +23,12 @@ type Settings struct {
 	GRPCPort  int    `envconfig:"GRPC_PORT" default:"8081"`
 	DebugHost string `envconfig:"DEBUG_HOST" default:"0.0.0.0"`
 	DebugPort int    `envconfig:"DEBUG_PORT" default:"6070"`
+	// gRPC server TLS and mTLS; files are re-read when they change.
+	GRPCServerUseTLS    bool   `envconfig:"GRPC_SERVER_USE_TLS" default:"false"`
+	GRPCServerTLSCert   string `envconfig:"GRPC_SERVER_TLS_CERT"`
+	GRPCServerTLSKey    string `envconfig:"GRPC_SERVER_TLS_KEY"`
+	GRPCClientTLSCACert string `envconfig:"GRPC_CLIENT_TLS_CACERT"`
+	GRPCClientTLSSAN    string `envconfig:"GRPC_CLIENT_TLS_SAN"`
 	// GRPCMaxConnectionAge closes client connections after this age so that
 	// clients re-resolve (0: never).
 	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"0"`
@@ -199,6 +205,12 @@ func (s Settings) Validate() error {
 		if p.v < 0 || p.v > 65535 {
 			bad(p.name, "port %d out of range 0-65535", p.v)
 		}
+	}
+	if s.GRPCServerUseTLS && (s.GRPCServerTLSCert == "" || s.GRPCServerTLSKey == "") {
+		bad("GRPC_SERVER_TLS_CERT", "and GRPC_SERVER_TLS_KEY are required with GRPC_SERVER_USE_TLS=true")
+	}
+	if !s.GRPCServerUseTLS && s.GRPCClientTLSCACert != "" {
+		bad("GRPC_CLIENT_TLS_CACERT", "needs GRPC_SERVER_USE_TLS=true")
 	}
 	if _, err := logrus.ParseLevel(s.LogLevel); err != nil {
 		bad("LOG_LEVEL", "unknown level %q (want debug, info, warn, error)", s.LogLevel)

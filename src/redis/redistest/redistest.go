@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,6 +25,8 @@ import (
 type Server struct {
 	Addr string
 	Port int
+	// TLS, when set, is how Do connects (StartTLS).
+	TLS  *tls.Config
 	cmd  *exec.Cmd
 	dir  string
 	args []string
@@ -70,14 +73,36 @@ func Start(tb testing.TB, extra ...string) *Server {
 	return start(tb, "redis-server", nil, extra...)
 }
 
+// StartTLS runs a redis-server that only speaks TLS, with the given server
+// certificate files and the CA its clients must present certificates from
+// ("--tls-auth-clients" decides whether they must: pass it in extra).
+// client is the config Do uses to reach it.
+func StartTLS(tb testing.TB, certFile, keyFile, caFile string, client *tls.Config, extra ...string) *Server {
+	tb.Helper()
+	return startWith(tb, "redis-server", nil, client, append([]string{"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile}, extra...)...)
+}
+
 func start(tb testing.TB, bin string, conf []string, extra ...string) *Server {
+	tb.Helper()
+	return startWith(tb, bin, conf, nil, extra...)
+}
+
+func startWith(tb testing.TB, bin string, conf []string, client *tls.Config, extra ...string) *Server {
 	tb.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s := &Server{tb: tb, dir: tb.TempDir()}
+		s := &Server{tb: tb, dir: tb.TempDir(), TLS: client}
 		s.Port = portPair(tb)
 		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
-		args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--save", "", "--appendonly", "no", "--dir", s.dir}
+		portFlag := "--port"
+		if client != nil {
+			portFlag = "--tls-port"
+		}
+		args := []string{"--bind", "127.0.0.1", portFlag, strconv.Itoa(s.Port), "--save", "", "--appendonly", "no", "--dir", s.dir}
+		if client != nil {
+			args = append(args, "--port", "0")
+		}
 		if conf != nil {
 			path := filepath.Join(s.dir, "sentinel.conf")
 			body := strings.ReplaceAll(strings.Join(conf, "\n"), "$PORT", strconv.Itoa(s.Port)) + "\n"
@@ -160,12 +185,20 @@ func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 // rendered as text (arrays joined by newlines). It is for test set-up and
 // inspection, not speed.
 func (s *Server) Do(args ...string) (string, error) {
-	return Do(s.Addr, args...)
+	return do(s.Addr, s.TLS, args...)
 }
 
-// Do is Server.Do for any address.
-func Do(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// Do is Server.Do for any plaintext address.
+func Do(addr string, args ...string) (string, error) { return do(addr, nil, args...) }
+
+func do(addr string, tlsCfg *tls.Config, args ...string) (string, error) {
+	var c net.Conn
+	var err error
+	if tlsCfg != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tlsCfg)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return "", err
 	}
