@@ -4,8 +4,11 @@ BIN := bin
 
 .PHONY: build run test fuzz vet clean
 
+# The same steps as the Dockerfile's build stage.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/server ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/config-check ./cmd/config-check
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/client ./cmd/client
 
 # Runs the service on the embedded in-memory store with the example config.
 # The config directory holds a link to examples/ratelimit-config.yaml, so

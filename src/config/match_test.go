@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -287,5 +288,30 @@ func TestHashedValuesInKeys(t *testing.T) {
 	}
 	if a, b := key(global, "ip=1"), key(global, "ip=2"); a == b {
 		t.Errorf("hashed keys of different values are equal: %q", a)
+	}
+}
+
+func TestReach(t *testing.T) {
+	d := loadExample(t).Domain("shop")
+	tests := []struct {
+		name  string
+		shape []ShapeEntry
+		want  string
+	}{
+		{"dynamic key-only", []ShapeEntry{{Key: "remote_address", Dynamic: true}}, "remote_address remote_address_50.0.0.5"},
+		{"fixed value", []ShapeEntry{{Key: "remote_address", Value: "50.0.0.5"}}, "remote_address_50.0.0.5"},
+		{"nested, fixed then dynamic", []ShapeEntry{{Key: "message_type", Value: "marketing"}, {Key: "to_number", Dynamic: true}}, "message_type_marketing.to_number"},
+		{"too deep", []ShapeEntry{{Key: "remote_address", Dynamic: true}, {Key: "x", Dynamic: true}}, ""},
+		{"unknown key", []ShapeEntry{{Key: "nope", Dynamic: true}}, ""},
+	}
+	for _, tc := range tests {
+		got := d.Reach(tc.shape)
+		sort.Strings(got)
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: Reach() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if n := len(d.LimitPaths()); n != 11-1 { // user has two limits on one path
+		t.Errorf("LimitPaths() has %d paths, want 10", n)
 	}
 }

@@ -1,0 +1,95 @@
+// Command client asks a rate limit service for a decision, as Envoy would:
+//
+//	client -addr localhost:8081 -domain example -descriptors generic_key=demo [-descriptors k=v,k2=v2] [-hits 1]
+//
+// It prints the overall code and one line per descriptor, and exits 0 for
+// OK, 2 for OVER_LIMIT and 1 for an error.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// descriptorsFlag collects repeated -descriptors k=v,k2=v2 values.
+type descriptorsFlag []*rlv3.RateLimitDescriptor
+
+func (d *descriptorsFlag) String() string { return fmt.Sprint(len(*d), " descriptors") }
+
+func (d *descriptorsFlag) Set(s string) error {
+	desc := &rlv3.RateLimitDescriptor{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("entry %q is not key=value", kv)
+		}
+		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	*d = append(*d, desc)
+	return nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "localhost:8081", "gRPC address of the rate limit service")
+	domain := fs.String("domain", "", "rate limit domain (required)")
+	hits := fs.Uint("hits", 0, "hits_addend: how many hits this request counts (0 means 1)")
+	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	var descs descriptorsFlag
+	fs.Var(&descs, "descriptors", "one descriptor as key=value[,key=value...]; repeat for several")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if *domain == "" || len(descs) == 0 {
+		fmt.Fprintln(stderr, "client: -domain and at least one -descriptors are required")
+		return 1
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(stderr, "client:", err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
+		&rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)})
+	if err != nil {
+		fmt.Fprintln(stderr, "client:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, resp.GetOverallCode())
+	for i, st := range resp.GetStatuses() {
+		fmt.Fprintf(stdout, "  %s: %s", entriesString(descs[i]), st.GetCode())
+		if l := st.GetCurrentLimit(); l != nil {
+			fmt.Fprintf(stdout, ", limit %d/%s, remaining %d, reset in %v", l.GetRequestsPerUnit(),
+				strings.ToLower(l.GetUnit().String()), st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+		}
+		fmt.Fprintln(stdout)
+	}
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return 2
+	}
+	return 0
+}
+
+func entriesString(d *rlv3.RateLimitDescriptor) string {
+	parts := make([]string, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		parts[i] = e.GetKey() + "=" + e.GetValue()
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/service"
+)
+
+func startService(t *testing.T) string {
+	t.Helper()
+	h := config.NewHolder(nil)
+	if err := h.Install(func() (*config.Config, error) {
+		return config.LoadFiles([]string{"../../examples/ratelimit-config.yaml"}, config.Options{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+	t.Cleanup(mem.Close)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	svc, err := service.New(service.Options{Store: mem, Configs: h, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String()
+}
+
+func TestRun(t *testing.T) {
+	addr := startService(t)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"ok", []string{"-addr", addr, "-domain", "example", "-descriptors", "generic_key=demo"}, 0,
+			"OK\n  generic_key=demo: OK, limit 1/minute, remaining 0"},
+		{"over limit", []string{"-addr", addr, "-domain", "example", "-descriptors", "generic_key=demo"}, 2, "OVER_LIMIT"},
+		{"two descriptors, nested", []string{"-addr", addr, "-domain", "example", "-descriptors", "api_key=k1,path=/api/upload/x", "-descriptors", "nope=1"}, 0,
+			"  api_key=k1,path=/api/upload/x: OK, limit 20/minute, remaining 19"},
+		{"bad descriptor", []string{"-addr", addr, "-domain", "example", "-descriptors", "novalue"}, 1, ""},
+		{"missing domain", []string{"-addr", addr, "-descriptors", "a=b"}, 1, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(tc.args, &out, &errb); code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("run = %d, %q (stderr %q); want %d and %q", code, out.String(), errb.String(), tc.wantCode, tc.wantOut)
+			}
+		})
+	}
+}

@@ -1,0 +1,170 @@
+// Package examples checks the shipped examples: Envoy's config against
+// Envoy's API and against the rate limit config, and the Kubernetes and Istio
+// manifests against their API types. Breaking a key in any of them fails here.
+package examples
+
+import (
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+
+	"github.com/openrls/ratelimit/src/config"
+)
+
+// loadBootstrap reads examples/envoy.yaml as Envoy would: YAML to JSON to
+// the Bootstrap proto, unknown fields rejected, typed configs resolved.
+func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
+	t.Helper()
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	b := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(js, b); err != nil {
+		t.Fatalf("envoy.yaml is not a valid Bootstrap: %v", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml fails Envoy's validation: %v", err)
+	}
+	return b
+}
+
+func TestEnvoyExample(t *testing.T) {
+	b := loadBootstrap(t)
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	var hcms []*hcmv3.HttpConnectionManager
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				h := &hcmv3.HttpConnectionManager{}
+				if err := f.GetTypedConfig().UnmarshalTo(h); err == nil {
+					hcms = append(hcms, h)
+				}
+			}
+		}
+	}
+	if len(hcms) == 0 {
+		t.Fatal("no HTTP connection manager in envoy.yaml")
+	}
+	cfg, err := config.LoadFiles([]string{"ratelimit-config.yaml"}, config.Options{})
+	if err != nil {
+		t.Fatalf("ratelimit-config.yaml: %v", err)
+	}
+	for _, h := range hcms {
+		rl := rateLimitFilter(t, h)
+		if rl.GetFailureModeDeny() || rl.GetTimeout().AsDuration() <= 0 ||
+			rl.GetEnableXRatelimitHeaders() != ratelimitfilterv3.RateLimit_DRAFT_VERSION_03 {
+			t.Errorf("rate limit filter: failure_mode_deny %v, timeout %v, headers %v; want false, a timeout and DRAFT_VERSION_03",
+				rl.GetFailureModeDeny(), rl.GetTimeout(), rl.GetEnableXRatelimitHeaders())
+		}
+		name := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+		c := clusters[name]
+		if c == nil {
+			t.Fatalf("rate limit service cluster %q is not defined", name)
+		}
+		opts := &httpv3.HttpProtocolOptions{}
+		if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(opts); err != nil ||
+			opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+			t.Errorf("cluster %q does not speak HTTP/2, which gRPC needs", name)
+		}
+		domain := cfg.Domain(rl.GetDomain())
+		if domain == nil {
+			t.Fatalf("the filter's domain %q is not in ratelimit-config.yaml (domains %v)", rl.GetDomain(), cfg.Domains())
+		}
+		checkActions(t, h, domain)
+	}
+}
+
+func rateLimitFilter(t *testing.T, h *hcmv3.HttpConnectionManager) *ratelimitfilterv3.RateLimit {
+	t.Helper()
+	for _, f := range h.GetHttpFilters() {
+		rl := &ratelimitfilterv3.RateLimit{}
+		if f.GetTypedConfig().UnmarshalTo(rl) == nil {
+			return rl
+		}
+	}
+	t.Fatal("no envoy.filters.http.ratelimit filter")
+	return nil
+}
+
+// checkActions checks that every descriptor the actions can produce reaches
+// a limit, and that every limit is reached by some action.
+func checkActions(t *testing.T, h *hcmv3.HttpConnectionManager, d *config.Domain) {
+	t.Helper()
+	reached := map[string]bool{}
+	var limits []*routev3.RateLimit
+	for _, vh := range h.GetRouteConfig().GetVirtualHosts() {
+		limits = append(limits, vh.GetRateLimits()...)
+		for _, r := range vh.GetRoutes() {
+			limits = append(limits, r.GetRoute().GetRateLimits()...)
+		}
+	}
+	for i, rl := range limits {
+		shape := actionShape(t, rl)
+		paths := d.Reach(shape)
+		if len(paths) == 0 {
+			t.Errorf("rate_limits entry %d produces %v, which no rule of domain %q limits", i, shape, d.Name)
+		}
+		for _, p := range paths {
+			reached[p] = true
+		}
+	}
+	var missed []string
+	for _, p := range d.LimitPaths() {
+		if !reached[p] {
+			missed = append(missed, p)
+		}
+	}
+	sort.Strings(missed)
+	if len(missed) > 0 {
+		t.Errorf("rules no Envoy action can reach: %s", strings.Join(missed, ", "))
+	}
+}
+
+// actionShape is the descriptor an entry's actions produce, in Envoy's
+// terms: each action adds one entry, with a fixed or a per-request value.
+func actionShape(t *testing.T, rl *routev3.RateLimit) []config.ShapeEntry {
+	t.Helper()
+	var shape []config.ShapeEntry
+	for _, a := range rl.GetActions() {
+		switch {
+		case a.GetGenericKey() != nil:
+			k := a.GetGenericKey().GetDescriptorKey()
+			if k == "" {
+				k = "generic_key"
+			}
+			shape = append(shape, config.ShapeEntry{Key: k, Value: a.GetGenericKey().GetDescriptorValue()})
+		case a.GetRemoteAddress() != nil:
+			shape = append(shape, config.ShapeEntry{Key: "remote_address", Dynamic: true})
+		case a.GetRequestHeaders() != nil:
+			shape = append(shape, config.ShapeEntry{Key: a.GetRequestHeaders().GetDescriptorKey(), Dynamic: true})
+		case a.GetHeaderValueMatch() != nil:
+			k := a.GetHeaderValueMatch().GetDescriptorKey()
+			if k == "" {
+				k = "header_match"
+			}
+			shape = append(shape, config.ShapeEntry{Key: k, Value: a.GetHeaderValueMatch().GetDescriptorValue()})
+		default:
+			t.Fatalf("the example uses an action this check does not model: %v", a)
+		}
+	}
+	return shape
+}
