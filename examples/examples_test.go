@@ -24,28 +24,37 @@ import (
 
 // loadBootstrap reads examples/envoy.yaml as Envoy would: YAML to JSON to
 // the Bootstrap proto, unknown fields rejected, typed configs resolved.
-func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
+func loadBootstrap(t *testing.T, name string, data []byte) *bootstrapv3.Bootstrap {
 	t.Helper()
-	data, err := os.ReadFile("envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	b := &bootstrapv3.Bootstrap{}
 	if err := protojson.Unmarshal(js, b); err != nil {
-		t.Fatalf("envoy.yaml is not a valid Bootstrap: %v", err)
+		t.Fatalf("%s is not a valid Bootstrap: %v", name, err)
 	}
 	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml fails Envoy's validation: %v", err)
+		t.Fatalf("%s fails Envoy's validation: %v", name, err)
 	}
 	return b
 }
 
 func TestEnvoyExample(t *testing.T) {
-	b := loadBootstrap(t)
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFiles([]string{"ratelimit-config.yaml"}, config.Options{})
+	if err != nil {
+		t.Fatalf("ratelimit-config.yaml: %v", err)
+	}
+	checkBootstrap(t, loadBootstrap(t, "envoy.yaml", data), cfg)
+}
+
+// checkBootstrap checks an Envoy bootstrap's rate limiting against cfg.
+func checkBootstrap(t *testing.T, b *bootstrapv3.Bootstrap, cfg *config.Config) {
+	t.Helper()
 	clusters := map[string]*clusterv3.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = c
@@ -62,11 +71,7 @@ func TestEnvoyExample(t *testing.T) {
 		}
 	}
 	if len(hcms) == 0 {
-		t.Fatal("no HTTP connection manager in envoy.yaml")
-	}
-	cfg, err := config.LoadFiles([]string{"ratelimit-config.yaml"}, config.Options{})
-	if err != nil {
-		t.Fatalf("ratelimit-config.yaml: %v", err)
+		t.Fatal("no HTTP connection manager in the bootstrap")
 	}
 	for _, h := range hcms {
 		rl := rateLimitFilter(t, h)
@@ -89,7 +94,7 @@ func TestEnvoyExample(t *testing.T) {
 		if domain == nil {
 			t.Fatalf("the filter's domain %q is not in ratelimit-config.yaml (domains %v)", rl.GetDomain(), cfg.Domains())
 		}
-		checkActions(t, h, domain)
+		checkActions(t, h.GetRouteConfig().GetVirtualHosts(), domain)
 	}
 }
 
@@ -107,11 +112,11 @@ func rateLimitFilter(t *testing.T, h *hcmv3.HttpConnectionManager) *ratelimitfil
 
 // checkActions checks that every descriptor the actions can produce reaches
 // a limit, and that every limit is reached by some action.
-func checkActions(t *testing.T, h *hcmv3.HttpConnectionManager, d *config.Domain) {
+func checkActions(t *testing.T, vhosts []*routev3.VirtualHost, d *config.Domain) {
 	t.Helper()
 	reached := map[string]bool{}
 	var limits []*routev3.RateLimit
-	for _, vh := range h.GetRouteConfig().GetVirtualHosts() {
+	for _, vh := range vhosts {
 		limits = append(limits, vh.GetRateLimits()...)
 		for _, r := range vh.GetRoutes() {
 			limits = append(limits, r.GetRoute().GetRateLimits()...)

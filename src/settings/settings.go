@@ -7,6 +7,8 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -339,4 +341,22 @@ func metricsTags(s string) (map[string]string, error) {
 func (s Settings) Tags() map[string]string {
 	t, _ := metricsTags(s.ExtraTags)
 	return t
+}
+
+// Names lists every environment variable the service reads, for tools that
+// check deployment manifests.
+func Names() []string {
+	var out []string
+	add := func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			if name := t.Field(i).Tag.Get("envconfig"); name != "" {
+				out = append(out, prefix+name)
+			}
+		}
+	}
+	add(reflect.TypeOf(Settings{}), "")
+	add(reflect.TypeOf(Redis{}), "REDIS_")
+	add(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
+	sort.Strings(out)
+	return out
 }

@@ -79,3 +79,12 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+func TestNames(t *testing.T) {
+	names := strings.Join(Names(), " ")
+	for _, want := range []string{"GRPC_PORT", "REDIS_URL", "REDIS_PERSECOND_URL", "RUNTIME_WATCH_ROOT", "CACHE_KEY_PREFIX"} {
+		if !strings.Contains(" "+names+" ", " "+want+" ") {
+			t.Errorf("Names() lacks %s", want)
+		}
+	}
+}
