@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test fuzz vet clean
+.PHONY: build run test fuzz bench vet clean
 
 # The same steps as the Dockerfile's build stage.
 build:
@@ -30,6 +30,14 @@ test: vet
 FUZZTIME ?= 1m
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
+
+# The load benchmark: starts redis-server, the service (embedded and Redis
+# stores) and a no-op server, and prints the table of docs/performance.md.
+# BENCHFLAGS=-load.duration=5s shortens it.
+BENCHFLAGS ?=
+bench:
+	scripts/ensure-redis.sh
+	$(GO) test ./integration-test -run '^$$' -bench Load -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 vet:
 	$(GO) vet ./...

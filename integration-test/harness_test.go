@@ -56,7 +56,7 @@ type proc struct {
 	conn               *grpc.ClientConn
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -68,7 +68,7 @@ func freePort(t *testing.T) int {
 
 // writeConfig writes files (name → YAML) into a fresh runtime tree and
 // returns the env that points the server at it.
-func writeConfig(t *testing.T, files map[string]string) map[string]string {
+func writeConfig(t testing.TB, files map[string]string) map[string]string {
 	t.Helper()
 	root := t.TempDir()
 	writeFiles(t, filepath.Join(root, "ratelimit", "config"), files)
@@ -76,7 +76,7 @@ func writeConfig(t *testing.T, files map[string]string) map[string]string {
 }
 
 // writeFiles writes files (name → content) into dir, creating it.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 }
 
 // command prepares the binary with env on free loopback ports.
-func command(t *testing.T, env map[string]string) (*exec.Cmd, *proc) {
+func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
 	p := &proc{stderr: &syncBuffer{}, exited: make(chan struct{})}
 	gp, hp, dp := freePort(t), freePort(t), freePort(t)
@@ -112,7 +112,7 @@ func command(t *testing.T, env map[string]string) (*exec.Cmd, *proc) {
 }
 
 // start runs the server and waits until /healthcheck answers 200.
-func start(t *testing.T, env map[string]string) *proc {
+func start(t testing.TB, env map[string]string) *proc {
 	t.Helper()
 	cmd, p := command(t, env)
 	if err := cmd.Start(); err != nil {
@@ -148,7 +148,7 @@ func start(t *testing.T, env map[string]string) *proc {
 }
 
 // stop sends SIGTERM and expects a clean exit.
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	if p.conn != nil {
 		p.conn.Close()
 	}
@@ -172,7 +172,7 @@ func (p *proc) stop(t *testing.T) {
 }
 
 // runToExit runs the binary expecting it to fail, returning code and output.
-func runToExit(t *testing.T, env map[string]string) (int, string) {
+func runToExit(t testing.TB, env map[string]string) (int, string) {
 	t.Helper()
 	cmd, p := command(t, env)
 	done := make(chan error, 1)
@@ -191,7 +191,7 @@ func runToExit(t *testing.T, env map[string]string) (int, string) {
 
 func (p *proc) client() rlsv3.RateLimitServiceClient { return rlsv3.NewRateLimitServiceClient(p.conn) }
 
-func (p *proc) should(t *testing.T, domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+func (p *proc) should(t testing.TB, domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -240,7 +240,7 @@ func (s *syncBuffer) String() string {
 }
 
 // eventually polls cond until it holds, within a bounded wait.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {

@@ -53,7 +53,8 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if err != nil {
 		return nil, nil, fmt.Errorf("%sURL: %w", name, err)
 	}
-	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout})
+	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
+		PipelineWindow: r.PipelineWindow, PipelineLimit: r.PipelineLimit})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
@@ -76,7 +77,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
-		return store, func() { _ = client.Close() }, nil
+		return store, func() { store.Close(); _ = client.Close() }, nil
 	}
 	blog := log.WithField("redis", r.URL)
 	br := limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
@@ -88,5 +89,5 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 				blog.Warn("redis circuit breaker closed: redis answers again")
 			}
 		}})
-	return br, func() { br.Close(); _ = client.Close() }, nil
+	return br, func() { br.Close(); store.Close(); _ = client.Close() }, nil
 }

@@ -237,9 +237,11 @@ func BenchmarkPlan(b *testing.B) {
 	descs := []*rlv3.RateLimitDescriptor{desc("remote_address=10.1.2.3"), desc("path=/api/v2/users"), desc("message_type=marketing", "to_number=555")}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := c.Plan("shop", descs, 1); err != nil {
+		p, err := c.Plan("shop", descs, 1)
+		if err != nil {
 			b.Fatal(err)
 		}
+		p.Release()
 	}
 }
 

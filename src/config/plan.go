@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -10,12 +11,17 @@ import (
 )
 
 // Plan is what one request asks of the store: the hits to apply and, for each
-// request descriptor, what matched.
+// request descriptor, what matched. Plans are pooled: call Release when done
+// with one, and keep nothing from it but the Hits' key strings.
 type Plan struct {
 	Domain *Domain // nil when the domain is unknown: everything is OK
 	Descs  []DescPlan
 	Hits   []limiter.Hit
 	Refs   []Ref // parallel to Hits
+
+	keyBuf  []byte // descriptor parts of the keys, back to back
+	scratch []byte // one key at a time
+	limits  []*Limit
 }
 
 // DescPlan is the plan for one request descriptor, in request order.
@@ -28,6 +34,9 @@ type DescPlan struct {
 	MetricKey string
 	// Hits[First:First+Count] are this descriptor's hits.
 	First, Count int
+
+	limits           []*Limit // matched, before replaces
+	keyStart, keyEnd int      // this descriptor's key part in keyBuf
 }
 
 // Ref ties a hit back to its descriptor and limit.
@@ -36,28 +45,42 @@ type Ref struct {
 	Limit *Limit
 }
 
+var planPool = sync.Pool{New: func() any { return &Plan{} }}
+
+// Release returns the plan to the pool. The plan must not be used after.
+func (p *Plan) Release() {
+	clear(p.Hits) // drop key strings and rules for the collector
+	clear(p.Refs)
+	clear(p.limits)
+	*p = Plan{Descs: p.Descs[:0], Hits: p.Hits[:0], Refs: p.Refs[:0], keyBuf: p.keyBuf[:0], scratch: p.scratch[:0], limits: p.limits[:0]}
+	planPool.Put(p)
+}
+
 // Plan matches every request descriptor and builds the hits. hitsAddend is
 // the request's; a descriptor's own hits_addend wins when set.
 func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAddend uint32) (*Plan, error) {
-	p := &Plan{Domain: c.Domain(domain), Descs: make([]DescPlan, len(descs))}
+	p := planPool.Get().(*Plan)
+	p.Domain = c.Domain(domain)
+	p.Descs = grow(p.Descs, len(descs))
 	if p.Domain == nil {
 		return p, nil
 	}
-	matched := make([][]*Limit, len(descs))
-	keys := make([][]byte, len(descs))
 	var replaced map[string]bool
 	for i, desc := range descs {
-		var key []byte
-		n := p.Domain.match(desc.GetEntries(), &key)
-		p.Descs[i].Node = n
+		dp := &p.Descs[i]
+		dp.keyStart = len(p.keyBuf)
+		n := p.Domain.match(desc.GetEntries(), &p.keyBuf)
+		dp.keyEnd = len(p.keyBuf)
+		dp.Node = n
 		if n != nil && (n.DetailedMetric || n.valueInPath) {
-			p.Descs[i].MetricKey = p.Domain.metricKey(desc.GetEntries(), n.DetailedMetric)
+			dp.MetricKey = p.Domain.metricKey(desc.GetEntries(), n.DetailedMetric)
 		}
-		limits, err := limitsFor(n, desc.GetLimit())
+		limits, err := p.limitsFor(n, desc.GetLimit())
 		if err != nil {
+			p.Release()
 			return nil, fmt.Errorf("descriptors[%d].limit: %w", i, err)
 		}
-		matched[i], keys[i] = limits, key
+		dp.limits = limits
 		for _, l := range limits {
 			for _, r := range l.Replaces {
 				if replaced == nil {
@@ -77,7 +100,7 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		if h := desc.GetHitsAddend(); h != nil {
 			cost = h.GetValue()
 		}
-		for _, l := range matched[i] {
+		for _, l := range dp.limits {
 			if l.Name != "" && replaced[l.Name] {
 				continue
 			}
@@ -85,9 +108,9 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 				dp.Unlimited = true
 				continue
 			}
-			key := appendIdentity(keys[i], l)
+			p.scratch = appendIdentity(append(p.scratch[:0], p.keyBuf[dp.keyStart:dp.keyEnd]...), l)
 			p.Hits = append(p.Hits, limiter.Hit{
-				Key:      string(key),
+				Key:      string(p.scratch),
 				Rule:     l.Rule,
 				Cost:     cost,
 				Advisory: dp.Node != nil && (dp.Node.ShadowMode || dp.Node.QuotaMode),
@@ -99,10 +122,20 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 	return p, nil
 }
 
+// grow returns s with length n, zeroed, reusing its array when it can.
+func grow(s []DescPlan, n int) []DescPlan {
+	if cap(s) < n {
+		return make([]DescPlan, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
 // limitsFor returns the limits of a matched node, or the request's override.
 // An override needs a known domain but not a matching descriptor, as in the
 // reference implementation; it keeps the matched node's algorithm.
-func limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride) ([]*Limit, error) {
+func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride) ([]*Limit, error) {
 	if o == nil {
 		if n == nil {
 			return nil, nil
@@ -124,7 +157,9 @@ func limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride) ([]*Limit
 			return nil, err
 		}
 	}
-	return []*Limit{l}, nil
+	start := len(p.limits)
+	p.limits = append(p.limits, l)
+	return p.limits[start : start+1 : start+1], nil
 }
 
 // OverrideLimit turns a per-request override into a Limit. It is built per

@@ -39,6 +39,7 @@ type Registry struct {
 
 	prom            *prometheus.Registry
 	requests        *prometheus.CounterVec
+	byOutcome       map[string]prometheus.Counter // resolved once: no label hashing per call
 	requestDuration prometheus.Histogram
 	backendErrors   prometheus.Counter
 	backendDuration prometheus.Histogram
@@ -78,6 +79,10 @@ func New(o Options) *Registry {
 		Help: "OVER_LIMIT answers turned into OK by SHADOW_MODE."})
 	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
 		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
+	r.byOutcome = map[string]prometheus.Counter{}
+	for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
+		r.byOutcome[code] = r.requests.WithLabelValues(code)
+	}
 	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy,
 		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
@@ -124,7 +129,11 @@ func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow boo
 
 // Request records one ShouldRateLimit call.
 func (r *Registry) Request(code string, d time.Duration) {
-	r.requests.WithLabelValues(code).Inc()
+	if c, ok := r.byOutcome[code]; ok {
+		c.Inc()
+	} else {
+		r.requests.WithLabelValues(code).Inc()
+	}
 	r.requestDuration.Observe(d.Seconds())
 }
 

@@ -6,12 +6,15 @@
 -- ARGV[2]  mode: 0 count each allowed hit; 1 all or nothing (count nothing if
 --          a non-advisory hit is rejected); 2 dry run (never writes; allowed
 --          hits report what a cost of 0 sees, as when 1 rejects)
--- ARGV[3+6(i-1) .. 8+6(i-1)]  for hit i: algorithm (0 fixed, 1 sliding,
---          2 token bucket), limit, period (µs), burst, cost, advisory (0/1)
+-- ARGV[2+i] hit i's parameters as six little-endian doubles (48 bytes):
+--          algorithm (0 fixed, 1 sliding, 2 token bucket), limit,
+--          period (µs), burst, cost, advisory (0/1). One packed argument
+--          instead of six halves the script's cost per hit in Redis.
 --
--- State per key is the string "a:b:c" (see each algorithm's st), written
--- with SET ... PX so that it expires once it is equivalent to no state:
--- expiry only collects garbage, correctness never depends on it.
+-- State per key is three little-endian doubles, {a, b, c} (see each
+-- algorithm's st), written with SET ... PX so that it expires once it is
+-- equivalent to no state: expiry only collects garbage, correctness never
+-- depends on it. All values are integers below 2^53, exact as doubles.
 --
 -- Returns a flat array, 4 integers per hit: allowed (1/0), remaining,
 -- reset (µs), retry (µs). When nothing is counted because of a rejection,
@@ -19,11 +22,9 @@
 
 local function load(key)
   local v = redis.call('GET', key)
-  if v then
-    local a, b, c = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
-    if a then
-      return {tonumber(a), tonumber(b), tonumber(c)}
-    end
+  if v and #v == 24 then
+    local a, b, c = struct.unpack('<ddd', v)
+    return {a, b, c}
   end
   return {0, 0, 0}
 end
@@ -49,9 +50,7 @@ local mode = tonumber(ARGV[2])
 local stored, latest, out, writes = {}, {}, {}, {}
 local rejected = false
 for i, key in ipairs(KEYS) do
-  local a = 2 + (i - 1) * 6
-  local alg, limit, p = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local burst, cost, advisory = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[a + 6] == '1'
+  local alg, limit, p, burst, cost, advisory = struct.unpack('<dddddd', ARGV[2 + i])
   if stored[key] == nil then
     stored[key] = load(key)
   end
@@ -61,7 +60,7 @@ for i, key in ipairs(KEYS) do
   if ok then
     latest[key] = st
     writes[#writes + 1] = {key, st, exp}
-  elseif not advisory then
+  elseif advisory == 0 then
     rejected = true
   end
 end
@@ -70,9 +69,8 @@ if mode == 2 or (mode == 1 and rejected) then
   for i, key in ipairs(KEYS) do
     local j = (i - 1) * 4
     if out[j + 1] == 1 then
-      local a = 2 + (i - 1) * 6
-      local _, ok, rem, reset, retry = step(tonumber(ARGV[a + 1]), stored[key], now, tonumber(ARGV[a + 2]),
-        tonumber(ARGV[a + 3]), 0, tonumber(ARGV[a + 4]))
+      local alg, limit, p, burst = struct.unpack('<dddd', ARGV[2 + i])
+      local _, ok, rem, reset, retry = step(alg, stored[key], now, limit, p, 0, burst)
       out[j + 1], out[j + 2], out[j + 3], out[j + 4] = ok and 1 or 0, rem, reset, retry
     end
   end
@@ -84,6 +82,6 @@ end
 for _, w in ipairs(writes) do
   local st = w[2]
   local ttl = math.max(1, math.ceil((w[3] - now) / 1000))
-  redis.call('SET', w[1], string.format('%.0f:%.0f:%.0f', st[1], st[2], st[3]), 'PX', ttl)
+  redis.call('SET', w[1], struct.pack('<ddd', st[1], st[2], st[3]), 'PX', ttl)
 end
 return out

@@ -2,7 +2,7 @@ package redis
 
 import (
 	"context"
-	"fmt"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -16,9 +16,16 @@ import (
 // 5 descriptors per request, from parallel callers (b.SetParallelism).
 func BenchmarkApply(b *testing.B) {
 	srv := redistest.Start(b)
-	s := newStore(b, single(b, srv), Options{})
-	for _, n := range []int{1, 5} {
-		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+	plain := newStore(b, single(b, srv), Options{})
+	batched := newStore(b, single(b, srv), Options{PipelineWindow: 200 * time.Microsecond})
+	defer batched.Close()
+	for _, tc := range []struct {
+		name string
+		s    *Store
+		n    int
+	}{{"descriptors=1", plain, 1}, {"descriptors=5", plain, 5}, {"descriptors=1,pipelined", batched, 1}, {"descriptors=5,pipelined", batched, 5}} {
+		s, n := tc.s, tc.n
+		b.Run(tc.name, func(b *testing.B) {
 			r := limiter.Rule{Limit: 1 << 31, Period: time.Hour}
 			var seq atomic.Int64
 			b.SetParallelism(8)
@@ -32,9 +39,19 @@ func BenchmarkApply(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			if info, err := srv.Do("INFO", "commandstats"); err == nil {
+				if m := usecRE.FindStringSubmatch(info); m != nil {
+					us, _ := strconv.ParseFloat(m[1], 64)
+					b.ReportMetric(us, "redis-µs/script")
+				}
+			}
+			_, _ = srv.Do("CONFIG", "RESETSTAT")
 		})
 	}
 }
+
+// usecRE reads Redis's own time per EVALSHA, the script's cost inside Redis.
+var usecRE = regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)`)
 
 // BenchmarkMemoryPerKey reports Redis's MEMORY USAGE of one counter per
 // algorithm, with a key of typical length.

@@ -2,8 +2,9 @@ package redis
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"fmt"
-	"strconv"
+	"math"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -39,24 +40,35 @@ const (
 	modeDryRun
 )
 
-const argsPerHit = 6
+// modeArgs are the modes boxed once, so building ARGV does not allocate them.
+var modeArgs = [...]any{modeEach, modeAllOrNothing, modeDryRun}
 
-// scriptArgs builds ARGV for a group of hits.
+// hitArgBytes is one hit's parameters: six little-endian doubles.
+const hitArgBytes = 6 * 8
+
+// scriptArgs builds ARGV for a group of hits (see batch.lua): now, mode,
+// then one packed argument per hit, all sliced from one buffer.
 func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
-	args := make([]any, 0, 2+argsPerHit*len(hits))
-	args = append(args, now, mode)
-	for _, h := range hits {
-		adv := 0
+	args := make([]any, 0, 2+len(hits))
+	args = append(args, now, modeArgs[mode])
+	buf := make([]byte, hitArgBytes*len(hits))
+	for i, h := range hits {
+		adv := 0.0
 		if h.Advisory {
 			adv = 1
 		}
-		args = append(args,
-			int(h.Rule.Algorithm),
-			strconv.FormatUint(h.Rule.Limit, 10),
-			strconv.FormatInt(int64(h.Rule.Period/time.Microsecond), 10),
-			strconv.FormatUint(h.Rule.Burst, 10),
-			strconv.FormatUint(min(h.Cost, 1<<53), 10), // any cost above a limit is rejected alike
-			adv)
+		b := buf[i*hitArgBytes : (i+1)*hitArgBytes]
+		for j, v := range [6]float64{
+			float64(h.Rule.Algorithm),
+			float64(h.Rule.Limit),
+			float64(h.Rule.Period / time.Microsecond),
+			float64(h.Rule.Burst),
+			float64(min(h.Cost, 1<<53)), // any cost above a limit is rejected alike
+			adv,
+		} {
+			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
+		}
+		args = append(args, b)
 	}
 	return args
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,12 @@ type Options struct {
 	// Timeout bounds one Apply, all round trips included (REDIS_TIMEOUT);
 	// 0 means only the caller's context bounds it.
 	Timeout time.Duration
+	// PipelineWindow, when positive, batches the script calls of concurrent
+	// decisions into shared pipelines (see batcher.go): a batch takes what
+	// is already waiting, for at most this long, up to PipelineLimit calls
+	// (0: 128). 0 sends each decision on its own.
+	PipelineWindow time.Duration
+	PipelineLimit  int
 }
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
@@ -39,6 +46,7 @@ type Store struct {
 	cacheHits atomic.Uint64
 	clock     func() time.Time
 	timeout   time.Duration
+	batch     *batcher // nil when pipelining is off
 }
 
 // CacheHits returns how many hits the local over-limit cache answered.
@@ -58,7 +66,17 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
+	if opts.PipelineWindow > 0 {
+		s.batch = newBatcher(client, opts.PipelineWindow, opts.PipelineLimit, opts.Timeout)
+	}
 	return s, nil
+}
+
+// Close stops the pipeline batcher, if any. The client is the caller's.
+func (s *Store) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
 }
 
 // Preload loads the script (on every shard of a Cluster) so that the first
@@ -127,6 +145,17 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 // per hash tag in Cluster mode, else one group. A cached rejection under
 // AllOrNothing turns the call into a dry run: the request is rejected anyway.
 func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, mode *int) []*group {
+	if !s.cluster && s.cache == nil {
+		// The common case: one group of every hit, built without a map.
+		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
+		for i := range b.Hits {
+			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+b.Hits[i].Key, &b.Hits[i]
+		}
+		if len(b.Hits) == 0 {
+			return nil
+		}
+		return []*group{g}
+	}
 	var gs []*group
 	byTag := map[string]*group{}
 	for i := range b.Hits {
@@ -178,6 +207,9 @@ func rejectedAny(hits []limiter.Hit, outs []limiter.Outcome) bool {
 
 // run executes the groups' scripts in one round trip and fills outs.
 func (s *Store) run(ctx context.Context, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+	if s.batch != nil {
+		return s.runBatched(ctx, now, mode, groups, outs)
+	}
 	if len(groups) == 1 {
 		g := groups[0]
 		reply, err := batchScript.Run(ctx, s.client, g.keys, scriptArgs(now, mode, g.hits)...).Result()
@@ -204,6 +236,42 @@ func (s *Store) run(ctx context.Context, now string, mode int, groups []*group, 
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
 		}
 		if err := fill(reply, g, outs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runBatched hands the groups to the batcher, which pipelines them with
+// other decisions' calls.
+func (s *Store) runBatched(ctx context.Context, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+	if len(groups) == 1 {
+		g := groups[0]
+		reply, err := s.batch.do(ctx, g.keys, scriptArgs(now, mode, g.hits))
+		if err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
+		}
+		return fill(reply, g, outs)
+	}
+	type result struct {
+		reply any
+		err   error
+	}
+	res := make([]result, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i].reply, res[i].err = s.batch.do(ctx, g.keys, scriptArgs(now, mode, g.hits))
+		}()
+	}
+	wg.Wait()
+	for i, g := range groups {
+		if res[i].err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), res[i].err)
+		}
+		if err := fill(res[i].reply, g, outs); err != nil {
 			return err
 		}
 	}

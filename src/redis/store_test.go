@@ -46,6 +46,13 @@ func TestConformanceSingle(t *testing.T) {
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
 }
 
+// The same suite through the pipeline batcher.
+func TestConformanceSingleBatched(t *testing.T) {
+	s := newStore(t, single(t, redistest.Start(t)), Options{PipelineWindow: 200 * time.Microsecond, PipelineLimit: 16})
+	t.Cleanup(s.Close)
+	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+}
+
 func TestConformanceCluster(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
@@ -59,6 +66,11 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+	batched := newStore(t, c, Options{PipelineWindow: 200 * time.Microsecond})
+	t.Cleanup(batched.Close)
+	t.Run("batched", func(t *testing.T) {
+		limitertest.Run(t, func(*testing.T) limiter.Store { return batched })
+	})
 	t.Run("keys spread over the masters", func(t *testing.T) {
 		for i := range 30 {
 			r := limiter.Rule{Limit: 5, Period: time.Minute}

@@ -6,7 +6,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
@@ -22,8 +21,13 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *r
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs)),
 	}
+	// One allocation for all statuses and one for all durations, instead of
+	// one per descriptor each.
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs))
+	durs := make([]durationpb.Duration, len(p.Descs))
 	for i, d := range p.Descs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if d.Count == 0 {
 			if d.Unlimited {
@@ -33,16 +37,11 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *r
 		}
 		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
 		out, l := outs[j], p.Refs[j].Limit
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name:            l.Name,
-			RequestsPerUnit: l.RequestsPerUnit,
-			Unit:            l.Unit.Proto(),
-		}
-		if l.UnitMultiplier > 1 {
-			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
-		}
+		st.CurrentLimit = l.Response()
 		st.LimitRemaining = uint32(min(out.Remaining, math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(ceilMillis(out.ResetAfter))
+		reset := ceilMillis(out.ResetAfter)
+		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &durs[i]
 		if out.Allowed {
 			continue
 		}

@@ -124,6 +124,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	defer plan.Release()
 	var outcomes []limiter.Outcome
 	if len(plan.Hits) > 0 {
 		if s.opts.ShadowMode {

@@ -1,0 +1,316 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// The load benchmark: `make bench`, or
+//
+//	go test ./integration-test -run '^$' -bench Load -benchtime 1x -args -load.duration=10s
+//
+// It starts its own redis-server, the built service (embedded store, Redis
+// store) and a no-op ShouldRateLimit server on the same gRPC stack, drives
+// each with the same closed-loop load and prints a table of decisions/s and
+// latency percentiles as ratios to the no-op server measured in the same run.
+// Loopback only; every loop is bounded by its duration.
+var (
+	loadDuration = flag.Duration("load.duration", 10*time.Second, "measured time per scenario")
+	loadWarmup   = flag.Duration("load.warmup", 2*time.Second, "unmeasured warm-up per scenario")
+	loadCallers  = flag.Int("load.callers", 50, "concurrent callers (closed loop)")
+	loadConns    = flag.Int("load.conns", 4, "gRPC connections the callers share")
+	loadKeys     = flag.Int("load.keys", 10000, "distinct descriptor values (OK-heavy loads)")
+	loadRate     = flag.Int("load.rate", 5000, "requests/s of the fixed-rate scenario")
+	loadOnly     = flag.String("load.only", "", "run only targets whose name contains this")
+	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
+)
+
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: k1
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: k2
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+  - key: k3
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
+  - key: over
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+type loadTarget struct {
+	name      string
+	addr      string
+	debugAddr string // empty for the no-op server
+	redis     *redistest.Server
+}
+
+type loadSpec struct {
+	name  string
+	descs int  // descriptors per request
+	over  bool // OVER_LIMIT-heavy: a few keys, all over their limit after one hit
+	rate  int  // fixed request rate; 0 is closed loop
+}
+
+type loadResult struct {
+	n                   int
+	errors              int
+	perSec              float64
+	p50, p99, p999      time.Duration
+	redisCmdsPerRequest float64
+	overLimit           int
+}
+
+var noopOnce sync.Once
+var noopBin string
+
+func startNoop(b *testing.B) string {
+	b.Helper()
+	noopOnce.Do(func() {
+		noopBin = filepath.Join(filepath.Dir(serverBin), "noopserver")
+		if out, err := exec.Command("go", "build", "-o", noopBin, "./noopserver").CombinedOutput(); err != nil {
+			b.Fatalf("build noopserver: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.Command(noopBin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.TrimSpace(addr)
+}
+
+func benchTargets(b *testing.B) []loadTarget {
+	b.Helper()
+	ts := []loadTarget{{name: "no-op", addr: startNoop(b)}}
+	env := map[string]string{"LOG_LEVEL": "warn"}
+	cfg := writeConfig(b, map[string]string{"bench.yaml": benchConfig})
+	for k, v := range cfg {
+		env[k] = v
+	}
+	mem := start(b, merge(env, map[string]string{"BACKEND_TYPE": "memory"}))
+	ts = append(ts, loadTarget{name: "memory", addr: mem.grpcAddr, debugAddr: mem.debugAddr})
+	srv := redistest.Start(b)
+	red := start(b, merge(env, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"}))
+	ts = append(ts, loadTarget{name: "redis", addr: red.grpcAddr, debugAddr: red.debugAddr, redis: srv})
+	srv2 := redistest.Start(b)
+	piped := start(b, merge(env, map[string]string{"REDIS_URL": srv2.Addr, "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "150us"}))
+	ts = append(ts, loadTarget{name: "redis pipelined", addr: piped.grpcAddr, debugAddr: piped.debugAddr, redis: srv2})
+	srv3 := redistest.Start(b)
+	cached := start(b, merge(env, map[string]string{"REDIS_URL": srv3.Addr, "REDIS_POOL_SIZE": "20", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}))
+	ts = append(ts, loadTarget{name: "redis+local cache", addr: cached.grpcAddr, debugAddr: cached.debugAddr, redis: srv3})
+	return ts
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// requests pre-builds the request mix so the generator allocates nothing per call.
+func requests(spec loadSpec) []*rlsv3.RateLimitRequest {
+	keys := *loadKeys
+	if spec.over {
+		keys = 100
+	}
+	out := make([]*rlsv3.RateLimitRequest, 4096)
+	for i := range out {
+		r := &rlsv3.RateLimitRequest{Domain: "bench"}
+		for d := 1; d <= spec.descs; d++ {
+			key := fmt.Sprintf("k%d", d)
+			if spec.over {
+				key = "over"
+			}
+			r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
+				{Key: key, Value: fmt.Sprintf("v%d", rand.IntN(keys))}}})
+		}
+		out[i] = r
+	}
+	return out
+}
+
+var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+)`)
+
+// redisCalls counts the scripts Redis has run (each decision's round trip).
+func redisCalls(b *testing.B, srv *redistest.Server) int {
+	if srv == nil {
+		return 0
+	}
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
+		if m[1] == "evalsha" || m[1] == "eval" {
+			var c int
+			fmt.Sscan(m[2], &c)
+			n += c
+		}
+	}
+	return n
+}
+
+func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
+	b.Helper()
+	conns := make([]*grpc.ClientConn, *loadConns)
+	for i := range conns {
+		c, err := grpc.NewClient(tg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	reqs := requests(spec)
+	var startCalls int
+	phase := func(d time.Duration, record bool) loadResult {
+		deadline := time.Now().Add(d)
+		lat := make([][]time.Duration, *loadCallers)
+		errs := make([]int, *loadCallers)
+		over := make([]int, *loadCallers)
+		var wg sync.WaitGroup
+		if record {
+			startCalls = redisCalls(b, tg.redis)
+		}
+		begin := time.Now()
+		for c := range *loadCallers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				client := rlsv3.NewRateLimitServiceClient(conns[c%len(conns)])
+				var tick *time.Ticker
+				if spec.rate > 0 {
+					tick = time.NewTicker(time.Duration(float64(time.Second) * float64(*loadCallers) / float64(spec.rate)))
+					defer tick.Stop()
+				}
+				for i := c; time.Now().Before(deadline); i++ {
+					if tick != nil {
+						<-tick.C
+					}
+					start := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					resp, err := client.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+					cancel()
+					if !record {
+						continue
+					}
+					lat[c] = append(lat[c], time.Since(start))
+					if err != nil {
+						errs[c]++
+					} else if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+						over[c]++
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(begin)
+		var all []time.Duration
+		res := loadResult{}
+		for c := range lat {
+			all = append(all, lat[c]...)
+			res.errors += errs[c]
+			res.overLimit += over[c]
+		}
+		if !record || len(all) == 0 {
+			return res
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+		res.n = len(all)
+		res.perSec = float64(len(all)) / elapsed.Seconds()
+		res.p50, res.p99, res.p999 = all[len(all)/2], all[len(all)*99/100], all[len(all)*999/1000]
+		if tg.redis != nil {
+			res.redisCmdsPerRequest = float64(redisCalls(b, tg.redis)-startCalls) / float64(len(all))
+		}
+		return res
+	}
+	phase(*loadWarmup, false)
+	if *loadPprof != "" && tg.debugAddr != "" {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			name := filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(tg.name+"-"+spec.name)+".prof")
+			secs := max(1, int(*loadDuration/time.Second)-1)
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tg.debugAddr, secs))
+			if err != nil {
+				b.Log(err)
+				return
+			}
+			_ = os.WriteFile(name, []byte(readBody(resp)), 0o644)
+		}()
+	}
+	return phase(*loadDuration, true)
+}
+
+func BenchmarkLoad(b *testing.B) {
+	for range b.N {
+		targets := benchTargets(b)
+		specs := []loadSpec{
+			{name: "1 descriptor, OK-heavy", descs: 1},
+			{name: "3 descriptors, OK-heavy", descs: 3},
+			{name: "1 descriptor, OVER_LIMIT-heavy", descs: 1, over: true},
+			{name: fmt.Sprintf("1 descriptor, fixed %d req/s", *loadRate), descs: 1, rate: *loadRate},
+		}
+		var rows []string
+		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per scenario after %v warm-up, GOMAXPROCS of the service = cores = 2",
+			*loadCallers, *loadConns, *loadDuration, *loadWarmup))
+		rows = append(rows, "| load | target | req/s | ratio | p50 | p99 | p99.9 | p99 ratio | over-limit | errors | redis cmds/req |",
+			"|---|---|---|---|---|---|---|---|---|---|---|")
+		for _, spec := range specs {
+			var base loadResult
+			for _, tg := range targets {
+				if tg.name != "no-op" && *loadOnly != "" && !strings.Contains(tg.name, *loadOnly) {
+					continue
+				}
+				if tg.name == "redis+local cache" && !spec.over {
+					continue
+				}
+				r := runLoad(b, tg, spec)
+				if tg.name == "no-op" {
+					base = r
+				}
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f | %v | %v | %v | %.2f | %.0f%% | %d | %.2f |",
+					spec.name, tg.name, r.perSec, r.perSec/base.perSec, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
+					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest))
+				b.Log(rows[len(rows)-1])
+			}
+		}
+		fmt.Fprintln(os.Stdout, strings.Join(rows, "\n"))
+	}
+}
