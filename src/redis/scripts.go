@@ -73,27 +73,26 @@ func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
 	return args
 }
 
-// parseOutcomes reads batch.lua's reply: 4 integers per hit.
+// parseOutcomes reads batch.lua's reply: 4 little-endian doubles per hit.
 func parseOutcomes(reply any, n int) ([]limiter.Outcome, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) != 4*n {
-		return nil, fmt.Errorf("redis: unexpected script reply %T (len %d) for %d hits", reply, len(vals), n)
+	b, ok := reply.(string)
+	if !ok || len(b) != 4*8*n {
+		return nil, fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(b), n)
+	}
+	f := func(i int) int64 {
+		var u uint64
+		for k := 7; k >= 0; k-- {
+			u = u<<8 | uint64(b[8*i+k])
+		}
+		return int64(math.Float64frombits(u))
 	}
 	outs := make([]limiter.Outcome, n)
 	for i := range outs {
-		var f [4]int64
-		for j := range f {
-			v, ok := vals[4*i+j].(int64)
-			if !ok {
-				return nil, fmt.Errorf("redis: unexpected script reply element %T", vals[4*i+j])
-			}
-			f[j] = v
-		}
 		outs[i] = limiter.Outcome{
-			Allowed:    f[0] == 1,
-			Remaining:  uint64(max(f[1], 0)),
-			ResetAfter: time.Duration(max(f[2], 0)) * time.Microsecond,
-			RetryAfter: time.Duration(max(f[3], 0)) * time.Microsecond,
+			Allowed:    f(4*i) == 1,
+			Remaining:  uint64(max(f(4*i+1), 0)),
+			ResetAfter: time.Duration(max(f(4*i+2), 0)) * time.Microsecond,
+			RetryAfter: time.Duration(max(f(4*i+3), 0)) * time.Microsecond,
 		}
 	}
 	return outs, nil
