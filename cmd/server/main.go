@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +26,16 @@ import (
 	"github.com/openrls/ratelimit/src/tracing"
 )
 
+// defaultGCPercent trades memory for CPU: the service's live heap is small
+// and short-lived garbage is most of what it makes, so collecting less often
+// measurably raises throughput and lowers tail latency (docs/performance.md).
+// GOGC, when set, wins.
+const defaultGCPercent = 400
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {
