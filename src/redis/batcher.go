@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,6 +19,12 @@ import (
 // sends what it has at once, so a lone request pays no delay and batching
 // grows only as load does (group commit). While one flusher waits for Redis,
 // the others collect the next batch.
+//
+// On a single node or Sentinel a batch is one script call: batch.lua takes
+// the decisions one after the other, each atomic, so Redis and the client pay
+// their per-command cost once per batch. In Cluster mode the decisions'
+// keys live in different slots, so a batch is a pipeline of one call per
+// decision (go-redis sends one pipeline per node).
 
 // call is one script invocation waiting for a pipeline.
 type call struct {
@@ -33,6 +40,7 @@ type callResult struct {
 
 type batcher struct {
 	client  goredis.UniversalClient
+	merge   bool // one script call per batch (not in Cluster mode)
 	queue   chan *call
 	window  time.Duration
 	limit   int
@@ -44,11 +52,11 @@ type batcher struct {
 // flushers is how many pipelines may be in flight at once.
 const flushers = 4
 
-func newBatcher(client goredis.UniversalClient, window time.Duration, limit int, timeout time.Duration) *batcher {
+func newBatcher(client goredis.UniversalClient, merge bool, window time.Duration, limit int, timeout time.Duration) *batcher {
 	if limit <= 0 {
 		limit = 128
 	}
-	b := &batcher{client: client, queue: make(chan *call, 4096), window: window, limit: limit, timeout: timeout, stop: make(chan struct{})}
+	b := &batcher{client: client, merge: merge, queue: make(chan *call, 4096), window: window, limit: limit, timeout: timeout, stop: make(chan struct{})}
 	for range flushers {
 		b.wg.Add(1)
 		go b.flushLoop()
@@ -103,6 +111,10 @@ func (b *batcher) flush(batch []*call) {
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)
 		defer cancel()
 	}
+	if b.merge && len(batch) > 1 {
+		b.flushMerged(ctx, batch)
+		return
+	}
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
@@ -117,6 +129,32 @@ func (b *batcher) flush(batch []*call) {
 			reply, err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
 		}
 		c.done <- callResult{reply, err}
+	}
+}
+
+// flushMerged sends the whole batch as one script call and splits the
+// reply: 32 bytes per hit, decision after decision.
+func (b *batcher) flushMerged(ctx context.Context, batch []*call) {
+	var keys []string
+	var args []any
+	for _, c := range batch {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	reply, err := batchScript.Run(ctx, b.client, keys, args...).Result()
+	packed, ok := reply.(string)
+	if err == nil && (!ok || len(packed) != 32*len(keys)) {
+		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))
+	}
+	off := 0
+	for _, c := range batch {
+		if err != nil {
+			c.done <- callResult{nil, err}
+			continue
+		}
+		n := 32 * len(c.keys)
+		c.done <- callResult{packed[off : off+n], nil}
+		off += n
 	}
 }
 

@@ -46,11 +46,12 @@ var modeArgs = [...]any{modeEach, modeAllOrNothing, modeDryRun}
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
 
-// scriptArgs builds ARGV for a group of hits (see batch.lua): now, mode,
-// then one packed argument per hit, all sliced from one buffer.
+// scriptArgs builds one decision's ARGV segment (see batch.lua): now, mode,
+// the number of hits, then one packed argument per hit, all sliced from one
+// buffer.
 func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
-	args := make([]any, 0, 2+len(hits))
-	args = append(args, now, modeArgs[mode])
+	args := make([]any, 0, 3+len(hits))
+	args = append(args, now, modeArgs[mode], len(hits))
 	buf := make([]byte, hitArgBytes*len(hits))
 	for i, h := range hits {
 		adv := 0.0

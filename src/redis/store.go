@@ -67,7 +67,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
 	if opts.PipelineWindow > 0 {
-		s.batch = newBatcher(client, opts.PipelineWindow, opts.PipelineLimit, opts.Timeout)
+		s.batch = newBatcher(client, !cluster, opts.PipelineWindow, opts.PipelineLimit, opts.Timeout)
 	}
 	return s, nil
 }

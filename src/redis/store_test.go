@@ -339,3 +339,53 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 		t.Errorf("rejected request across slots = %+v, want b allowed with 5 left (nothing counted), a rejected", out)
 	}
 }
+
+// One merged script call of several decisions gives what the same decisions
+// give one after the other in the reference (memory) store.
+func TestMergedBatchMatchesSequential(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := newBatcher(c, true, time.Millisecond, 16, 2*time.Second)
+	defer b.close()
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+	defer mem.Close()
+
+	one := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 2, Period: time.Minute}
+	tb := limiter.Rule{Algorithm: limiter.TokenBucket, Limit: 3, Period: time.Minute}
+	batches := []limiter.Batch{
+		{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}, {Key: "{m}:b", Rule: tb, Cost: 2}}},
+		{Now: limitertest.T0.Add(time.Second), AllOrNothing: true, Hits: []limiter.Hit{{Key: "{m}:b", Rule: tb, Cost: 1}, {Key: "{m}:a", Rule: one, Cost: 2}}},
+		{Now: limitertest.T0.Add(2 * time.Second), Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}}},
+	}
+	var calls []*call
+	for _, bt := range batches {
+		hits := make([]*limiter.Hit, len(bt.Hits))
+		keys := make([]string, len(bt.Hits))
+		for i := range bt.Hits {
+			hits[i], keys[i] = &bt.Hits[i], keyVersion+bt.Hits[i].Key
+		}
+		mode := modeEach
+		if bt.AllOrNothing {
+			mode = modeAllOrNothing
+		}
+		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits), done: make(chan callResult, 1)})
+	}
+	b.flushMerged(context.Background(), calls)
+	for i, bt := range batches {
+		r := <-calls[i].done
+		if r.err != nil {
+			t.Fatalf("decision %d: %v", i, r.err)
+		}
+		got, err := parseOutcomes(r.reply, len(bt.Hits))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := mem.Apply(context.Background(), bt)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("decision %d in a merged call = %+v, want (memory store, in order) %+v", i, got, want)
+		}
+	}
+}
