@@ -3,9 +3,11 @@
 //	config-check [-merge] [-ignore-dotfiles] [-dump] PATH...
 //
 // Each PATH is a file or a directory (read as the service reads
-// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). Every problem is
-// printed on its own line as file:line: path: message, and the exit code is
-// 1 if there is any, 2 for bad usage, 0 otherwise.
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding a
+// Kubernetes ConfigMap is checked by its *.yaml/*.yml data entries, named
+// FILE#ENTRY with lines counted within the entry. Every problem is printed on
+// its own line as file:line: path: message, and the exit code is 1 if there
+// is any, 2 for bad usage, 0 otherwise.
 package main
 
 import (
@@ -14,7 +16,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
 )
@@ -58,7 +64,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "no config files (*.yaml, *.yml) found")
 		return 1
 	}
-	cfg, err := config.LoadFiles(paths, config.Options{MergeDomains: *merge})
+	files, err := parseAll(paths)
+	var cfg *config.Config
+	if err == nil {
+		cfg, err = config.Build(files, config.Options{MergeDomains: *merge})
+	}
 	if err != nil {
 		for _, line := range flatten(err) {
 			fmt.Fprintln(stderr, line)
@@ -68,8 +78,61 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *dump {
 		fmt.Fprint(stdout, cfg.Dump())
 	}
-	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(paths), strings.Join(cfg.Domains(), ", "))
+	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(files), strings.Join(cfg.Domains(), ", "))
 	return 0
+}
+
+// parseAll parses every path, reporting every file's problems together.
+func parseAll(paths []string) ([]*config.File, error) {
+	var files []*config.File
+	var errs []error
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		entries := map[string][]byte{p: data}
+		if cm, ok := configMapEntries(data); ok {
+			entries = map[string][]byte{}
+			for name, body := range cm {
+				entries[p+"#"+name] = []byte(body)
+			}
+		}
+		names := make([]string, 0, len(entries))
+		for n := range entries {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			f, err := config.Parse(n, entries[n])
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			files = append(files, f)
+		}
+	}
+	return files, errors.Join(errs...)
+}
+
+// configMapEntries returns the config entries of a Kubernetes ConfigMap
+// manifest, or false when data is not one.
+func configMapEntries(data []byte) (map[string]string, bool) {
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	if yaml.Unmarshal(data, &cm) != nil || cm.Kind != "ConfigMap" {
+		return nil, false
+	}
+	out := map[string]string{}
+	for name, body := range cm.Data {
+		if ext := filepath.Ext(name); ext == ".yaml" || ext == ".yml" {
+			out[name] = body
+		}
+	}
+	return out, true
 }
 
 // flatten lists the leaves of a joined error.

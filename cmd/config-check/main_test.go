@@ -27,6 +27,7 @@ func TestRun(t *testing.T) {
 		{"every error, one per line", []string{filepath.Dir(bad)}, 1, "", []string{
 			bad + `:4: descriptors[0].rate_limit.unit: unknown unit "eon"`,
 			bad + `:5: descriptors[1]: missing key`}},
+		{"a ConfigMap's entries", []string{"../../examples/kubernetes/shared/config.yaml"}, 0, "OK: 1 files, domains example", nil},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}
