@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/server"
@@ -40,10 +41,17 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues}
 
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
-		go func() {
-			_ = xds.Run(ctx, xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,
-				Install: holder.Install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)})
-		}()
+		xo := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,
+			Install: holder.Install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)}
+		if s.XDSServerUseTLS {
+			dial, err := xds.TLSDialOption(xds.TLSOptions{CAFile: s.XDSServerTLSCA, CertFile: s.XDSClientTLSCert,
+				KeyFile: s.XDSClientTLSKey, ServerName: s.XDSServerTLSSAN})
+			if err != nil {
+				return nil, err
+			}
+			xo.DialOptions = []grpc.DialOption{dial}
+		}
+		go func() { _ = xds.Run(ctx, xo) }()
 		if !s.ForceStartWithoutInitialConfig {
 			log.WithField("server", s.XDSServerURL).Info("waiting for the first config from xDS")
 			select {

@@ -57,6 +57,13 @@ type Settings struct {
 	XDSServerURL            string        `envconfig:"CONFIG_GRPC_XDS_SERVER_URL" default:"localhost:18000"`
 	XDSNodeID               string        `envconfig:"CONFIG_GRPC_XDS_NODE_ID" default:"default"`
 	XDSConnectRetryInterval time.Duration `envconfig:"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" default:"3s"`
+	// TLS to the xDS server: CA of its certificate, optional client
+	// certificate, optional name to verify instead of the URL's host.
+	XDSServerUseTLS  bool   `envconfig:"CONFIG_GRPC_XDS_SERVER_USE_TLS" default:"false"`
+	XDSServerTLSCA   string `envconfig:"CONFIG_GRPC_XDS_SERVER_TLS_CACERT"`
+	XDSClientTLSCert string `envconfig:"CONFIG_GRPC_XDS_CLIENT_TLS_CERT"`
+	XDSClientTLSKey  string `envconfig:"CONFIG_GRPC_XDS_CLIENT_TLS_KEY"`
+	XDSServerTLSSAN  string `envconfig:"CONFIG_GRPC_XDS_SERVER_TLS_SAN"`
 
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"WARN"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
@@ -240,6 +247,9 @@ func (s Settings) Validate() error {
 	case "FILE", "GRPC_XDS_SOTW":
 	default:
 		bad("CONFIG_TYPE", "unknown type %q (want FILE or GRPC_XDS_SOTW)", s.ConfigType)
+	}
+	if (s.XDSClientTLSCert == "") != (s.XDSClientTLSKey == "") {
+		bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY must be set together")
 	}
 	if s.XDSConnectRetryInterval <= 0 {
 		bad("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "must be positive, got %v", s.XDSConnectRetryInterval)

@@ -2,8 +2,11 @@ package xds
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +19,10 @@ import (
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/tlstest"
 )
 
 // startServer runs go-control-plane's own xDS server and snapshot cache on a
@@ -153,5 +158,58 @@ func TestRunReconnects(t *testing.T) {
 	case <-installed:
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not reconnect and install within 15s")
+	}
+}
+
+func TestRunOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "xds-ca")
+	sc, sk := ca.Issue(t, "control-plane", "xds.internal")
+	cc, ck := ca.Issue(t, "ratelimit")
+	serverCert, err := tls.X509KeyPair(sc, sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
+		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	setConfig(t, cache, "1", limitConfig(5, rlconfv3.RateLimitUnit_MINUTE))
+
+	dial, err := TLSDialOption(TLSOptions{CAFile: tlstest.Write(t, dir, "ca.pem", ca.PEM), ServerName: "xds.internal",
+		CertFile: tlstest.Write(t, dir, "c.pem", cc), KeyFile: tlstest.Write(t, dir, "c.key", ck)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := make(chan struct{}, 4)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{ServerURL: lis.Addr().String(), NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
+			DialOptions: []grpc.DialOption{dial},
+			Install: func(build func() (*config.Config, error)) error {
+				_, err := build()
+				installed <- struct{}{}
+				return err
+			}})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-installed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no config over mutual TLS within 10s")
+	}
+	if _, err := TLSDialOption(TLSOptions{CAFile: filepath.Join(dir, "missing.pem")}); err == nil {
+		t.Error("TLSDialOption with a missing CA file: nil error")
 	}
 }
