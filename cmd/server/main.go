@@ -50,6 +50,9 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("invalid settings: %w", oneLine(err))
 	}
 	log := newLogger(s)
+	if names := settings.Unsupported(); len(names) > 0 {
+		log.WithField("variables", names).Warn("ignoring envoyproxy/ratelimit settings for features this service does not have")
+	}
 	health := &server.Health{}
 	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries})
 	if s.UseStatsd {

@@ -7,6 +7,7 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -101,7 +102,10 @@ type Settings struct {
 	StatsdHost              string        `envconfig:"STATSD_HOST" default:"localhost"`
 	StatsdPort              int           `envconfig:"STATSD_PORT" default:"8125"`
 	StatsdFlushInterval     time.Duration `envconfig:"STATSD_FLUSH_INTERVAL" default:"10s"`
-	ExtraTags               string        `envconfig:"EXTRA_TAGS"`
+	// GostatsFlushIntervalSeconds is the reference's name for the flush
+	// period; when set it wins over STATSD_FLUSH_INTERVAL.
+	GostatsFlushIntervalSeconds int    `envconfig:"GOSTATS_FLUSH_INTERVAL_SECONDS" default:"0"`
+	ExtraTags                   string `envconfig:"EXTRA_TAGS"`
 	// Tracing (OpenTelemetry, OTLP; endpoint from OTEL_EXPORTER_OTLP_*).
 	TracingEnabled           bool    `envconfig:"TRACING_ENABLED" default:"false"`
 	TracingExporterProtocol  string  `envconfig:"TRACING_EXPORTER_PROTOCOL" default:"http"`
@@ -161,7 +165,30 @@ func Load() (Settings, error) {
 	if err := envconfig.Process("REDIS_PERSECOND", &s.RedisPerSecondConfig); err != nil {
 		return s, cleanEnvconfigError(err)
 	}
+	if s.GostatsFlushIntervalSeconds > 0 {
+		s.StatsdFlushInterval = time.Duration(s.GostatsFlushIntervalSeconds) * time.Second
+	}
 	return s, s.Validate()
+}
+
+// unsupported are envoyproxy/ratelimit variables for features this service
+// does not have.
+var unsupported = []string{
+	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML", "MEMCACHE_HOST_PORT",
+	"MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "EXPIRATION_JITTER_MAX_SECONDS",
+}
+
+// Unsupported lists the set environment variables that envoyproxy/ratelimit
+// reads but this service ignores, so start-up can say so instead of
+// ignoring them silently.
+func Unsupported() []string {
+	var out []string
+	for _, name := range unsupported {
+		if _, set := os.LookupEnv(name); set {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // cleanEnvconfigError turns envconfig's "envconfig.Process: assigning PORT to

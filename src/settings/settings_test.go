@@ -88,3 +88,18 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+func TestUnsupportedAndAliases(t *testing.T) {
+	t.Setenv("USE_DOG_STATSD", "true")
+	t.Setenv("GOSTATS_FLUSH_INTERVAL_SECONDS", "3")
+	if got := Unsupported(); len(got) != 1 || got[0] != "USE_DOG_STATSD" {
+		t.Errorf("Unsupported() = %v, want [USE_DOG_STATSD]", got)
+	}
+	s, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.StatsdFlushInterval != 3*time.Second {
+		t.Errorf("StatsdFlushInterval = %v, want 3s from GOSTATS_FLUSH_INTERVAL_SECONDS", s.StatsdFlushInterval)
+	}
+}
