@@ -159,17 +159,7 @@ func checkConfigMount(t *testing.T, m *manifests, c *corev1.Container, pod *core
 			if cm == nil {
 				t.Fatalf("ConfigMap %s is not defined", v.ConfigMap.Name)
 			}
-			var files []*config.File
-			for name, body := range cm.Data {
-				f, err := config.Parse(cm.Name+"/"+name, []byte(body))
-				if err != nil {
-					t.Fatalf("config in ConfigMap: %v", err)
-				}
-				files = append(files, f)
-			}
-			if _, err := config.Build(files, config.Options{}); err != nil {
-				t.Fatalf("config in ConfigMap: %v", err)
-			}
+			configFrom(t, cm)
 			return
 		}
 	}
@@ -183,13 +173,13 @@ func configFrom(t *testing.T, cm *corev1.ConfigMap) *config.Config {
 	for name, body := range cm.Data {
 		f, err := config.Parse(cm.Name+"/"+name, []byte(body))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("config in ConfigMap: %v", err)
 		}
 		files = append(files, f)
 	}
 	c, err := config.Build(files, config.Options{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("config in ConfigMap: %v", err)
 	}
 	return c
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/config"
 )
 
 // Settings is the whole environment. Field docs give the default.
@@ -305,9 +307,7 @@ func (s Settings) Validate() error {
 	if s.TracingSamplingRate < 0 || s.TracingSamplingRate > 1 {
 		bad("TRACING_SAMPLING_RATE", "must be in [0, 1], got %v", s.TracingSamplingRate)
 	}
-	switch s.BackendFailurePolicy {
-	case "error", "allow", "deny", "local":
-	default:
+	if !config.ValidFailurePolicy(s.BackendFailurePolicy) {
 		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
 	}
 	if s.CircuitBreakerFailures < 0 {

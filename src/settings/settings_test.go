@@ -55,6 +55,7 @@ func TestLoad(t *testing.T) {
 		{"bad near limit ratio", map[string]string{"NEAR_LIMIT_RATIO": "0"}, "NEAR_LIMIT_RATIO: must be in (0, 1]", nil},
 		{"bad extra tags", map[string]string{"EXTRA_TAGS": "a:1,b"}, `EXTRA_TAGS: tag "b" is not key:value`, nil},
 		{"extra tags", map[string]string{"EXTRA_TAGS": "env:prod, team:rl"}, "", func(s Settings) bool { return s.Tags()["team"] == "rl" && len(s.Tags()) == 2 }},
+		{"bad failure policy", map[string]string{"BACKEND_FAILURE_POLICY": "retry"}, `BACKEND_FAILURE_POLICY: unknown policy "retry"`, nil},
 		{"bad config type", map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE: unknown type "CONSUL"`, nil},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
 	}

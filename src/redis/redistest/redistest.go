@@ -188,9 +188,6 @@ func (s *Server) Do(args ...string) (string, error) {
 	return do(s.Addr, s.TLS, args...)
 }
 
-// Do is Server.Do for any plaintext address.
-func Do(addr string, args ...string) (string, error) { return do(addr, nil, args...) }
-
 func do(addr string, tlsCfg *tls.Config, args ...string) (string, error) {
 	var c net.Conn
 	var err error
