@@ -62,6 +62,7 @@ type loadTarget struct {
 	name      string
 	addr      string
 	debugAddr string // empty for the no-op server
+	pid       int    // the target's process, for its CPU time
 	redis     *redistest.Server
 }
 
@@ -79,12 +80,17 @@ type loadResult struct {
 	p50, p99, p999      time.Duration
 	redisCmdsPerRequest float64
 	overLimit           int
+	// CPU time per request, in µs: the target process, Redis, and the load
+	// generator (this process). On a shared box these are steadier than
+	// req/s and show where each request's cost goes.
+	cpuTarget, cpuRedis, cpuLoad float64
+	scriptPerRequest             float64 // µs Redis spent in scripts, per request
 }
 
 var noopOnce sync.Once
 var noopBin string
 
-func startNoop(b *testing.B) string {
+func startNoop(b *testing.B) (string, int) {
 	b.Helper()
 	noopOnce.Do(func() {
 		noopBin = filepath.Join(filepath.Dir(serverBin), "noopserver")
@@ -105,28 +111,29 @@ func startNoop(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return strings.TrimSpace(addr)
+	return strings.TrimSpace(addr), cmd.Process.Pid
 }
 
 func benchTargets(b *testing.B) []loadTarget {
 	b.Helper()
-	ts := []loadTarget{{name: "no-op", addr: startNoop(b)}}
+	noopAddr, noopPid := startNoop(b)
+	ts := []loadTarget{{name: "no-op", addr: noopAddr, pid: noopPid}}
 	env := map[string]string{"LOG_LEVEL": "warn"}
 	cfg := writeConfig(b, map[string]string{"bench.yaml": benchConfig})
 	for k, v := range cfg {
 		env[k] = v
 	}
 	mem := start(b, merge(env, map[string]string{"BACKEND_TYPE": "memory"}))
-	ts = append(ts, loadTarget{name: "memory", addr: mem.grpcAddr, debugAddr: mem.debugAddr})
+	ts = append(ts, loadTarget{name: "memory", addr: mem.grpcAddr, debugAddr: mem.debugAddr, pid: mem.cmd.Process.Pid})
 	srv := redistest.Start(b)
 	red := start(b, merge(env, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"}))
-	ts = append(ts, loadTarget{name: "redis", addr: red.grpcAddr, debugAddr: red.debugAddr, redis: srv})
+	ts = append(ts, loadTarget{name: "redis", addr: red.grpcAddr, debugAddr: red.debugAddr, pid: red.cmd.Process.Pid, redis: srv})
 	srv2 := redistest.Start(b)
 	piped := start(b, merge(env, map[string]string{"REDIS_URL": srv2.Addr, "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "150us"}))
-	ts = append(ts, loadTarget{name: "redis pipelined", addr: piped.grpcAddr, debugAddr: piped.debugAddr, redis: srv2})
+	ts = append(ts, loadTarget{name: "redis pipelined", addr: piped.grpcAddr, debugAddr: piped.debugAddr, pid: piped.cmd.Process.Pid, redis: srv2})
 	srv3 := redistest.Start(b)
 	cached := start(b, merge(env, map[string]string{"REDIS_URL": srv3.Addr, "REDIS_POOL_SIZE": "20", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}))
-	ts = append(ts, loadTarget{name: "redis+local cache", addr: cached.grpcAddr, debugAddr: cached.debugAddr, redis: srv3})
+	ts = append(ts, loadTarget{name: "redis+local cache", addr: cached.grpcAddr, debugAddr: cached.debugAddr, pid: cached.cmd.Process.Pid, redis: srv3})
 	return ts
 }
 
@@ -163,26 +170,65 @@ func requests(spec loadSpec) []*rlsv3.RateLimitRequest {
 	return out
 }
 
-var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+)`)
+var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+),usec=(\d+)`)
+var cpuRE = regexp.MustCompile(`used_cpu_(?:sys|user):([0-9.]+)`)
 
-// redisCalls counts the scripts Redis has run (each decision's round trip).
-func redisCalls(b *testing.B, srv *redistest.Server) int {
+// processCPU is the CPU time pid has used so far (utime + stime from
+// /proc, all threads); 0 where /proc is not there.
+func processCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// redisCPU is the CPU time redis-server has used so far (INFO cpu).
+func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
 	if srv == nil {
 		return 0
+	}
+	info, err := srv.Do("INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, m := range cpuRE.FindAllStringSubmatch(info, -1) {
+		var v float64
+		fmt.Sscan(m[1], &v)
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// redisCalls counts the scripts Redis has run (each decision's round trip)
+// and the time it spent running them.
+func redisCalls(b *testing.B, srv *redistest.Server) (n int, busy time.Duration) {
+	if srv == nil {
+		return 0, 0
 	}
 	info, err := srv.Do("INFO", "commandstats")
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := 0
 	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
 		if m[1] == "evalsha" || m[1] == "eval" {
-			var c int
+			var c, us int
 			fmt.Sscan(m[2], &c)
+			fmt.Sscan(m[3], &us)
 			n += c
+			busy += time.Duration(us) * time.Microsecond
 		}
 	}
-	return n
+	return n, busy
 }
 
 func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
@@ -198,6 +244,8 @@ func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
 	}
 	reqs := requests(spec)
 	var startCalls int
+	var startScript time.Duration
+	var startTarget, startRedis, startLoad time.Duration
 	phase := func(d time.Duration, record bool) loadResult {
 		deadline := time.Now().Add(d)
 		lat := make([][]time.Duration, *loadCallers)
@@ -205,7 +253,8 @@ func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
 		over := make([]int, *loadCallers)
 		var wg sync.WaitGroup
 		if record {
-			startCalls = redisCalls(b, tg.redis)
+			startCalls, startScript = redisCalls(b, tg.redis)
+			startTarget, startRedis, startLoad = processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
 		}
 		begin := time.Now()
 		for c := range *loadCallers {
@@ -240,6 +289,7 @@ func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
 		}
 		wg.Wait()
 		elapsed := time.Since(begin)
+		endTarget, endRedis, endLoad := processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
 		var all []time.Duration
 		res := loadResult{}
 		for c := range lat {
@@ -254,8 +304,12 @@ func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
 		res.n = len(all)
 		res.perSec = float64(len(all)) / elapsed.Seconds()
 		res.p50, res.p99, res.p999 = all[len(all)/2], all[len(all)*99/100], all[len(all)*999/1000]
+		perReq := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(len(all)) }
+		res.cpuTarget, res.cpuRedis, res.cpuLoad = perReq(endTarget-startTarget), perReq(endRedis-startRedis), perReq(endLoad-startLoad)
 		if tg.redis != nil {
-			res.redisCmdsPerRequest = float64(redisCalls(b, tg.redis)-startCalls) / float64(len(all))
+			calls, script := redisCalls(b, tg.redis)
+			res.redisCmdsPerRequest = float64(calls-startCalls) / float64(len(all))
+			res.scriptPerRequest = perReq(script - startScript)
 		}
 		return res
 	}
@@ -290,8 +344,8 @@ func BenchmarkLoad(b *testing.B) {
 		var rows []string
 		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per scenario after %v warm-up, GOMAXPROCS of the service = cores = 2",
 			*loadCallers, *loadConns, *loadDuration, *loadWarmup))
-		rows = append(rows, "| load | target | req/s | ratio | p50 | p99 | p99.9 | p99 ratio | over-limit | errors | redis cmds/req |",
-			"|---|---|---|---|---|---|---|---|---|---|---|")
+		rows = append(rows, "| load | target | req/s | ratio | p50 | p99 | p99.9 | p99 ratio | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load |",
+			"|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, spec := range specs {
 			var base loadResult
 			for _, tg := range targets {
@@ -305,9 +359,10 @@ func BenchmarkLoad(b *testing.B) {
 				if tg.name == "no-op" {
 					base = r
 				}
-				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f | %v | %v | %v | %.2f | %.0f%% | %d | %.2f |",
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f | %v | %v | %v | %.2f | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f |",
 					spec.name, tg.name, r.perSec, r.perSec/base.perSec, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
-					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest))
+					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest,
+					r.cpuTarget, r.cpuRedis, r.scriptPerRequest, r.cpuLoad))
 				b.Log(rows[len(rows)-1])
 			}
 		}
