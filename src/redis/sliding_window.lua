@@ -1,6 +1,8 @@
--- sliding_window(st, now, limit, p, cost)
---   st: {current window number, its count, previous window's count}.
--- Returns: new state, allowed, remaining, reset (µs), retry (µs), expire_at (µs).
+-- sliding_window(w0, c0, p0, now, limit, p, cost)
+--   state: w0 current window number, c0 its count, p0 the previous
+--   window's count.
+-- Returns: the new state's three doubles, allowed, remaining, reset (µs),
+-- retry (µs), expire_at (µs).
 -- Mirrors limiter.slidingStep, slidingWeight and slidingRetry in
 -- src/limiter/math.go line for line.
 local function sliding_weight(pms, ems)
@@ -29,14 +31,14 @@ local function sliding_retry(now, start, pms, prev, cur, cost, limit)
   return at - now
 end
 
-local function sliding_window(st, now, limit, p, cost)
+local function sliding_window(w0, c0, p0, now, limit, p, cost)
   local pms = p / 1000
   local w = math.floor(now / p)
   local cur, prev = 0, 0
-  if st[1] == w then
-    cur, prev = st[2], st[3]
-  elseif st[1] == w - 1 then
-    prev = st[2]
+  if w0 == w then
+    cur, prev = c0, p0
+  elseif w0 == w - 1 then
+    prev = c0
   end
   local start = w * p
   local ems = math.floor((now - start) / 1000)
@@ -59,5 +61,5 @@ local function sliding_window(st, now, limit, p, cost)
   elseif prev > 0 then
     reset = start + p - now
   end
-  return {w, cur, prev}, allowed, rem, reset, retry, start + 2 * p
+  return w, cur, prev, allowed, rem, reset, retry, start + 2 * p
 end

@@ -399,3 +399,50 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		}
 	}
 }
+
+// A key must outlive the time its state matters (until its window, or its
+// bucket's theoretical arrival time, has passed), however often it is written:
+// the script keeps a window key's TTL while the window stays the same and sets
+// a new one when it changes. Each step's now is explicit, so the TTL the
+// script computes is known; Redis's own clock only shaves a few ms off it.
+func TestTTLFollowsTheWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	hour := time.Unix(1_800_000_000/3600*3600, 0)
+	steps := []time.Duration{50 * time.Minute, 55 * time.Minute, 65 * time.Minute, 125 * time.Minute}
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+		for _, aon := range []bool{false, true} {
+			name := fmt.Sprintf("%s/allOrNothing=%v", alg, aon)
+			t.Run(name, func(t *testing.T) {
+				key := "{ttlw}:" + name
+				r := limiter.Rule{Algorithm: alg, Limit: 100, Period: time.Hour}
+				for _, at := range steps {
+					now := hour.Add(at)
+					if _, err := s.Apply(context.Background(), limiter.Batch{Now: now, AllOrNothing: aon,
+						Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
+						t.Fatal(err)
+					}
+					// How long the state matters after now.
+					var need time.Duration
+					switch alg {
+					case limiter.FixedWindow:
+						need = now.Truncate(time.Hour).Add(time.Hour).Sub(now)
+					case limiter.SlidingWindow:
+						need = now.Truncate(time.Hour).Add(2 * time.Hour).Sub(now)
+					case limiter.TokenBucket:
+						need = r.Period / time.Duration(r.Limit) // one token's interval, GCRA's tat - now after one hit
+					}
+					pttl, err := srv.Do("PTTL", keyVersion+key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, _ := strconv.Atoi(pttl)
+					ms := int(need / time.Millisecond)
+					if got < ms-5000 || got > int(2*time.Hour/time.Millisecond) {
+						t.Errorf("at +%v: PTTL = %d ms, want at least %d ms (and at most two windows)", at, got, ms)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,17 +1,19 @@
--- token_bucket(st, now, limit, p, cost, burst): GCRA.
---   st: {theoretical arrival time (µs), unused, unused}; burst 0 means limit.
--- Returns: new state, allowed, remaining, reset (µs), retry (µs), expire_at (µs).
+-- token_bucket(tat0, now, limit, p, cost, burst): GCRA.
+--   state: tat0 the theoretical arrival time (µs; the other two state
+--   doubles are unused); burst 0 means limit.
+-- Returns: the new state's three doubles, allowed, remaining, reset (µs),
+-- retry (µs), expire_at (µs).
 -- Mirrors limiter.tokenStep in src/limiter/math.go line for line.
-local function token_bucket(st, now, limit, p, cost, burst)
+local function token_bucket(tat0, now, limit, p, cost, burst)
   if burst == 0 then
     burst = limit
   end
-  local tat = st[1]
+  local tat = tat0
   if tat < now then
     tat = now
   end
   if limit == 0 then
-    return {tat, 0, 0}, false, 0, tat - now, p, tat
+    return tat, 0, 0, false, 0, tat - now, p, tat
   end
   local interval = math.floor((p + limit - 1) / limit)
   local capacity = interval * burst
@@ -34,5 +36,5 @@ local function token_bucket(st, now, limit, p, cost, burst)
   if left > 0 then
     rem = math.floor(left / interval)
   end
-  return {tat, 0, 0}, allowed, rem, tat - now, retry, tat
+  return tat, 0, 0, allowed, rem, tat - now, retry, tat
 end
