@@ -77,7 +77,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
-		return store, func() { store.Close(); _ = client.Close() }, nil
+		return store, func() { _ = client.Close() }, nil
 	}
 	blog := log.WithField("redis", r.URL)
 	br := limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
@@ -89,5 +89,5 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 				blog.Warn("redis circuit breaker closed: redis answers again")
 			}
 		}})
-	return br, func() { br.Close(); store.Close(); _ = client.Close() }, nil
+	return br, func() { br.Close(); _ = client.Close() }, nil
 }

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,14 +12,15 @@ import (
 
 // Design of the batcher (REDIS_PIPELINE_WINDOW, REDIS_PIPELINE_LIMIT)
 //
-// Concurrent decisions hand their script calls to a queue; a few flusher
-// goroutines each take the first waiting call, add whatever else is already
-// queued (up to the limit, and for at most the window), and send them all in
-// one pipeline: one write and one read for many decisions, on our side and on
-// Redis's. A flusher never waits for more work: when the queue is empty it
-// sends what it has at once, so a lone request pays no delay and batching
-// grows only as load does (group commit). While one flusher waits for Redis,
-// the others collect the next batch.
+// Group commit with a leader: at most maxLeaders batches are in flight. A
+// decision that arrives while fewer are in flight sends its own script call
+// at once, from its own goroutine: a lone request pays nothing, not even a
+// goroutine hand-off. A decision that arrives while all are in flight queues.
+// When a batch's reply is in, its leader hands the replies out and promotes
+// the first queued decision, with everything queued behind it (up to the
+// limit), to lead the next batch. So batches grow only as load does, and a
+// decision crosses goroutines at most once (a follower's wake-up), where a
+// pool of flusher goroutines would cost two hand-offs per decision.
 //
 // On a single node or Sentinel a batch is one script call: batch.lua takes
 // the decisions one after the other, each atomic, so Redis and the client pay
@@ -26,93 +28,122 @@ import (
 // keys live in different slots, so a batch is a pipeline of one call per
 // decision (go-redis sends one pipeline per node).
 
-// call is one script invocation waiting for a pipeline.
-type call struct {
-	keys []string
-	args []any
-	done chan callResult // buffered: a flusher never blocks on a caller that gave up
-}
+// maxLeaders is how many batches may be in flight at once. More in flight
+// means smaller batches (more script calls, each with a fixed cost in
+// Redis); fewer means waiting for Redis with nothing to send.
+const maxLeaders = 4
 
-type callResult struct {
+// call is one decision's script invocation.
+type call struct {
+	keys  []string
+	args  []any
 	reply any
 	err   error
+	// lead, when set, is the batch this call's goroutine must send next.
+	lead   []*call
+	queued bool          // waiting in batcher.queue; guarded by batcher.mu
+	done   chan struct{} // buffered: a leader never blocks on a caller that gave up
 }
 
 type batcher struct {
 	client  goredis.UniversalClient
 	merge   bool // one script call per batch (not in Cluster mode)
-	queue   chan *call
-	window  time.Duration
 	limit   int
 	timeout time.Duration
-	stop    chan struct{}
-	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	queue   []*call
+	leaders int // batches in flight; the queue only fills while this is maxLeaders
 }
 
-// flushers is how many pipelines may be in flight at once.
-const flushers = 4
-
-func newBatcher(client goredis.UniversalClient, merge bool, window time.Duration, limit int, timeout time.Duration) *batcher {
+func newBatcher(client goredis.UniversalClient, merge bool, limit int, timeout time.Duration) *batcher {
 	if limit <= 0 {
 		limit = 128
 	}
-	b := &batcher{client: client, merge: merge, queue: make(chan *call, 4096), window: window, limit: limit, timeout: timeout, stop: make(chan struct{})}
-	for range flushers {
-		b.wg.Add(1)
-		go b.flushLoop()
-	}
-	return b
+	return &batcher{client: client, merge: merge, limit: limit, timeout: timeout}
 }
 
-// do queues one script call and waits for its reply or ctx.
+// do runs one script call, alone or in a batch, and returns its reply. If
+// ctx ends while the call still waits in the queue, it leaves the queue and
+// is never sent.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	c := &call{keys: keys, args: args, done: make(chan callResult, 1)}
+	c := &call{keys: keys, args: args, done: make(chan struct{}, 1)}
+	b.mu.Lock()
+	if b.leaders < maxLeaders {
+		b.leaders++
+		b.mu.Unlock()
+		b.lead([]*call{c})
+		return c.reply, c.err
+	}
+	c.queued = true
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
 	select {
-	case b.queue <- c:
+	case <-c.done:
 	case <-ctx.Done():
+		b.mu.Lock()
+		if c.queued {
+			b.queue = slices.DeleteFunc(b.queue, func(q *call) bool { return q == c })
+			b.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		b.mu.Unlock()
+		// Already taken into a batch: its reply, or the duty to lead it, is
+		// on the way (within the batch's timeout). The queue depends on a
+		// promoted call being sent, so wait for it.
+		<-c.done
+		if c.lead != nil {
+			b.lead(c.lead)
+		}
 		return nil, ctx.Err()
 	}
-	select {
-	case r := <-c.done:
-		return r.reply, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if c.lead != nil {
+		b.lead(c.lead)
 	}
+	return c.reply, c.err
 }
 
-func (b *batcher) flushLoop() {
-	defer b.wg.Done()
-	batch := make([]*call, 0, b.limit)
-	for {
-		select {
-		case <-b.stop:
-			return
-		case c := <-b.queue:
-			batch = append(batch[:0], c)
-		}
-		deadline := time.Now().Add(b.window)
-	collect:
-		for len(batch) < b.limit && time.Now().Before(deadline) {
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			default:
-				break collect // nothing else waiting: send now
-			}
-		}
-		b.flush(batch)
+// lead sends batch (batch[0] is the caller's own call), wakes the other
+// callers, and passes the lead on to what queued meanwhile.
+func (b *batcher) lead(batch []*call) {
+	b.send(batch)
+	for _, c := range batch[1:] {
+		c.done <- struct{}{}
 	}
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.leaders--
+		b.mu.Unlock()
+		return
+	}
+	n := min(len(b.queue), b.limit)
+	next := slices.Clone(b.queue[:n])
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	for _, c := range next {
+		c.queued = false
+	}
+	b.mu.Unlock()
+	next[0].lead = next
+	next[0].done <- struct{}{}
 }
 
-func (b *batcher) flush(batch []*call) {
+// send runs the batch's script calls in one round trip and sets every
+// call's reply and err.
+func (b *batcher) send(batch []*call) {
 	ctx := context.Background()
 	if b.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)
 		defer cancel()
 	}
-	if b.merge && len(batch) > 1 {
-		b.flushMerged(ctx, batch)
+	if len(batch) == 1 {
+		c := batch[0]
+		c.reply, c.err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
+		return
+	}
+	if b.merge {
+		b.sendMerged(ctx, batch)
 		return
 	}
 	cmds := make([]*goredis.Cmd, len(batch))
@@ -123,18 +154,17 @@ func (b *batcher) flush(batch []*call) {
 		return nil
 	})
 	for i, c := range batch {
-		reply, err := cmds[i].Result()
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		c.reply, c.err = cmds[i].Result()
+		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
 			// Not run: running it again counts it once.
-			reply, err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
+			c.reply, c.err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
 		}
-		c.done <- callResult{reply, err}
 	}
 }
 
-// flushMerged sends the whole batch as one script call and splits the
+// sendMerged sends the whole batch as one script call and splits the
 // reply: 32 bytes per hit, decision after decision.
-func (b *batcher) flushMerged(ctx context.Context, batch []*call) {
+func (b *batcher) sendMerged(ctx context.Context, batch []*call) {
 	var keys []string
 	var args []any
 	for _, c := range batch {
@@ -149,16 +179,11 @@ func (b *batcher) flushMerged(ctx context.Context, batch []*call) {
 	off := 0
 	for _, c := range batch {
 		if err != nil {
-			c.done <- callResult{nil, err}
+			c.err = err
 			continue
 		}
 		n := 32 * len(c.keys)
-		c.done <- callResult{packed[off : off+n], nil}
+		c.reply = packed[off : off+n]
 		off += n
 	}
-}
-
-func (b *batcher) close() {
-	close(b.stop)
-	b.wg.Wait()
 }

@@ -18,7 +18,6 @@ func BenchmarkApply(b *testing.B) {
 	srv := redistest.Start(b)
 	plain := newStore(b, single(b, srv), Options{})
 	batched := newStore(b, single(b, srv), Options{PipelineWindow: 200 * time.Microsecond})
-	defer batched.Close()
 	for _, tc := range []struct {
 		name string
 		s    *Store

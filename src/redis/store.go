@@ -28,9 +28,10 @@ type Options struct {
 	// 0 means only the caller's context bounds it.
 	Timeout time.Duration
 	// PipelineWindow, when positive, batches the script calls of concurrent
-	// decisions into shared pipelines (see batcher.go): a batch takes what
-	// is already waiting, for at most this long, up to PipelineLimit calls
-	// (0: 128). 0 sends each decision on its own.
+	// decisions (see batcher.go): a decision never waits for a batch to
+	// fill; what queues while earlier batches are in flight goes out
+	// together, up to PipelineLimit calls (0: 128). The window's length does
+	// not matter. 0 sends each decision on its own connection.
 	PipelineWindow time.Duration
 	PipelineLimit  int
 }
@@ -67,16 +68,9 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
 	if opts.PipelineWindow > 0 {
-		s.batch = newBatcher(client, !cluster, opts.PipelineWindow, opts.PipelineLimit, opts.Timeout)
+		s.batch = newBatcher(client, !cluster, opts.PipelineLimit, opts.Timeout)
 	}
 	return s, nil
-}
-
-// Close stops the pipeline batcher, if any. The client is the caller's.
-func (s *Store) Close() {
-	if s.batch != nil {
-		s.batch.close()
-	}
 }
 
 // Preload loads the script (on every shard of a Cluster) so that the first

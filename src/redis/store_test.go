@@ -49,7 +49,6 @@ func TestConformanceSingle(t *testing.T) {
 // The same suite through the pipeline batcher.
 func TestConformanceSingleBatched(t *testing.T) {
 	s := newStore(t, single(t, redistest.Start(t)), Options{PipelineWindow: 200 * time.Microsecond, PipelineLimit: 16})
-	t.Cleanup(s.Close)
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
 }
 
@@ -67,7 +66,6 @@ func TestConformanceCluster(t *testing.T) {
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
 	batched := newStore(t, c, Options{PipelineWindow: 200 * time.Microsecond})
-	t.Cleanup(batched.Close)
 	t.Run("batched", func(t *testing.T) {
 		limitertest.Run(t, func(*testing.T) limiter.Store { return batched })
 	})
@@ -358,8 +356,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, time.Millisecond, 16, 2*time.Second)
-	defer b.close()
+	b := newBatcher(c, true, 16, 2*time.Second)
 	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	defer mem.Close()
 
@@ -381,11 +378,11 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits), done: make(chan callResult, 1)})
+		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits)})
 	}
-	b.flushMerged(context.Background(), calls)
+	b.sendMerged(context.Background(), calls)
 	for i, bt := range batches {
-		r := <-calls[i].done
+		r := calls[i]
 		if r.err != nil {
 			t.Fatalf("decision %d: %v", i, r.err)
 		}

@@ -1,0 +1,155 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// pauseScripts holds every script call in Redis (CLIENT PAUSE ... WRITE
+// blocks EVALSHA) until resume is called, so a test can fill the batcher's
+// leaders and queue deterministically.
+func pauseScripts(t *testing.T, srv *redistest.Server) (resume func()) {
+	t.Helper()
+	if _, err := srv.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	resume = func() {
+		if _, err := srv.Do("CLIENT", "UNPAUSE"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// waitFor polls cond (the batcher's state, under its lock) until it holds.
+func waitFor(t *testing.T, b *batcher, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		ok := cond()
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("batcher never reached: %s", what)
+}
+
+type batchResult struct {
+	out limiter.Outcome
+	err error
+}
+
+// decide sends one hit on key through b and reports its outcome on res.
+func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
+	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
+	reply, err := b.do(ctx, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}))
+	if err != nil {
+		res <- batchResult{err: err}
+		return
+	}
+	outs, err := parseOutcomes(reply, 1)
+	if err != nil {
+		res <- batchResult{err: err}
+		return
+	}
+	res <- batchResult{out: outs[0]}
+}
+
+func newTestBatcher(t *testing.T) (*batcher, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return newBatcher(c, true, 128, 30*time.Second), srv
+}
+
+// While maxLeaders batches are in flight, later decisions queue, and the
+// first leader to finish sends all of them as one script call.
+func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
+	b, srv := newTestBatcher(t)
+	resume := pauseScripts(t, srv)
+	const queued = 10
+	r := limiter.Rule{Limit: 1000, Period: time.Hour}
+	res := make(chan batchResult, maxLeaders+queued)
+	for range maxLeaders {
+		go decide(context.Background(), b, "{grp}:k", r, res)
+	}
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+	for range queued {
+		go decide(context.Background(), b, "{grp}:k", r, res)
+	}
+	waitFor(t, b, "all followers queued", func() bool { return len(b.queue) == queued })
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+
+	var remaining []int
+	for range maxLeaders + queued {
+		got := <-res
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		remaining = append(remaining, int(got.out.Remaining))
+	}
+	slices.Sort(remaining)
+	for i, rem := range remaining {
+		if want := 1000 - (maxLeaders + queued) + i; rem != want {
+			t.Fatalf("remaining values %v: every decision must be counted once, in some order", remaining)
+		}
+	}
+	if got, want := commandCalls(t, srv)["evalsha"], maxLeaders+1; got != want {
+		t.Errorf("script calls = %d, want %d (one per leader, then one for the %d queued decisions)", got, want, queued)
+	}
+	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 })
+}
+
+// A decision whose context ends while it waits in the queue leaves it at
+// once and is never sent: its hit is not counted.
+func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
+	b, srv := newTestBatcher(t)
+	resume := pauseScripts(t, srv)
+	r := limiter.Rule{Limit: 10, Period: time.Hour}
+	res := make(chan batchResult, maxLeaders)
+	for range maxLeaders {
+		go decide(context.Background(), b, "{drop}:busy", r, res)
+	}
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan batchResult, 1)
+	go decide(ctx, b, "{drop}:k", r, gaveUp)
+	waitFor(t, b, "the decision queued", func() bool { return len(b.queue) == 1 })
+	kept := make(chan batchResult, 1)
+	go decide(context.Background(), b, "{drop}:k", r, kept)
+	waitFor(t, b, "a second decision queued", func() bool { return len(b.queue) == 2 })
+
+	cancel()
+	if got := <-gaveUp; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("cancelled decision returned %+v, want context.Canceled", got)
+	}
+	waitFor(t, b, "the cancelled decision left the queue", func() bool { return len(b.queue) == 1 })
+	resume()
+	for range maxLeaders {
+		if got := <-res; got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	got := <-kept
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.out.Remaining != 9 {
+		t.Errorf("remaining = %d, want 9: the cancelled decision must not have been counted", got.out.Remaining)
+	}
+}
