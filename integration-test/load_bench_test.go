@@ -35,8 +35,9 @@ import (
 // latency percentiles as ratios to the no-op server measured in the same run.
 // Loopback only; every loop is bounded by its duration.
 var (
-	loadDuration = flag.Duration("load.duration", 10*time.Second, "measured time per scenario")
-	loadWarmup   = flag.Duration("load.warmup", 2*time.Second, "unmeasured warm-up per scenario")
+	loadDuration = flag.Duration("load.duration", 10*time.Second, "measured time per target and scenario")
+	loadRounds   = flag.Int("load.rounds", 5, "slices the measured time is cut into, the targets taking turns")
+	loadWarmup   = flag.Duration("load.warmup", 2*time.Second, "unmeasured warm-up per target and scenario")
 	loadCallers  = flag.Int("load.callers", 50, "concurrent callers (closed loop)")
 	loadConns    = flag.Int("load.conns", 4, "gRPC connections the callers share")
 	loadKeys     = flag.Int("load.keys", 10000, "distinct descriptor values (OK-heavy loads)")
@@ -231,105 +232,140 @@ func redisCalls(b *testing.B, srv *redistest.Server) (n int, busy time.Duration)
 	return n, busy
 }
 
-func runLoad(b *testing.B, tg loadTarget, spec loadSpec) loadResult {
+// sample is what one or more measured slices of load on one target saw.
+type sample struct {
+	lat                          []time.Duration
+	elapsed                      time.Duration
+	errors, over, calls          int
+	cpuTarget, cpuRedis, cpuLoad time.Duration
+	script                       time.Duration
+}
+
+func (s *sample) add(o sample) {
+	s.lat = append(s.lat, o.lat...)
+	s.elapsed += o.elapsed
+	s.errors += o.errors
+	s.over += o.over
+	s.calls += o.calls
+	s.cpuTarget += o.cpuTarget
+	s.cpuRedis += o.cpuRedis
+	s.cpuLoad += o.cpuLoad
+	s.script += o.script
+}
+
+func (s *sample) result() loadResult {
+	all := s.lat
+	res := loadResult{errors: s.errors, overLimit: s.over}
+	if len(all) == 0 {
+		return res
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	res.n = len(all)
+	res.perSec = float64(len(all)) / s.elapsed.Seconds()
+	res.p50, res.p99, res.p999 = all[len(all)/2], all[len(all)*99/100], all[len(all)*999/1000]
+	perReq := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(len(all)) }
+	res.cpuTarget, res.cpuRedis, res.cpuLoad = perReq(s.cpuTarget), perReq(s.cpuRedis), perReq(s.cpuLoad)
+	res.redisCmdsPerRequest = float64(s.calls) / float64(len(all))
+	res.scriptPerRequest = perReq(s.script)
+	return res
+}
+
+// loadSession drives one target through its own gRPC connections.
+type loadSession struct {
+	tg    loadTarget
+	spec  loadSpec
+	conns []*grpc.ClientConn
+	reqs  []*rlsv3.RateLimitRequest
+}
+
+func newLoadSession(b *testing.B, tg loadTarget, spec loadSpec) *loadSession {
 	b.Helper()
-	conns := make([]*grpc.ClientConn, *loadConns)
-	for i := range conns {
+	ls := &loadSession{tg: tg, spec: spec, reqs: requests(spec)}
+	for range *loadConns {
 		c, err := grpc.NewClient(tg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		conns[i] = c
+		b.Cleanup(func() { c.Close() })
+		ls.conns = append(ls.conns, c)
 	}
-	reqs := requests(spec)
-	var startCalls int
-	var startScript time.Duration
-	var startTarget, startRedis, startLoad time.Duration
-	phase := func(d time.Duration, record bool) loadResult {
-		deadline := time.Now().Add(d)
-		lat := make([][]time.Duration, *loadCallers)
-		errs := make([]int, *loadCallers)
-		over := make([]int, *loadCallers)
-		var wg sync.WaitGroup
-		if record {
-			startCalls, startScript = redisCalls(b, tg.redis)
-			startTarget, startRedis, startLoad = processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
-		}
-		begin := time.Now()
-		for c := range *loadCallers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				client := rlsv3.NewRateLimitServiceClient(conns[c%len(conns)])
-				var tick *time.Ticker
-				if spec.rate > 0 {
-					tick = time.NewTicker(time.Duration(float64(time.Second) * float64(*loadCallers) / float64(spec.rate)))
-					defer tick.Stop()
-				}
-				for i := c; time.Now().Before(deadline); i++ {
-					if tick != nil {
-						<-tick.C
-					}
-					start := time.Now()
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					resp, err := client.ShouldRateLimit(ctx, reqs[i%len(reqs)])
-					cancel()
-					if !record {
-						continue
-					}
-					lat[c] = append(lat[c], time.Since(start))
-					if err != nil {
-						errs[c]++
-					} else if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-						over[c]++
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		elapsed := time.Since(begin)
-		endTarget, endRedis, endLoad := processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
-		var all []time.Duration
-		res := loadResult{}
-		for c := range lat {
-			all = append(all, lat[c]...)
-			res.errors += errs[c]
-			res.overLimit += over[c]
-		}
-		if !record || len(all) == 0 {
-			return res
-		}
-		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-		res.n = len(all)
-		res.perSec = float64(len(all)) / elapsed.Seconds()
-		res.p50, res.p99, res.p999 = all[len(all)/2], all[len(all)*99/100], all[len(all)*999/1000]
-		perReq := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(len(all)) }
-		res.cpuTarget, res.cpuRedis, res.cpuLoad = perReq(endTarget-startTarget), perReq(endRedis-startRedis), perReq(endLoad-startLoad)
-		if tg.redis != nil {
-			calls, script := redisCalls(b, tg.redis)
-			res.redisCmdsPerRequest = float64(calls-startCalls) / float64(len(all))
-			res.scriptPerRequest = perReq(script - startScript)
-		}
-		return res
-	}
-	phase(*loadWarmup, false)
-	if *loadPprof != "" && tg.debugAddr != "" {
-		done := make(chan struct{})
-		defer func() { <-done }()
+	return ls
+}
+
+// run drives the target for d (recording only when record is set).
+func (ls *loadSession) run(b *testing.B, d time.Duration, record bool) sample {
+	tg, spec := ls.tg, ls.spec
+	deadline := time.Now().Add(d)
+	lat := make([][]time.Duration, *loadCallers)
+	errs := make([]int, *loadCallers)
+	over := make([]int, *loadCallers)
+	var wg sync.WaitGroup
+	startCalls, startScript := redisCalls(b, tg.redis)
+	startTarget, startRedis, startLoad := processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
+	begin := time.Now()
+	for c := range *loadCallers {
+		wg.Add(1)
 		go func() {
-			defer close(done)
-			name := filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(tg.name+"-"+spec.name)+".prof")
-			secs := max(1, int(*loadDuration/time.Second)-1)
-			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tg.debugAddr, secs))
-			if err != nil {
-				b.Log(err)
-				return
+			defer wg.Done()
+			client := rlsv3.NewRateLimitServiceClient(ls.conns[c%len(ls.conns)])
+			var tick *time.Ticker
+			if spec.rate > 0 {
+				tick = time.NewTicker(time.Duration(float64(time.Second) * float64(*loadCallers) / float64(spec.rate)))
+				defer tick.Stop()
 			}
-			_ = os.WriteFile(name, []byte(readBody(resp)), 0o644)
+			for i := c; time.Now().Before(deadline); i++ {
+				if tick != nil {
+					<-tick.C
+				}
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := client.ShouldRateLimit(ctx, ls.reqs[i%len(ls.reqs)])
+				cancel()
+				if !record {
+					continue
+				}
+				lat[c] = append(lat[c], time.Since(start))
+				if err != nil {
+					errs[c]++
+				} else if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+					over[c]++
+				}
+			}
 		}()
 	}
-	return phase(*loadDuration, true)
+	wg.Wait()
+	out := sample{elapsed: time.Since(begin)}
+	endCalls, endScript := redisCalls(b, tg.redis)
+	out.calls, out.script = endCalls-startCalls, endScript-startScript
+	out.cpuTarget = processCPU(tg.pid) - startTarget
+	out.cpuRedis = redisCPU(b, tg.redis) - startRedis
+	out.cpuLoad = processCPU(os.Getpid()) - startLoad
+	for c := range lat {
+		out.lat = append(out.lat, lat[c]...)
+		out.errors += errs[c]
+		out.over += over[c]
+	}
+	return out
+}
+
+// profile saves a CPU profile of the target over the next d, when asked to.
+func (ls *loadSession) profile(b *testing.B, d time.Duration) (wait func()) {
+	if *loadPprof == "" || ls.tg.debugAddr == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		name := filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(ls.tg.name+"-"+ls.spec.name)+".prof")
+		secs := max(1, int(d/time.Second)-1)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", ls.tg.debugAddr, secs))
+		if err != nil {
+			b.Log(err)
+			return
+		}
+		_ = os.WriteFile(name, []byte(readBody(resp)), 0o644)
+	}()
+	return func() { <-done }
 }
 
 func BenchmarkLoad(b *testing.B) {
@@ -342,12 +378,14 @@ func BenchmarkLoad(b *testing.B) {
 			{name: fmt.Sprintf("1 descriptor, fixed %d req/s", *loadRate), descs: 1, rate: *loadRate},
 		}
 		var rows []string
-		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per scenario after %v warm-up, GOMAXPROCS of the service = cores = 2",
-			*loadCallers, *loadConns, *loadDuration, *loadWarmup))
+		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per target and scenario in %d turns, after %v warm-up",
+			*loadCallers, *loadConns, *loadDuration, *loadRounds, *loadWarmup))
 		rows = append(rows, "| load | target | req/s | ratio | p50 | p99 | p99.9 | p99 ratio | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load |",
 			"|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, spec := range specs {
-			var base loadResult
+			// The targets take turns, slice by slice, so that a slow spell of
+			// the shared machine hits all of them alike.
+			var sessions []*loadSession
 			for _, tg := range targets {
 				if tg.name != "no-op" && *loadOnly != "" && !strings.Contains(tg.name, *loadOnly) {
 					continue
@@ -355,12 +393,31 @@ func BenchmarkLoad(b *testing.B) {
 				if tg.name == "redis+local cache" && !spec.over {
 					continue
 				}
-				r := runLoad(b, tg, spec)
-				if tg.name == "no-op" {
-					base = r
+				sessions = append(sessions, newLoadSession(b, tg, spec))
+			}
+			samples := make([]sample, len(sessions))
+			rounds := max(1, *loadRounds)
+			slice := *loadDuration / time.Duration(rounds)
+			for round := range rounds {
+				for i, ls := range sessions {
+					warm := 300 * time.Millisecond // connections and caches are warm already
+					if round == 0 {
+						warm = *loadWarmup
+					}
+					ls.run(b, warm, false)
+					wait := func() {}
+					if round == 0 {
+						wait = ls.profile(b, slice)
+					}
+					samples[i].add(ls.run(b, slice, true))
+					wait()
 				}
+			}
+			base := samples[0].result() // the no-op server
+			for i, ls := range sessions {
+				r := samples[i].result()
 				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f | %v | %v | %v | %.2f | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f |",
-					spec.name, tg.name, r.perSec, r.perSec/base.perSec, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
+					spec.name, ls.tg.name, r.perSec, r.perSec/base.perSec, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
 					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest,
 					r.cpuTarget, r.cpuRedis, r.scriptPerRequest, r.cpuLoad))
 				b.Log(rows[len(rows)-1])

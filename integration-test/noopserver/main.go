@@ -14,6 +14,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/openrls/ratelimit/src/server"
 )
 
 type noop struct {
@@ -37,7 +39,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(lis.Addr()) // the parent reads the bound address
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(server.Tuning()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, noop{})
 	go func() {
 		ch := make(chan os.Signal, 1)
