@@ -310,7 +310,12 @@ func (ls *loadSession) run(b *testing.B, d time.Duration, record bool) sample {
 			client := rlsv3.NewRateLimitServiceClient(ls.conns[c%len(ls.conns)])
 			var tick *time.Ticker
 			if spec.rate > 0 {
-				tick = time.NewTicker(time.Duration(float64(time.Second) * float64(*loadCallers) / float64(spec.rate)))
+				// Each caller sends every period, the callers spread evenly
+				// over it: arrivals at the fixed rate, not bursts of every
+				// caller at once.
+				period := time.Duration(float64(time.Second) * float64(*loadCallers) / float64(spec.rate))
+				time.Sleep(period * time.Duration(c) / time.Duration(*loadCallers))
+				tick = time.NewTicker(period)
 				defer tick.Stop()
 			}
 			for i := c; time.Now().Before(deadline); i++ {
