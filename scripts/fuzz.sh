@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a short, bounded time (default 5s each).
+# Runs every fuzz target for a bounded budget: a duration (5s) or an input
+# count (20000x); default 5s each.
 # Seeds and past crashers live in each package's testdata/fuzz and also run
 # in every plain `go test`.
 set -euo pipefail
