@@ -72,7 +72,7 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 	if b.leaders < maxLeaders {
 		b.leaders++
 		b.mu.Unlock()
-		b.lead([]*call{c})
+		b.lead(ctx, []*call{c})
 		return c.reply, c.err
 	}
 	c.queued = true
@@ -94,20 +94,23 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 		// promoted call being sent, so wait for it.
 		<-c.done
 		if c.lead != nil {
-			b.lead(c.lead)
+			b.lead(context.Background(), c.lead)
 		}
 		return nil, ctx.Err()
 	}
 	if c.lead != nil {
-		b.lead(c.lead)
+		b.lead(ctx, c.lead)
 	}
 	return c.reply, c.err
 }
 
 // lead sends batch (batch[0] is the caller's own call), wakes the other
-// callers, and passes the lead on to what queued meanwhile.
-func (b *batcher) lead(batch []*call) {
-	b.send(batch)
+// callers, and passes the lead on to what queued meanwhile. The batch is
+// bounded by the leader's ctx and the timeout: callers share a deadline
+// budget (Envoy's), so the first to arrive has the earliest deadline, and a
+// Redis too slow for it is too slow for the rest.
+func (b *batcher) lead(ctx context.Context, batch []*call) {
+	b.send(ctx, batch)
 	for _, c := range batch[1:] {
 		c.done <- struct{}{}
 	}
@@ -130,8 +133,7 @@ func (b *batcher) lead(batch []*call) {
 
 // send runs the batch's script calls in one round trip and sets every
 // call's reply and err.
-func (b *batcher) send(batch []*call) {
-	ctx := context.Background()
+func (b *batcher) send(ctx context.Context, batch []*call) {
 	if b.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)

@@ -93,6 +93,10 @@ func TestConformanceSentinel(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
+	batched := newStore(t, c, Options{PipelineWindow: 200 * time.Microsecond})
+	t.Run("batched", func(t *testing.T) {
+		limitertest.Run(t, func(*testing.T) limiter.Store { return batched })
+	})
 }
 
 var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+)`)

@@ -149,7 +149,7 @@ type Redis struct {
 	TLSSkipHostnameVerify       bool          `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
 	PoolSize                    int           `envconfig:"POOL_SIZE" default:"10"`
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
-	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"0"`
+	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
 	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
 }
