@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -151,5 +152,38 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 	}
 	if got.out.Remaining != 9 {
 		t.Errorf("remaining = %d, want 9: the cancelled decision must not have been counted", got.out.Remaining)
+	}
+}
+
+// A leader's batch is bounded by the leader's own context (Envoy's deadline),
+// not only by the batcher's timeout: a stalled Redis answers it with the
+// context's error.
+func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	// Client and batcher timeouts far beyond the guard below: only the
+	// leader's context can end the call in time.
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := newBatcher(c, true, 128, time.Minute)
+	pauseScripts(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res := make(chan batchResult, 1)
+	go decide(ctx, b, "{deadline}:k", limiter.Rule{Limit: 10, Period: time.Hour}, res)
+	select {
+	case got := <-res:
+		// go-redis turns the context's deadline into the connection's.
+		var ne net.Error
+		if !errors.Is(got.err, context.DeadlineExceeded) && !(errors.As(got.err, &ne) && ne.Timeout()) {
+			t.Fatalf("leader with a stalled Redis returned %+v, want a timeout", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's deadline did not end its batch")
 	}
 }
