@@ -17,12 +17,12 @@ import (
 func BenchmarkApply(b *testing.B) {
 	srv := redistest.Start(b)
 	plain := newStore(b, single(b, srv), Options{})
-	batched := newStore(b, single(b, srv), Options{PipelineWindow: 200 * time.Microsecond})
+	batched := newStore(b, single(b, srv), Options{Batch: true})
 	for _, tc := range []struct {
 		name string
 		s    *Store
 		n    int
-	}{{"descriptors=1", plain, 1}, {"descriptors=5", plain, 5}, {"descriptors=1,pipelined", batched, 1}, {"descriptors=5,pipelined", batched, 5}} {
+	}{{"descriptors=1", plain, 1}, {"descriptors=5", plain, 5}, {"descriptors=1,batched", batched, 1}, {"descriptors=5,batched", batched, 5}} {
 		s, n := tc.s, tc.n
 		b.Run(tc.name, func(b *testing.B) {
 			r := limiter.Rule{Limit: 1 << 31, Period: time.Hour}

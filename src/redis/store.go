@@ -27,13 +27,13 @@ type Options struct {
 	// Timeout bounds one Apply, all round trips included (REDIS_TIMEOUT);
 	// 0 means only the caller's context bounds it.
 	Timeout time.Duration
-	// PipelineWindow, when positive, batches the script calls of concurrent
-	// decisions (see batcher.go): a decision never waits for a batch to
-	// fill; what queues while earlier batches are in flight goes out
-	// together, up to PipelineLimit calls (0: 128). The window's length does
-	// not matter. 0 sends each decision on its own connection.
-	PipelineWindow time.Duration
-	PipelineLimit  int
+	// Batch batches the script calls of concurrent decisions (see
+	// batcher.go; REDIS_PIPELINE_WINDOW > 0): a decision never waits for a
+	// batch to fill; what queues while earlier batches are in flight goes
+	// out together, up to BatchLimit decisions (0: 128). Without it each
+	// decision is sent on its own connection.
+	Batch      bool
+	BatchLimit int
 }
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
@@ -67,8 +67,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
-	if opts.PipelineWindow > 0 {
-		s.batch = newBatcher(client, !cluster, opts.PipelineLimit, opts.Timeout)
+	if opts.Batch {
+		s.batch = newBatcher(client, !cluster, opts.BatchLimit, opts.Timeout)
 	}
 	return s, nil
 }

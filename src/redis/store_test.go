@@ -48,7 +48,7 @@ func TestConformanceSingle(t *testing.T) {
 
 // The same suite through the pipeline batcher.
 func TestConformanceSingleBatched(t *testing.T) {
-	s := newStore(t, single(t, redistest.Start(t)), Options{PipelineWindow: 200 * time.Microsecond, PipelineLimit: 16})
+	s := newStore(t, single(t, redistest.Start(t)), Options{Batch: true, BatchLimit: 16})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
 }
 
@@ -65,7 +65,7 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
-	batched := newStore(t, c, Options{PipelineWindow: 200 * time.Microsecond})
+	batched := newStore(t, c, Options{Batch: true})
 	t.Run("batched", func(t *testing.T) {
 		limitertest.Run(t, func(*testing.T) limiter.Store { return batched })
 	})
@@ -93,7 +93,7 @@ func TestConformanceSentinel(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
-	batched := newStore(t, c, Options{PipelineWindow: 200 * time.Microsecond})
+	batched := newStore(t, c, Options{Batch: true})
 	t.Run("batched", func(t *testing.T) {
 		limitertest.Run(t, func(*testing.T) limiter.Store { return batched })
 	})

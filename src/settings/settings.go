@@ -353,6 +353,12 @@ func (r Redis) validate(prefix string, bad func(name, format string, args ...any
 	if r.Timeout <= 0 {
 		bad(prefix+"TIMEOUT", "must be positive, got %v", r.Timeout)
 	}
+	if r.PipelineWindow < 0 {
+		bad(prefix+"PIPELINE_WINDOW", "must not be negative, got %v (0 turns batching off)", r.PipelineWindow)
+	}
+	if r.PipelineLimit < 0 {
+		bad(prefix+"PIPELINE_LIMIT", "must not be negative, got %d (0 means 128)", r.PipelineLimit)
+	}
 	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
 		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
 	}
