@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
@@ -116,12 +118,32 @@ func session(ctx context.Context, conn *grpc.ClientConn, o Options) (bool, error
 		return false, err
 	}
 	received := false
+	// Management servers commonly answer a NACK by sending the rejected
+	// resources again (go-control-plane's snapshot cache does, at once).
+	// Validating and logging each repeat would spin both ends and flood the
+	// log, so a repeat is NACKed with the same errors after RetryInterval; a
+	// corrected config pushed meanwhile arrives in answer to that NACK.
+	var rejected []*anypb.Any
+	var rejectedErr string
 	for {
 		resp, err := c.Fetch()
 		if err != nil {
 			return received, err
 		}
 		received = true
+		if rejected != nil && sameResources(resp.Resources, rejected) {
+			o.Logger.Debug("xds server resent the rejected config; NACKing it again")
+			select {
+			case <-ctx.Done():
+				return received, ctx.Err()
+			case <-time.After(o.RetryInterval):
+			}
+			if err := c.Nack(rejectedErr); err != nil {
+				return received, err
+			}
+			continue
+		}
+		rejected = nil
 		err = o.Install(func() (*config.Config, error) {
 			files, err := Files(resp.Resources)
 			if err != nil {
@@ -131,7 +153,8 @@ func session(ctx context.Context, conn *grpc.ClientConn, o Options) (bool, error
 		})
 		if err != nil {
 			o.Logger.WithError(err).Error("xds config rejected; keeping the last good config")
-			if err := c.Nack(err.Error()); err != nil {
+			rejected, rejectedErr = resp.Resources, err.Error()
+			if err := c.Nack(rejectedErr); err != nil {
 				return received, err
 			}
 			continue
@@ -141,6 +164,11 @@ func session(ctx context.Context, conn *grpc.ClientConn, o Options) (bool, error
 			return received, err
 		}
 	}
+}
+
+// sameResources reports whether two responses carry the same resources.
+func sameResources(a, b []*anypb.Any) bool {
+	return slices.EqualFunc(a, b, func(x, y *anypb.Any) bool { return proto.Equal(x, y) })
 }
 
 // Files converts RateLimitConfig resources into parsed config files, named

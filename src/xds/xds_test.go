@@ -26,11 +26,21 @@ import (
 )
 
 // startServer runs go-control-plane's own xDS server and snapshot cache on a
-// free loopback port.
-func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
+// free loopback port; nacks receives the error message of every NACK.
+func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache, nacks <-chan string) {
 	t.Helper()
 	cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	srv := serverv3.NewServer(context.Background(), cache, nil)
+	nackc := make(chan string, 1024)
+	srv := serverv3.NewServer(context.Background(), cache, serverv3.CallbackFuncs{
+		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+			if req.GetErrorDetail() != nil {
+				select {
+				case nackc <- req.GetErrorDetail().GetMessage():
+				default: // a NACK storm: the test counting them has failed already
+				}
+			}
+			return nil
+		}})
 	gs := grpc.NewServer()
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -39,7 +49,7 @@ func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache) {
 	}
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	return lis.Addr().String(), cache
+	return lis.Addr().String(), cache, nackc
 }
 
 func setConfig(t *testing.T, cache cachev3.SnapshotCache, version string, cfgs ...*rlconfv3.RateLimitConfig) {
@@ -66,7 +76,7 @@ func limitConfig(rpu uint32, unit rlconfv3.RateLimitUnit) *rlconfv3.RateLimitCon
 }
 
 func TestRunFollowsTheServer(t *testing.T) {
-	addr, cache := startServer(t)
+	addr, cache, nacks := startServer(t)
 	installed := make(chan string, 16)
 	rejected := make(chan error, 16)
 	h := config.NewHolder(func(c *config.Config, err error) {
@@ -112,6 +122,25 @@ func TestRunFollowsTheServer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("invalid config not rejected within 10s")
+	}
+	// The snapshot cache resends a NACKed config at once; the client must
+	// NACK the repeats with the same errors without validating (and logging)
+	// each again.
+	var first string
+	for i := range 3 {
+		select {
+		case msg := <-nacks:
+			if i == 0 {
+				first = msg
+			} else if msg != first {
+				t.Errorf("NACK %d says %q, want the first one's %q", i+1, msg, first)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d NACKs within 10s, want the resent config NACKed again", i)
+		}
+	}
+	if n := len(rejected); n != 0 {
+		t.Errorf("the resent config was validated %d more times, want once", n)
 	}
 	if !strings.Contains(h.Load().Dump(), "web.user: 9 per hour") {
 		t.Errorf("after a rejected update, serving:\n%s\nwant the last good config", h.Load().Dump())
