@@ -56,14 +56,21 @@ type proc struct {
 	conn               *grpc.ClientConn
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct free loopback ports. All n listeners stay open
+// until every port is picked: closing each at once let the kernel hand the
+// same port out twice.
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // writeConfig writes files (name → YAML) into a fresh runtime tree and
@@ -92,7 +99,8 @@ func writeFiles(t testing.TB, dir string, files map[string]string) {
 func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
 	p := &proc{stderr: &syncBuffer{}, exited: make(chan struct{})}
-	gp, hp, dp := freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 3)
+	gp, hp, dp := ports[0], ports[1], ports[2]
 	p.grpcAddr, p.httpAddr, p.debugAddr = "127.0.0.1:"+strconv.Itoa(gp), "127.0.0.1:"+strconv.Itoa(hp), "127.0.0.1:"+strconv.Itoa(dp)
 	base := map[string]string{
 		"PATH": os.Getenv("PATH"), "GRPC_HOST": "127.0.0.1", "HOST": "127.0.0.1", "DEBUG_HOST": "127.0.0.1",
@@ -114,6 +122,25 @@ func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 // start runs the server and waits until /healthcheck answers 200.
 func start(t testing.TB, env map[string]string) *proc {
 	t.Helper()
+	// Another test process (a redis-server of a parallel package, say) can
+	// take a port between picking it and the server binding it; that start-up
+	// failure says nothing about the server, so it gets fresh ports.
+	const attempts = 3
+	for i := 1; ; i++ {
+		p, err := launch(t, env)
+		if err == nil {
+			return p
+		}
+		if i == attempts || !strings.Contains(p.stderr.String(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; retrying on other ports", i, err)
+	}
+}
+
+// launch runs the server once and waits until /healthcheck answers 200.
+func launch(t testing.TB, env map[string]string) (*proc, error) {
+	t.Helper()
 	cmd, p := command(t, env)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,7 +158,7 @@ func start(t testing.TB, env map[string]string) *proc {
 		}
 		select {
 		case <-p.exited:
-			t.Fatalf("server exited during start-up:\n%s", p.stderr)
+			return p, fmt.Errorf("server exited during start-up:\n%s", p.stderr)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -144,7 +171,7 @@ func start(t testing.TB, env map[string]string) *proc {
 		t.Fatal(err)
 	}
 	p.conn = conn
-	return p
+	return p, nil
 }
 
 // stop sends SIGTERM and expects a clean exit.
