@@ -37,8 +37,12 @@ const maxLeaders = 4
 type call struct {
 	keys  []string
 	args  []any
-	reply any
-	err   error
+	// deadline is when the call gives up: REDIS_TIMEOUT after it arrived.
+	// A value, not a context with a timer: followers are woken by their
+	// leader anyway, and a timer per decision cost about 1 µs each.
+	deadline time.Time
+	reply    any
+	err      error
 	// lead, when set, is the batch this call's goroutine must send next.
 	lead   []*call
 	queued bool          // waiting in batcher.queue; guarded by batcher.mu
@@ -63,11 +67,21 @@ func newBatcher(client goredis.UniversalClient, merge bool, limit int, timeout t
 	return &batcher{client: client, merge: merge, limit: limit, timeout: timeout}
 }
 
+// errQueueTimeout answers a call that spent its timeout waiting in the queue.
+var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.DeadlineExceeded)
+
 // do runs one script call, alone or in a batch, and returns its reply. If
 // ctx ends while the call still waits in the queue, it leaves the queue and
-// is never sent.
+// is never sent. The batcher's timeout bounds the call: a batch is sent
+// with its leader's deadline, and a queued call found past its deadline
+// when the queue is promoted is answered errQueueTimeout, unsent. (So a
+// queued call can learn of its timeout up to one batch late; ctx, which
+// carries Envoy's deadline, still ends the wait at once.)
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
 	c := &call{keys: keys, args: args, done: make(chan struct{}, 1)}
+	if b.timeout > 0 {
+		c.deadline = time.Now().Add(b.timeout)
+	}
 	b.mu.Lock()
 	if b.leaders < maxLeaders {
 		b.leaders++
@@ -115,28 +129,42 @@ func (b *batcher) lead(ctx context.Context, batch []*call) {
 		c.done <- struct{}{}
 	}
 	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.leaders--
-		b.mu.Unlock()
-		return
+	// The next batch: what queued meanwhile, up to the limit, less the
+	// calls already past their deadline (they are answered, never sent).
+	var next, expired []*call
+	now := time.Now()
+	for len(next) == 0 && len(b.queue) > 0 {
+		n := min(len(b.queue), b.limit)
+		for _, c := range b.queue[:n] {
+			c.queued = false
+			if !c.deadline.IsZero() && !now.Before(c.deadline) {
+				expired = append(expired, c)
+			} else {
+				next = append(next, c)
+			}
+		}
+		b.queue = append(b.queue[:0], b.queue[n:]...)
 	}
-	n := min(len(b.queue), b.limit)
-	next := slices.Clone(b.queue[:n])
-	b.queue = append(b.queue[:0], b.queue[n:]...)
-	for _, c := range next {
-		c.queued = false
+	if len(next) == 0 {
+		b.leaders--
 	}
 	b.mu.Unlock()
-	next[0].lead = next
-	next[0].done <- struct{}{}
+	for _, c := range expired {
+		c.err = errQueueTimeout
+		c.done <- struct{}{}
+	}
+	if len(next) > 0 {
+		next[0].lead = next
+		next[0].done <- struct{}{}
+	}
 }
 
 // send runs the batch's script calls in one round trip and sets every
 // call's reply and err.
 func (b *batcher) send(ctx context.Context, batch []*call) {
-	if b.timeout > 0 {
+	if d := batch[0].deadline; !d.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.timeout)
+		ctx, cancel = context.WithDeadline(ctx, d)
 		defer cancel()
 	}
 	if len(batch) == 1 {

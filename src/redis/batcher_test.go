@@ -155,6 +155,49 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 	}
 }
 
+// A queued decision past its deadline (REDIS_TIMEOUT after it arrived) when
+// the queue is promoted is answered with a timeout and never sent; the
+// decisions behind it go on.
+func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
+	b, srv := newTestBatcher(t)
+	resume := pauseScripts(t, srv)
+	r := limiter.Rule{Limit: 10, Period: time.Hour}
+	res := make(chan batchResult, maxLeaders)
+	for range maxLeaders {
+		go decide(context.Background(), b, "{expire}:busy", r, res)
+	}
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+	expired := make(chan batchResult, 1)
+	go decide(context.Background(), b, "{expire}:k", r, expired)
+	waitFor(t, b, "the decision queued", func() bool { return len(b.queue) == 1 })
+	kept := make(chan batchResult, 1)
+	go decide(context.Background(), b, "{expire}:k", r, kept)
+	waitFor(t, b, "a second decision queued", func() bool { return len(b.queue) == 2 })
+	// Its timeout has run out while Redis was stalled (set directly: the
+	// test must not wait for a real timeout).
+	b.mu.Lock()
+	b.queue[0].deadline = time.Now().Add(-time.Millisecond)
+	b.mu.Unlock()
+
+	resume()
+	for range maxLeaders {
+		if got := <-res; got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	if got := <-expired; !errors.Is(got.err, context.DeadlineExceeded) {
+		t.Fatalf("expired queued decision returned %+v, want a deadline error", got)
+	}
+	got := <-kept
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.out.Remaining != 9 {
+		t.Errorf("remaining = %d, want 9: the expired decision must not have been counted", got.out.Remaining)
+	}
+	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 })
+}
+
 // A leader's batch is bounded by the leader's own context (Envoy's deadline),
 // not only by the batcher's timeout: a stalled Redis answers it with the
 // context's error.

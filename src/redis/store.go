@@ -112,7 +112,9 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	if len(groups) == 0 {
 		return outs, nil
 	}
-	if s.timeout > 0 {
+	if s.timeout > 0 && s.batch == nil {
+		// (The batcher bounds each call by the timeout itself, without a
+		// timer per decision.)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
