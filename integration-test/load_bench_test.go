@@ -44,6 +44,7 @@ var (
 	loadRate     = flag.Int("load.rate", 5000, "requests/s of the fixed-rate scenario")
 	loadOnly     = flag.String("load.only", "", "run only targets whose name contains this")
 	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
+	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
 )
 
 const benchConfig = `
@@ -135,6 +136,14 @@ func benchTargets(b *testing.B) []loadTarget {
 	srv3 := redistest.Start(b)
 	cached := start(b, merge(env, map[string]string{"REDIS_URL": srv3.Addr, "REDIS_POOL_SIZE": "20", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}))
 	ts = append(ts, loadTarget{name: "redis+local cache", addr: cached.grpcAddr, debugAddr: cached.debugAddr, pid: cached.cmd.Process.Pid, redis: srv3})
+	for _, n := range strings.Split(*loadInFlight, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		srv := redistest.Start(b)
+		p := start(b, merge(env, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_MAX_IN_FLIGHT": n}))
+		ts = append(ts, loadTarget{name: "redis in-flight " + n, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
+	}
 	return ts
 }
 

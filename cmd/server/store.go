@@ -54,7 +54,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 		return nil, nil, fmt.Errorf("%sURL: %w", name, err)
 	}
 	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
-		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit})
+		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight})
 	if err != nil {
 		client.Close()
 		return nil, nil, err

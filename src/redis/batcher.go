@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Design of the batcher (REDIS_PIPELINE_WINDOW, REDIS_PIPELINE_LIMIT)
+// Design of the batcher (REDIS_PIPELINE_WINDOW, _LIMIT, _MAX_IN_FLIGHT)
 //
 // Group commit with a leader: at most maxLeaders batches are in flight. A
 // decision that arrives while fewer are in flight sends its own script call
@@ -28,10 +28,16 @@ import (
 // keys live in different slots, so a batch is a pipeline of one call per
 // decision (go-redis sends one pipeline per node).
 
-// maxLeaders is how many batches may be in flight at once. More in flight
-// means smaller batches (more script calls, each with a fixed cost in
-// Redis); fewer means waiting for Redis with nothing to send.
-const maxLeaders = 4
+// defaultInFlight is how many batches may be in flight at once unless
+// REDIS_PIPELINE_MAX_IN_FLIGHT says otherwise. More in flight means
+// smaller batches: more script calls, each with a fixed cost in Redis and,
+// above all, a write and a read that each wake the other process (about
+// 15 µs of CPU per round trip on a 2-core VM). Fewer means requests wait
+// for the batch ahead of theirs, up to a round trip more with a distant
+// Redis. On the benchmark's machine 1 and 2 beat 4 by a few percent of
+// throughput; 2 keeps some overlap for a Redis across a network. See
+// docs/performance.md.
+const defaultInFlight = 2
 
 // call is one decision's script invocation.
 type call struct {
@@ -52,19 +58,25 @@ type call struct {
 type batcher struct {
 	client  goredis.UniversalClient
 	merge   bool // one script call per batch (not in Cluster mode)
-	limit   int
-	timeout time.Duration
+	limit      int
+	maxLeaders int
+	timeout    time.Duration
 
 	mu      sync.Mutex
 	queue   []*call
 	leaders int // batches in flight; the queue only fills while this is maxLeaders
 }
 
-func newBatcher(client goredis.UniversalClient, merge bool, limit int, timeout time.Duration) *batcher {
-	if limit <= 0 {
-		limit = 128
+// newBatcher takes BatchLimit, BatchInFlight and Timeout from opts.
+func newBatcher(client goredis.UniversalClient, merge bool, opts Options) *batcher {
+	b := &batcher{client: client, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight, timeout: opts.Timeout}
+	if b.limit <= 0 {
+		b.limit = 128
 	}
-	return &batcher{client: client, merge: merge, limit: limit, timeout: timeout}
+	if b.maxLeaders <= 0 {
+		b.maxLeaders = defaultInFlight
+	}
+	return b
 }
 
 // errQueueTimeout answers a call that spent its timeout waiting in the queue.
@@ -83,7 +95,7 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 		c.deadline = time.Now().Add(b.timeout)
 	}
 	b.mu.Lock()
-	if b.leaders < maxLeaders {
+	if b.leaders < b.maxLeaders {
 		b.leaders++
 		b.mu.Unlock()
 		b.lead(ctx, []*call{c})

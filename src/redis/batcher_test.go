@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -64,28 +66,37 @@ func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res cha
 	res <- batchResult{out: outs[0]}
 }
 
-func newTestBatcher(t *testing.T) (*batcher, *redistest.Server) {
+func newTestBatcher(t *testing.T, inFlight int) (*batcher, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	return newBatcher(c, true, 128, 30*time.Second), srv
+	return newBatcher(c, true, Options{Timeout: 30 * time.Second, BatchInFlight: inFlight}), srv
 }
 
-// While maxLeaders batches are in flight, later decisions queue, and the
+// While b.maxLeaders batches are in flight, later decisions queue, and the
 // first leader to finish sends all of them as one script call.
 func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
-	b, srv := newTestBatcher(t)
+	for _, inFlight := range []int{1, 0, 3} {
+		t.Run(fmt.Sprintf("in_flight=%d", inFlight), func(t *testing.T) { testBatcherGroups(t, inFlight) })
+	}
+}
+
+func testBatcherGroups(t *testing.T, inFlight int) {
+	b, srv := newTestBatcher(t, inFlight)
+	if want := cmp.Or(inFlight, defaultInFlight); b.maxLeaders != want {
+		t.Fatalf("maxLeaders = %d, want %d", b.maxLeaders, want)
+	}
 	resume := pauseScripts(t, srv)
 	const queued = 10
 	r := limiter.Rule{Limit: 1000, Period: time.Hour}
-	res := make(chan batchResult, maxLeaders+queued)
-	for range maxLeaders {
+	res := make(chan batchResult, b.maxLeaders+queued)
+	for range b.maxLeaders {
 		go decide(context.Background(), b, "{grp}:k", r, res)
 	}
-	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
 	for range queued {
 		go decide(context.Background(), b, "{grp}:k", r, res)
 	}
@@ -96,7 +107,7 @@ func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
 	resume()
 
 	var remaining []int
-	for range maxLeaders + queued {
+	for range b.maxLeaders + queued {
 		got := <-res
 		if got.err != nil {
 			t.Fatal(got.err)
@@ -105,11 +116,11 @@ func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
 	}
 	slices.Sort(remaining)
 	for i, rem := range remaining {
-		if want := 1000 - (maxLeaders + queued) + i; rem != want {
+		if want := 1000 - (b.maxLeaders + queued) + i; rem != want {
 			t.Fatalf("remaining values %v: every decision must be counted once, in some order", remaining)
 		}
 	}
-	if got, want := commandCalls(t, srv)["evalsha"], maxLeaders+1; got != want {
+	if got, want := commandCalls(t, srv)["evalsha"], b.maxLeaders+1; got != want {
 		t.Errorf("script calls = %d, want %d (one per leader, then one for the %d queued decisions)", got, want, queued)
 	}
 	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 })
@@ -118,14 +129,14 @@ func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
 // A decision whose context ends while it waits in the queue leaves it at
 // once and is never sent: its hit is not counted.
 func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
-	b, srv := newTestBatcher(t)
+	b, srv := newTestBatcher(t, 0)
 	resume := pauseScripts(t, srv)
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
-	res := make(chan batchResult, maxLeaders)
-	for range maxLeaders {
+	res := make(chan batchResult, b.maxLeaders)
+	for range b.maxLeaders {
 		go decide(context.Background(), b, "{drop}:busy", r, res)
 	}
-	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan batchResult, 1)
@@ -141,7 +152,7 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 	}
 	waitFor(t, b, "the cancelled decision left the queue", func() bool { return len(b.queue) == 1 })
 	resume()
-	for range maxLeaders {
+	for range b.maxLeaders {
 		if got := <-res; got.err != nil {
 			t.Fatal(got.err)
 		}
@@ -159,14 +170,14 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 // the queue is promoted is answered with a timeout and never sent; the
 // decisions behind it go on.
 func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
-	b, srv := newTestBatcher(t)
+	b, srv := newTestBatcher(t, 0)
 	resume := pauseScripts(t, srv)
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
-	res := make(chan batchResult, maxLeaders)
-	for range maxLeaders {
+	res := make(chan batchResult, b.maxLeaders)
+	for range b.maxLeaders {
 		go decide(context.Background(), b, "{expire}:busy", r, res)
 	}
-	waitFor(t, b, "every leader busy", func() bool { return b.leaders == maxLeaders })
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
 	expired := make(chan batchResult, 1)
 	go decide(context.Background(), b, "{expire}:k", r, expired)
 	waitFor(t, b, "the decision queued", func() bool { return len(b.queue) == 1 })
@@ -180,7 +191,7 @@ func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
 	b.mu.Unlock()
 
 	resume()
-	for range maxLeaders {
+	for range b.maxLeaders {
 		if got := <-res; got.err != nil {
 			t.Fatal(got.err)
 		}
@@ -213,7 +224,7 @@ func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, 128, time.Minute)
+	b := newBatcher(c, true, Options{Timeout: time.Minute})
 	pauseScripts(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -30,10 +30,12 @@ type Options struct {
 	// Batch batches the script calls of concurrent decisions (see
 	// batcher.go; REDIS_PIPELINE_WINDOW > 0): a decision never waits for a
 	// batch to fill; what queues while earlier batches are in flight goes
-	// out together, up to BatchLimit decisions (0: 128). Without it each
-	// decision is sent on its own connection.
-	Batch      bool
-	BatchLimit int
+	// out together, up to BatchLimit decisions (0: 128), with at most
+	// BatchInFlight batches in flight (0: 2). Without it each decision is
+	// sent on its own connection.
+	Batch         bool
+	BatchLimit    int
+	BatchInFlight int
 }
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
@@ -68,7 +70,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
 	if opts.Batch {
-		s.batch = newBatcher(client, !cluster, opts.BatchLimit, opts.Timeout)
+		s.batch = newBatcher(client, !cluster, opts)
 	}
 	return s, nil
 }

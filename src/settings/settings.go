@@ -151,6 +151,7 @@ type Redis struct {
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
 	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
+	PipelineMaxInFlight         int           `envconfig:"PIPELINE_MAX_IN_FLIGHT" default:"2"`
 	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
 }
 
@@ -358,6 +359,9 @@ func (r Redis) validate(prefix string, bad func(name, format string, args ...any
 	}
 	if r.PipelineLimit < 0 {
 		bad(prefix+"PIPELINE_LIMIT", "must not be negative, got %d (0 means 128)", r.PipelineLimit)
+	}
+	if r.PipelineMaxInFlight < 1 {
+		bad(prefix+"PIPELINE_MAX_IN_FLIGHT", "must be at least 1, got %d", r.PipelineMaxInFlight)
 	}
 	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
 		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)

@@ -58,6 +58,8 @@ func TestLoad(t *testing.T) {
 		{"bad failure policy", map[string]string{"BACKEND_FAILURE_POLICY": "retry"}, `BACKEND_FAILURE_POLICY: unknown policy "retry"`, nil},
 		{"negative pipeline window", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_WINDOW": "-1ms"}, "REDIS_PIPELINE_WINDOW: must not be negative", nil},
 		{"negative per-second pipeline limit", map[string]string{"REDIS_URL": "a:1", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "b:2", "REDIS_PERSECOND_PIPELINE_LIMIT": "-3"}, "REDIS_PERSECOND_PIPELINE_LIMIT: must not be negative", nil},
+		{"zero batches in flight", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_MAX_IN_FLIGHT": "0"}, "REDIS_PIPELINE_MAX_IN_FLIGHT: must be at least 1, got 0", nil},
+		{"batches in flight", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_MAX_IN_FLIGHT": "2"}, "", func(s Settings) bool { return s.Redis.PipelineMaxInFlight == 2 }},
 		{"batching on by default", map[string]string{"REDIS_URL": "a:1"}, "", func(s Settings) bool { return s.Redis.PipelineWindow > 0 }},
 		{"bad config type", map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE: unknown type "CONSUL"`, nil},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
