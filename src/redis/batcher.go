@@ -41,11 +41,12 @@ const defaultInFlight = 2
 
 // call is one decision's script invocation.
 type call struct {
-	keys  []string
-	args  []any
-	// deadline is when the call gives up: REDIS_TIMEOUT after it arrived.
-	// A value, not a context with a timer: followers are woken by their
-	// leader anyway, and a timer per decision cost about 1 µs each.
+	keys []string
+	args []any
+	// deadline is when the call gives up: REDIS_TIMEOUT after its Apply
+	// began (zero: never). A value, not a context with a timer: followers
+	// are woken by their leader anyway, and a timer per decision cost about
+	// 1 µs each.
 	deadline time.Time
 	reply    any
 	err      error
@@ -56,20 +57,19 @@ type call struct {
 }
 
 type batcher struct {
-	client  goredis.UniversalClient
-	merge   bool // one script call per batch (not in Cluster mode)
+	client     goredis.UniversalClient
+	merge      bool // one script call per batch (not in Cluster mode)
 	limit      int
 	maxLeaders int
-	timeout    time.Duration
 
 	mu      sync.Mutex
 	queue   []*call
 	leaders int // batches in flight; the queue only fills while this is maxLeaders
 }
 
-// newBatcher takes BatchLimit, BatchInFlight and Timeout from opts.
+// newBatcher takes BatchLimit and BatchInFlight from opts.
 func newBatcher(client goredis.UniversalClient, merge bool, opts Options) *batcher {
-	b := &batcher{client: client, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight, timeout: opts.Timeout}
+	b := &batcher{client: client, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight}
 	if b.limit <= 0 {
 		b.limit = 128
 	}
@@ -84,16 +84,13 @@ var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.De
 
 // do runs one script call, alone or in a batch, and returns its reply. If
 // ctx ends while the call still waits in the queue, it leaves the queue and
-// is never sent. The batcher's timeout bounds the call: a batch is sent
+// is never sent. deadline (zero: none) bounds the call too: a batch is sent
 // with its leader's deadline, and a queued call found past its deadline
 // when the queue is promoted is answered errQueueTimeout, unsent. (So a
 // queued call can learn of its timeout up to one batch late; ctx, which
 // carries Envoy's deadline, still ends the wait at once.)
-func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	c := &call{keys: keys, args: args, done: make(chan struct{}, 1)}
-	if b.timeout > 0 {
-		c.deadline = time.Now().Add(b.timeout)
-	}
+func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, args []any) (any, error) {
+	c := &call{keys: keys, args: args, deadline: deadline, done: make(chan struct{}, 1)}
 	b.mu.Lock()
 	if b.leaders < b.maxLeaders {
 		b.leaders++

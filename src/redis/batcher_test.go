@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}))
+	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}))
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -73,7 +73,7 @@ func newTestBatcher(t *testing.T, inFlight int) (*batcher, *redistest.Server) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	return newBatcher(c, true, Options{Timeout: 30 * time.Second, BatchInFlight: inFlight}), srv
+	return newBatcher(c, true, Options{BatchInFlight: inFlight}), srv
 }
 
 // While b.maxLeaders batches are in flight, later decisions queue, and the
@@ -214,7 +214,7 @@ func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
 // context's error.
 func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
 	srv := redistest.Start(t)
-	// Client and batcher timeouts far beyond the guard below: only the
+	// A client timeout far beyond the guard below and no deadline: only the
 	// leader's context can end the call in time.
 	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: time.Minute})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, Options{Timeout: time.Minute})
+	b := newBatcher(c, true, Options{})
 	pauseScripts(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -239,5 +239,32 @@ func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader's deadline did not end its batch")
+	}
+}
+
+// REDIS_TIMEOUT (Options.Timeout) bounds a batched Apply although no
+// context carries it: the deadline travels with the call.
+func TestBatchedApplyEndsAtTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{Batch: true, Timeout: 50 * time.Millisecond})
+	pauseScripts(t, srv)
+	res := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{timeout}:k", Rule: limiter.Rule{Limit: 10, Period: time.Hour}, Cost: 1}}})
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		var ne net.Error
+		if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("Apply against a stalled Redis returned %v, want a timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("REDIS_TIMEOUT did not end a batched Apply")
 	}
 }

@@ -114,25 +114,29 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	if len(groups) == 0 {
 		return outs, nil
 	}
-	if s.timeout > 0 && s.batch == nil {
-		// (The batcher bounds each call by the timeout itself, without a
-		// timer per decision.)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+	var deadline time.Time
+	if s.timeout > 0 {
+		deadline = time.Now().Add(s.timeout)
+		if s.batch == nil {
+			// (Batched, the deadline travels as a value instead: no timer
+			// per decision.)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
 	}
 	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
 		// Slots cannot share a script: check every group first, count only
 		// if none rejects. A concurrent request can still slip in between
 		// the two round trips (see README, "Redis Cluster").
-		if err := s.run(ctx, now, modeDryRun, groups, outs); err != nil {
+		if err := s.run(ctx, deadline, now, modeDryRun, groups, outs); err != nil {
 			return nil, err
 		}
 		if rejectedAny(b.Hits, outs) {
 			return outs, nil
 		}
 	}
-	if err := s.run(ctx, now, mode, groups, outs); err != nil {
+	if err := s.run(ctx, deadline, now, mode, groups, outs); err != nil {
 		return nil, err
 	}
 	s.remember(b.Hits, outs, localNow)
@@ -203,10 +207,11 @@ func rejectedAny(hits []limiter.Hit, outs []limiter.Outcome) bool {
 	return false
 }
 
-// run executes the groups' scripts in one round trip and fills outs.
-func (s *Store) run(ctx context.Context, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+// run executes the groups' scripts in one round trip and fills outs. ctx
+// ends at deadline unless batching is on (see Apply).
+func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode int, groups []*group, outs []limiter.Outcome) error {
 	if s.batch != nil {
-		return s.runBatched(ctx, now, mode, groups, outs)
+		return s.runBatched(ctx, deadline, now, mode, groups, outs)
 	}
 	if len(groups) == 1 {
 		g := groups[0]
@@ -242,10 +247,10 @@ func (s *Store) run(ctx context.Context, now string, mode int, groups []*group, 
 
 // runBatched hands the groups to the batcher, which pipelines them with
 // other decisions' calls.
-func (s *Store) runBatched(ctx context.Context, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, mode int, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
-		reply, err := s.batch.do(ctx, g.keys, scriptArgs(now, mode, g.hits))
+		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits))
 		if err != nil {
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
 		}
@@ -261,7 +266,7 @@ func (s *Store) runBatched(ctx context.Context, now string, mode int, groups []*
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i].reply, res[i].err = s.batch.do(ctx, g.keys, scriptArgs(now, mode, g.hits))
+			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits))
 		}()
 	}
 	wg.Wait()

@@ -360,7 +360,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, Options{BatchLimit: 16, Timeout: 2 * time.Second})
+	b := newBatcher(c, true, Options{BatchLimit: 16})
 	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	defer mem.Close()
 
