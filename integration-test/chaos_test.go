@@ -193,6 +193,17 @@ func TestChaosSentinelFailover(t *testing.T) {
 		return strings.HasPrefix(role, "master")
 	})
 	recovered(t, p, "after", st.Replica)
+	// go-redis's own lines about the switch come out through the service's
+	// logger, not the standard library's.
+	logs := p.stderr.String()
+	if !strings.Contains(logs, "component=go-redis") || !strings.Contains(logs, "sentinel:") {
+		t.Errorf("no go-redis Sentinel line in the service's log format:\n%s", logs)
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.HasPrefix(line, "redis: ") {
+			t.Errorf("go-redis logged past the service's logger: %q", line)
+		}
+	}
 }
 
 func TestChaosClusterNodeKilled(t *testing.T) {

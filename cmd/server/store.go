@@ -24,6 +24,7 @@ func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil
 	}
+	redis.RouteLogs(log.WithField("component", "go-redis"))
 	main, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health, reg)
 	if err != nil {
 		return nil, nil, err
