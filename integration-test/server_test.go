@@ -89,6 +89,23 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	if !strings.Contains(string(dump), "it.user: 2 per hour, fixed_window") {
 		t.Errorf("/rlconfig = %q, want the user limit", dump)
 	}
+
+	// The reference's debug port answers /stats with its statsd names, and
+	// lists its endpoints at /.
+	for path, want := range map[string]string{
+		"/stats": "ratelimit.service.rate_limit.it.user.over_limit: 2\n", // alice and bob, once each
+		"/":      "/rlconfig\n/stats\n",
+	} {
+		resp, err := http.Get("http://" + p.debugAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("debug %s = %d %q, want 200 containing %q", path, resp.StatusCode, body, want)
+		}
+	}
 }
 
 func TestReflectionListsServices(t *testing.T) {

@@ -121,7 +121,7 @@ func run(ctx context.Context) error {
 		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
 		Service:               svc,
 		Health:                health,
-		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs)},
+		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler()},
 		Metrics:               reg.Handler(),
 		GRPCOptions:           tr.ServerOptions(),
 		MetricsAddr:           prometheusAddr(s),

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,32 @@ func TestStatsd(t *testing.T) {
 	}
 	if strings.Contains(got, "shadow_mode") {
 		t.Errorf("statsd sent an unchanged counter: %q", got)
+	}
+}
+
+func TestStatsHandler(t *testing.T) {
+	r := New(Options{NearLimitRatio: 0.8})
+	r.Hit(r.Rule("b", "k", false, "k"), 1, 1, 10, true, false)
+	users := r.Rule("a", "database_users", false, "database_users")
+	r.Hit(users, 3, 3, 10, true, false)
+	r.Hit(users, 1, 10, 10, false, false)
+	rec := httptest.NewRecorder()
+	r.StatsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/stats", nil))
+	want := `ratelimit.service.rate_limit.a.database_users.total_hits: 4
+ratelimit.service.rate_limit.a.database_users.over_limit: 1
+ratelimit.service.rate_limit.a.database_users.near_limit: 0
+ratelimit.service.rate_limit.a.database_users.within_limit: 3
+ratelimit.service.rate_limit.a.database_users.shadow_mode: 0
+ratelimit.service.rate_limit.b.k.total_hits: 1
+ratelimit.service.rate_limit.b.k.over_limit: 0
+ratelimit.service.rate_limit.b.k.near_limit: 0
+ratelimit.service.rate_limit.b.k.within_limit: 1
+ratelimit.service.rate_limit.b.k.shadow_mode: 0
+`
+	if got := rec.Body.String(); got != want {
+		t.Errorf("/stats =\n%s\nwant\n%s", got, want)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type = %q, want text/plain", ct)
 	}
 }

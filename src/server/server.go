@@ -1,7 +1,8 @@
 // Package server runs the listeners around the RLS handler: gRPC (the RLS
 // service, grpc.health.v1 and reflection), HTTP (/healthcheck, /json) and the
-// debug port (/rlconfig, /debug/pprof/). Run serves until its context ends,
-// then marks the service unhealthy and shuts down gracefully.
+// debug port (/debug/pprof/, an index at /, and what main adds: /rlconfig,
+// /stats). Run serves until its context ends, then marks the service
+// unhealthy and shuts down gracefully.
 package server
 
 import (
@@ -9,10 +10,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -114,6 +117,7 @@ func Run(ctx context.Context, o Options) error {
 	for path, h := range o.Debug {
 		dmux.Handle(path, h)
 	}
+	dmux.Handle("/{$}", debugIndex(o.Debug))
 	debugSrv := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 4)
@@ -191,4 +195,18 @@ const streamWorkers = 128
 // ceiling is measured on the same stack.
 func Tuning() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
+}
+
+// debugIndex lists the debug port's endpoints at "/", as the reference's
+// debug port does, so an operator who lands there finds the rest.
+func debugIndex(handlers map[string]http.Handler) http.Handler {
+	paths := []string{"/debug/pprof/"}
+	for p := range handlers {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, strings.Join(paths, "\n")+"\n")
+	})
 }

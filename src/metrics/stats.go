@@ -1,0 +1,28 @@
+package metrics
+
+import (
+	"bufio"
+	"net/http"
+	"strconv"
+)
+
+// StatsHandler serves every rule's counters as plain text, one
+// "name: value" line each, named as statsd gets them
+// (ratelimit.service.rate_limit.DOMAIN.KEY.STAT) and sorted. The values are
+// totals since start, not deltas. envoyproxy/ratelimit answers /stats on its
+// debug port this way, and runbooks grep it ("curl :6070/stats | grep
+// over_limit"); the service-level metrics are on /metrics.
+func (r *Registry) StatsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		bw := bufio.NewWriter(w)
+		for _, rule := range r.Rules() {
+			for i, v := range rule.values() {
+				_, _ = bw.WriteString("ratelimit.service.rate_limit." + rule.Domain + "." + rule.Key + "." + ruleStatNames[i] + ": ")
+				_, _ = bw.WriteString(strconv.FormatUint(v, 10))
+				_ = bw.WriteByte('\n')
+			}
+		}
+		_ = bw.Flush()
+	})
+}
