@@ -129,9 +129,12 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, arg
 
 // lead sends batch (batch[0] is the caller's own call), wakes the other
 // callers, and passes the lead on to what queued meanwhile. The batch is
-// bounded by the leader's ctx and the timeout: callers share a deadline
-// budget (Envoy's), so the first to arrive has the earliest deadline, and a
-// Redis too slow for it is too slow for the rest.
+// bounded by the leader's deadlines (ctx's and the timeout's): callers share
+// a deadline budget (Envoy's), so the first to arrive has the earliest
+// deadline, and a Redis too slow for it is too slow for the rest. The
+// leader's cancellation does not end the batch: Envoy cancels a call when
+// its client goes away, which says nothing about the other callers'
+// decisions (and cutting a command short costs go-redis its connection).
 func (b *batcher) lead(ctx context.Context, batch []*call) {
 	b.send(ctx, batch)
 	for _, c := range batch[1:] {
@@ -171,9 +174,14 @@ func (b *batcher) lead(ctx context.Context, batch []*call) {
 // send runs the batch's script calls in one round trip and sets every
 // call's reply and err.
 func (b *batcher) send(ctx context.Context, batch []*call) {
-	if d := batch[0].deadline; !d.IsZero() {
+	deadline, bounded := ctx.Deadline()
+	if d := batch[0].deadline; !d.IsZero() && (!bounded || d.Before(deadline)) {
+		deadline, bounded = d, true
+	}
+	ctx = context.WithoutCancel(ctx) // keeps ctx's values (tracing), not its end
+	if bounded {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	if len(batch) == 1 {

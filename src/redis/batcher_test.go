@@ -268,3 +268,32 @@ func TestBatchedApplyEndsAtTimeout(t *testing.T) {
 		t.Fatal("REDIS_TIMEOUT did not end a batched Apply")
 	}
 }
+
+// A batch whose leader's client went away (its context cancelled) still
+// answers the decisions it carries for others.
+func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
+	b, _ := newTestBatcher(t, 0)
+	r := limiter.Rule{Limit: 10, Period: time.Hour}
+	mk := func(key string) *call {
+		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
+		return &call{keys: []string{keyVersion + key}, args: scriptArgs("", modeEach, []*limiter.Hit{h}), done: make(chan struct{}, 1)}
+	}
+	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.mu.Lock()
+	b.leaders++ // as do does before leading
+	b.mu.Unlock()
+	b.lead(ctx, []*call{leader, follower})
+	<-follower.done
+	if follower.err != nil {
+		t.Fatalf("follower in a cancelled leader's batch failed: %v", follower.err)
+	}
+	outs, err := parseOutcomes(follower.reply, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outs[0].Allowed || outs[0].Remaining != 9 {
+		t.Errorf("follower outcome = %+v, want allowed with 9 remaining", outs[0])
+	}
+}
