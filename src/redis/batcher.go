@@ -155,7 +155,9 @@ func (b *batcher) lead(ctx context.Context, batch []*call) {
 				next = append(next, c)
 			}
 		}
-		b.queue = append(b.queue[:0], b.queue[n:]...)
+		rest := copy(b.queue, b.queue[n:])
+		clear(b.queue[rest:]) // drop the moved-out calls' pointers, replies included
+		b.queue = b.queue[:rest]
 	}
 	if len(next) == 0 {
 		b.leaders--
