@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -61,11 +62,13 @@ func (wt *Watcher) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-w.Events:
+		case ev, ok := <-w.Events:
 			if !ok {
 				return
 			}
-			timer.Reset(o.Debounce)
+			if o.relevant(ev.Name) {
+				timer.Reset(o.Debounce)
+			}
 		case _, ok := <-w.Errors:
 			if !ok {
 				return
@@ -77,6 +80,18 @@ func (wt *Watcher) Run(ctx context.Context) {
 			_ = o.Reload()
 		}
 	}
+}
+
+// relevant reports whether a change to path can change the config: path is
+// the config directory, inside it, or on the way to it (the root symlink, or
+// a missing directory's parents). The root's parent is watched for the root
+// symlink only; other files there (say, RUNTIME_ROOT=/tmp/rt with /tmp
+// busy) must not reload the config on every write.
+func (o WatchOptions) relevant(path string) bool {
+	path, dir := filepath.Clean(path), filepath.Clean(o.Dir)
+	sep := string(filepath.Separator)
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, sep)+sep) ||
+		strings.HasPrefix(dir, strings.TrimSuffix(path, sep)+sep)
 }
 
 // arm replaces the watch list with the directories as they are now: the

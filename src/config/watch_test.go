@@ -168,3 +168,30 @@ func TestWatchReloads(t *testing.T) {
 		})
 	}
 }
+
+func TestWatchRelevant(t *testing.T) {
+	o := WatchOptions{Dir: "/srv/runtime_data/current/ratelimit/config", Root: "/srv/runtime_data/current", WatchRoot: true}
+	tests := []struct {
+		path string
+		want bool
+	}{
+		{"/srv/runtime_data/current/ratelimit/config/a.yaml", true},
+		{"/srv/runtime_data/current/ratelimit/config/..data", true},
+		{"/srv/runtime_data/current/ratelimit/config/..2026_01/a.yaml", true},
+		{"/srv/runtime_data/current/ratelimit/config", true},
+		{"/srv/runtime_data/current", true},           // the root symlink swapped
+		{"/srv/runtime_data/current/ratelimit", true}, // a missing directory created
+		{"/srv/runtime_data/current.tmp", false},      // the swap's staging link
+		{"/srv/runtime_data/other.log", false},        // a neighbour of the root
+		{"/srv/runtime_data/current/ratelimit/configs", false},
+		{"/srv/runtime_data/current/ratelimit/config2/a.yaml", false},
+	}
+	for _, tc := range tests {
+		if got := o.relevant(tc.path); got != tc.want {
+			t.Errorf("relevant(%q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	if rel := (WatchOptions{Dir: "rt/ratelimit/config"}); !rel.relevant("rt") || !rel.relevant("rt/ratelimit/config/a.yaml") || rel.relevant("rtx") {
+		t.Error("relative paths: want rt and files in the directory relevant, rtx not")
+	}
+}
