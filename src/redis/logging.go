@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -19,15 +21,56 @@ type Logger interface {
 // format (LOG_FORMAT=json included) and obey LOG_LEVEL, instead of reaching
 // stderr through the standard library's logger. go-redis keeps a single
 // logger per process, so this is for main to call once.
-func RouteLogs(log Logger) { goredis.SetLogger(logAdapter{log}) }
+func RouteLogs(log Logger) { goredis.SetLogger(newLogAdapter(log, time.Now)) }
 
-type logAdapter struct{ log Logger }
+// logEvery is how often one kind of go-redis line may be logged. While Redis
+// is down go-redis reports every failed dial, one per request, and the
+// service already logs the failure itself (at most once per 5 s).
+const logEvery = 5 * time.Second
+
+type logAdapter struct {
+	log Logger
+	now func() time.Time
+
+	mu   sync.Mutex
+	seen map[string]*logBurst // by format: go-redis's formats are constants
+}
+
+type logBurst struct {
+	next       time.Time
+	suppressed int
+}
+
+func newLogAdapter(log Logger, now func() time.Time) *logAdapter {
+	return &logAdapter{log: log, now: now, seen: map[string]*logBurst{}}
+}
 
 // Printf implements go-redis's logging interface. go-redis has no levels:
-// lines that report a failure are warnings, the rest information.
-func (a logAdapter) Printf(_ context.Context, format string, args ...any) {
+// lines that report a failure are warnings, the rest information. Repeats
+// of one format within logEvery are counted, not logged; the next line
+// says how many there were.
+func (a *logAdapter) Printf(_ context.Context, format string, args ...any) {
+	a.mu.Lock()
+	b := a.seen[format]
+	if b == nil {
+		b = &logBurst{}
+		a.seen[format] = b
+	}
+	now := a.now()
+	if now.Before(b.next) {
+		b.suppressed++
+		a.mu.Unlock()
+		return
+	}
+	suppressed := b.suppressed
+	b.next, b.suppressed = now.Add(logEvery), 0
+	a.mu.Unlock()
+
 	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
 	lower := strings.ToLower(msg)
+	if suppressed > 0 {
+		msg += fmt.Sprintf(" (and %d more like it since the last such line)", suppressed)
+	}
 	if strings.Contains(lower, "fail") || strings.Contains(lower, "error") || strings.Contains(lower, "panic") {
 		a.log.Warnf("%s", msg)
 		return

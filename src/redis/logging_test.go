@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 )
 
 type recordedLog struct{ lines []string }
@@ -30,9 +31,41 @@ func TestLogAdapterLevels(t *testing.T) {
 	}
 	for _, tc := range tests {
 		rec := &recordedLog{}
-		logAdapter{rec}.Printf(context.Background(), tc.format, tc.args...)
+		newLogAdapter(rec, time.Now).Printf(context.Background(), tc.format, tc.args...)
 		if len(rec.lines) != 1 || rec.lines[0] != tc.want {
 			t.Errorf("Printf(%q) logged %q, want [%q]", tc.format, rec.lines, tc.want)
 		}
+	}
+}
+
+// While Redis is down go-redis reports every failed dial; one line per
+// format per logEvery reaches the log, and the next says what was skipped.
+func TestLogAdapterLimitsRepeats(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := &recordedLog{}
+	a := newLogAdapter(rec, func() time.Time { return now })
+	dial := "redis: connection pool: failed to dial after %d attempts: %v"
+	steps := []struct {
+		after  time.Duration
+		format string
+	}{
+		{0, dial},
+		{time.Second, dial},
+		{time.Second, "sentinel: master %d moved: %v"}, // another kind: not held back
+		{time.Second, dial},
+		{logEvery, dial},
+		{time.Second, dial},
+	}
+	for _, s := range steps {
+		now = now.Add(s.after)
+		a.Printf(context.Background(), s.format, 1, "refused")
+	}
+	want := []string{
+		"warn: redis: connection pool: failed to dial after 1 attempts: refused",
+		"info: sentinel: master 1 moved: refused",
+		"warn: redis: connection pool: failed to dial after 1 attempts: refused (and 2 more like it since the last such line)",
+	}
+	if fmt.Sprint(rec.lines) != fmt.Sprint(want) {
+		t.Errorf("logged:\n%q\nwant:\n%q", rec.lines, want)
 	}
 }
