@@ -2,6 +2,8 @@
 //
 //	client -addr localhost:8081 -domain example -descriptors generic_key=demo [-descriptors k=v,k2=v2] [-hits 1]
 //
+// -dial_string is accepted for -addr, so scripts written for
+// envoyproxy/ratelimit's client keep working.
 // It prints the overall code and one line per descriptor, and exits 0 for
 // OK, 2 for OVER_LIMIT and 1 for an error.
 package main
@@ -45,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "localhost:8081", "gRPC address of the rate limit service")
+	fs.StringVar(addr, "dial_string", "localhost:8081", "the same as -addr, under the reference client's name")
 	domain := fs.String("domain", "", "rate limit domain (required)")
 	hits := fs.Uint("hits", 0, "hits_addend: how many hits this request counts (0 means 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")

@@ -56,6 +56,8 @@ func TestRun(t *testing.T) {
 		{"over limit", []string{"-addr", addr, "-domain", "example", "-descriptors", "generic_key=demo"}, 2, "OVER_LIMIT"},
 		{"two descriptors, nested", []string{"-addr", addr, "-domain", "example", "-descriptors", "api_key=k1,path=/api/upload/x", "-descriptors", "nope=1"}, 0,
 			"  api_key=k1,path=/api/upload/x: OK, limit 20/minute, remaining 19"},
+		{"the reference client's -dial_string", []string{"-dial_string", addr, "-domain", "example", "-descriptors", "remote_address=192.0.2.9"}, 0,
+			"  remote_address=192.0.2.9: OK, limit 10/second"},
 		{"bad descriptor", []string{"-addr", addr, "-domain", "example", "-descriptors", "novalue"}, 1, ""},
 		{"missing domain", []string{"-addr", addr, "-descriptors", "a=b"}, 1, ""},
 	}
