@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -52,6 +53,9 @@ type Options struct {
 	GRPCOptions           []grpc.ServerOption
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
+	// KeepaliveMinTime is how often a client may ping (HTTP/2 PING), with
+	// or without calls in flight; 0 means 10s. See keepaliveEnforcement.
+	KeepaliveMinTime time.Duration
 	ShutdownTimeout       time.Duration // 0 means 10s
 	Logger                logrus.FieldLogger
 }
@@ -88,6 +92,7 @@ func Run(ctx context.Context, o Options) error {
 		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	}
+	sopts = append(sopts, keepaliveEnforcement(cmp.Or(o.KeepaliveMinTime, 10*time.Second)))
 	gs := grpc.NewServer(append(sopts, Tuning()...)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
 	hs := health.NewServer()
@@ -195,6 +200,15 @@ const streamWorkers = 128
 // ceiling is measured on the same stack.
 func Tuning() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
+}
+
+// keepaliveEnforcement lets clients ping as often as every minTime, with or
+// without calls in flight. grpc-go's default (no more than every 5 minutes,
+// and only during calls) answers Envoy's HTTP/2 connection keepalive,
+// commonly set to 30 or 60 s on the rate limit cluster, with GOAWAY
+// "too_many_pings": the connection drops and Envoy redials it.
+func keepaliveEnforcement(minTime time.Duration) grpc.ServerOption {
+	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minTime, PermitWithoutStream: true})
 }
 
 // debugIndex lists the debug port's endpoints at "/", as the reference's
