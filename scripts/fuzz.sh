@@ -10,6 +10,7 @@ targets=(
   "./src/config FuzzKey"
   "./src/config FuzzMatch"
   "./src/service FuzzShouldRateLimit"
+  "./src/server FuzzLenientCodec"
 )
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"

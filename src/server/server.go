@@ -56,8 +56,8 @@ type Options struct {
 	// KeepaliveMinTime is how often a client may ping (HTTP/2 PING), with
 	// or without calls in flight; 0 means 10s. See keepaliveEnforcement.
 	KeepaliveMinTime time.Duration
-	ShutdownTimeout       time.Duration // 0 means 10s
-	Logger                logrus.FieldLogger
+	ShutdownTimeout  time.Duration // 0 means 10s
+	Logger           logrus.FieldLogger
 }
 
 // Run listens on every address and serves until ctx is done.
@@ -92,7 +92,8 @@ func Run(ctx context.Context, o Options) error {
 		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	}
-	sopts = append(sopts, keepaliveEnforcement(cmp.Or(o.KeepaliveMinTime, 10*time.Second)))
+	sopts = append(sopts, keepaliveEnforcement(cmp.Or(o.KeepaliveMinTime, 10*time.Second)),
+		grpc.ForceServerCodecV2(newLenientCodec()))
 	gs := grpc.NewServer(append(sopts, Tuning()...)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
 	hs := health.NewServer()
