@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -203,7 +204,7 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 		{"empty descriptor", req("web", d()), "descriptors[0] has no entries"},
 		{"too many entries", req("web", d("a=1", "b=2", "c=3")), "descriptors[0] has 3 entries, at most 2 allowed"},
 		{"empty key", req("web", d("ip=1"), d("=1")), "descriptors[1].entries[0].key is empty"},
-		{"long value", req("web", d("ip=123456789")), "descriptors[0].entries[0].value is 9 bytes long, at most 8 allowed"},
+		{"long key", req("web", d("123456789=1")), "descriptors[0].entries[0].key is 9 bytes long, at most 8 allowed"},
 		{"override unknown unit", req("web", &rlv3.RateLimitDescriptor{Entries: d("ip=1").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptors[0].limit.unit is UNKNOWN"},
 		{"negative hits", req("web", neg), "descriptors[0].is_negative_hits is not supported"},
 	}
@@ -214,6 +215,34 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 				t.Errorf("ShouldRateLimit() error = %v, want InvalidArgument %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A value over MaxStringBytes is what a client controls (a header, the
+// path): refusing it would make Envoy fall back to its failure mode and let
+// the request through, so it is counted under a digest of itself.
+func TestLongValuesAreCountedUnderADigest(t *testing.T) {
+	s := newTestServer(t, Options{Limits: Limits{MaxStringBytes: 8}})
+	long, other := "123456789", "123456780"
+	var got []rlsv3.RateLimitResponse_Code
+	for _, v := range []string{long, long, long, other} {
+		resp, err := s.ShouldRateLimit(context.Background(), req("web", d("ip="+v)))
+		if err != nil {
+			t.Fatalf("ShouldRateLimit(ip=%s): %v", v, err)
+		}
+		got = append(got, resp.GetOverallCode())
+	}
+	want := []rlsv3.RateLimitResponse_Code{ok, ok, over, ok} // 2 per minute, per value
+	if !slices.Equal(got, want) {
+		t.Errorf("codes = %v, want %v: each long value counted on its own", got, want)
+	}
+	r := req("web", d("ip="+long, "k=12345678"))
+	digestLongValues(r, 8)
+	if v := r.GetDescriptors()[0].GetEntries()[0].GetValue(); v != "sha256:15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225" {
+		t.Errorf("digest of %q = %q", long, v)
+	}
+	if v := r.GetDescriptors()[0].GetEntries()[1].GetValue(); v != "12345678" {
+		t.Errorf("a value of exactly the limit changed to %q", v)
 	}
 }
 

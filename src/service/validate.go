@@ -1,6 +1,8 @@
 package service
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -13,7 +15,9 @@ import (
 type Limits struct {
 	MaxDescriptors int // per request
 	MaxEntries     int // per descriptor
-	MaxStringBytes int // per domain, key or value
+	// MaxStringBytes bounds a domain or key; a longer value is counted under
+	// a digest of itself (see digestLongValues).
+	MaxStringBytes int
 }
 
 // DefaultLimits are generous for any Envoy route config and still small
@@ -61,8 +65,6 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 				return fmt.Errorf("descriptors[%d].entries[%d].key is empty", i, j)
 			case len(e.GetKey()) > lim.MaxStringBytes:
 				return fmt.Errorf("descriptors[%d].entries[%d].key is %d bytes long, at most %d allowed", i, j, len(e.GetKey()), lim.MaxStringBytes)
-			case len(e.GetValue()) > lim.MaxStringBytes:
-				return fmt.Errorf("descriptors[%d].entries[%d].value is %d bytes long, at most %d allowed", i, j, len(e.GetValue()), lim.MaxStringBytes)
 			}
 		}
 		if o := d.GetLimit(); o != nil {
@@ -78,4 +80,22 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 		}
 	}
 	return nil
+}
+
+// digestLongValues replaces every descriptor value longer than max bytes
+// with "sha256:" and the hex SHA-256 of its bytes. Refusing such a request
+// would let it through: Envoy meets a failed call with its failure mode,
+// open by default, and a value is what a client controls (a header, the
+// path), where domain and keys come from Envoy's config. A digest keeps the
+// key short and distinct values apart; a config value, being short, never
+// matched such a value anyway.
+func digestLongValues(req *rlsv3.RateLimitRequest, max int) {
+	for _, d := range req.GetDescriptors() {
+		for _, e := range d.GetEntries() {
+			if len(e.GetValue()) > max {
+				sum := sha256.Sum256([]byte(e.GetValue()))
+				e.Value = "sha256:" + hex.EncodeToString(sum[:])
+			}
+		}
+	}
 }
