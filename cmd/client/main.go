@@ -4,6 +4,7 @@
 //
 // -dial_string is accepted for -addr, so scripts written for
 // envoyproxy/ratelimit's client keep working.
+//
 // It prints the overall code and one line per descriptor, and exits 0 for
 // OK, 2 for OVER_LIMIT and 1 for an error.
 package main

@@ -6,7 +6,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -53,11 +52,8 @@ type Options struct {
 	GRPCOptions           []grpc.ServerOption
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
-	// KeepaliveMinTime is how often a client may ping (HTTP/2 PING), with
-	// or without calls in flight; 0 means 10s. See keepaliveEnforcement.
-	KeepaliveMinTime time.Duration
-	ShutdownTimeout  time.Duration // 0 means 10s
-	Logger           logrus.FieldLogger
+	ShutdownTimeout       time.Duration // 0 means 10s
+	Logger                logrus.FieldLogger
 }
 
 // Run listens on every address and serves until ctx is done.
@@ -92,7 +88,7 @@ func Run(ctx context.Context, o Options) error {
 		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
 	}
-	sopts = append(sopts, keepaliveEnforcement(cmp.Or(o.KeepaliveMinTime, 10*time.Second)),
+	sopts = append(sopts, keepaliveEnforcement(keepaliveMinTime),
 		grpc.ForceServerCodecV2(newLenientCodec()))
 	gs := grpc.NewServer(append(sopts, Tuning()...)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
@@ -202,6 +198,9 @@ const streamWorkers = 128
 func Tuning() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
 }
+
+// keepaliveMinTime is how often a client may ping (HTTP/2 PING).
+const keepaliveMinTime = 10 * time.Second
 
 // keepaliveEnforcement lets clients ping as often as every minTime, with or
 // without calls in flight. grpc-go's default (no more than every 5 minutes,

@@ -87,8 +87,8 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 // would let it through: Envoy meets a failed call with its failure mode,
 // open by default, and a value is what a client controls (a header, the
 // path), where domain and keys come from Envoy's config. A digest keeps the
-// key short and distinct values apart; a config value, being short, never
-// matched such a value anyway.
+// key short and distinct values apart. (A config value over the bound would
+// no longer match; configs name short values.)
 func digestLongValues(req *rlsv3.RateLimitRequest, max int) {
 	for _, d := range req.GetDescriptors() {
 		for _, e := range d.GetEntries() {
