@@ -92,10 +92,12 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 
 	// The reference's debug port answers /stats with its statsd names, and
 	// lists its endpoints at /.
-	for path, want := range map[string]string{
-		"/stats": "ratelimit.service.rate_limit.it.user.over_limit: 2\n", // alice and bob, once each
-		"/":      "/rlconfig\n/stats\n",
+	for _, c := range []struct{ path, want string }{
+		{"/stats", "ratelimit.service.rate_limit.it.user.over_limit: 2\n"}, // alice and bob, once each
+		{"/stats", "ratelimit.service.config_load_success: 1\n"},
+		{"/", "/rlconfig\n/stats\n"},
 	} {
+		path, want := c.path, c.want
 		resp, err := http.Get("http://" + p.debugAddr + path)
 		if err != nil {
 			t.Fatal(err)

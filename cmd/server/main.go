@@ -86,6 +86,8 @@ func run(ctx context.Context) error {
 		func() float64 { ok, _ := configs.Counts(); return float64(ok) })
 	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
 		func() float64 { _, failed := configs.Counts(); return float64(failed) })
+	reg.StatFunc("ratelimit.service.config_load_success", func() uint64 { ok, _ := configs.Counts(); return ok })
+	reg.StatFunc("ratelimit.service.config_load_error", func() uint64 { _, failed := configs.Counts(); return failed })
 
 	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
 	defer fallback.Close()

@@ -45,6 +45,18 @@ type Registry struct {
 	backendDuration prometheus.Histogram
 	shadowOverrides prometheus.Counter
 	failurePolicy   *prometheus.CounterVec
+
+	// Service-level counts for statsd and /stats, under the reference's
+	// names (see serviceStats).
+	totalRequests, serviceErrors, backendErrs, shadowCount atomic.Uint64
+	statsMu                                               sync.Mutex
+	extraStats                                            []serviceStat
+}
+
+// serviceStat is one service-level counter as statsd and /stats name it.
+type serviceStat struct {
+	name  string
+	value func() uint64
 }
 
 type ruleKey struct{ domain, key string }
@@ -129,6 +141,10 @@ func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow boo
 
 // Request records one ShouldRateLimit call.
 func (r *Registry) Request(code string, d time.Duration) {
+	r.totalRequests.Add(1)
+	if code == "invalid" || code == "error" {
+		r.serviceErrors.Add(1)
+	}
 	if c, ok := r.byOutcome[code]; ok {
 		c.Inc()
 	} else {
@@ -142,6 +158,7 @@ func (r *Registry) Backend(d time.Duration, err error) {
 	r.backendDuration.Observe(d.Seconds())
 	if err != nil {
 		r.backendErrors.Inc()
+		r.backendErrs.Add(1)
 	}
 }
 
@@ -149,7 +166,37 @@ func (r *Registry) Backend(d time.Duration, err error) {
 func (r *Registry) FailurePolicy(policy string) { r.failurePolicy.WithLabelValues(policy).Inc() }
 
 // ShadowOverride records an OVER_LIMIT answer turned OK by SHADOW_MODE.
-func (r *Registry) ShadowOverride() { r.shadowOverrides.Inc() }
+func (r *Registry) ShadowOverride() {
+	r.shadowOverrides.Inc()
+	r.shadowCount.Add(1)
+}
+
+// StatFunc adds a service-level counter, read from fn, to what statsd and
+// /stats report (config loads: counted by the config package).
+func (r *Registry) StatFunc(name string, fn func() uint64) {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	r.extraStats = append(r.extraStats, serviceStat{name, fn})
+}
+
+// serviceStats returns the service-level counters sorted by name, named as
+// envoyproxy/ratelimit names them in statsd, so dashboards and the
+// statsd-exporter mappings built on its names carry over: total requests,
+// errors by kind (redis_error: the store failed; service_error: the request
+// was refused), global shadow mode overrides, and what StatFunc added.
+func (r *Registry) serviceStats() []serviceStat {
+	out := []serviceStat{
+		{"ratelimit_server.ShouldRateLimit.total_requests", r.totalRequests.Load},
+		{"ratelimit.service.call.should_rate_limit.redis_error", r.backendErrs.Load},
+		{"ratelimit.service.call.should_rate_limit.service_error", r.serviceErrors.Load},
+		{"ratelimit.service.global_shadow_mode", r.shadowCount.Load},
+	}
+	r.statsMu.Lock()
+	out = append(out, r.extraStats...)
+	r.statsMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
 
 // CounterFunc registers a counter read from fn at scrape time (config loads,
 // local cache hits: values other packages already count).

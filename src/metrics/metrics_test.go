@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -52,6 +53,8 @@ func TestStatsd(t *testing.T) {
 	rule := r.Rule("mongo_cps", "database_users", false, "database_users")
 	r.Hit(rule, 3, 3, 10, true, false)
 	r.Hit(rule, 1, 10, 10, false, false)
+	r.Request("ok", time.Millisecond)
+	r.Request("ok", time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -72,6 +75,7 @@ func TestStatsd(t *testing.T) {
 		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:4|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.within_limit.__env=test:3|c",
+		"ratelimit_server.ShouldRateLimit.total_requests.__env=test:2|c",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("statsd packet %q lacks %q", got, want)
@@ -88,6 +92,14 @@ func TestStatsHandler(t *testing.T) {
 	users := r.Rule("a", "database_users", false, "database_users")
 	r.Hit(users, 3, 3, 10, true, false)
 	r.Hit(users, 1, 10, 10, false, false)
+	r.Request("ok", time.Millisecond)
+	r.Request("over_limit", time.Millisecond)
+	r.Request("invalid", time.Millisecond)
+	r.Backend(time.Millisecond, errors.New("connection refused"))
+	r.Backend(time.Millisecond, nil)
+	r.ShadowOverride()
+	loads := uint64(3)
+	r.StatFunc("ratelimit.service.config_load_success", func() uint64 { return loads })
 	rec := httptest.NewRecorder()
 	r.StatsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/stats", nil))
 	want := `ratelimit.service.rate_limit.a.database_users.total_hits: 4
@@ -100,6 +112,11 @@ ratelimit.service.rate_limit.b.k.over_limit: 0
 ratelimit.service.rate_limit.b.k.near_limit: 0
 ratelimit.service.rate_limit.b.k.within_limit: 1
 ratelimit.service.rate_limit.b.k.shadow_mode: 0
+ratelimit.service.call.should_rate_limit.redis_error: 1
+ratelimit.service.call.should_rate_limit.service_error: 1
+ratelimit.service.config_load_success: 3
+ratelimit.service.global_shadow_mode: 1
+ratelimit_server.ShouldRateLimit.total_requests: 3
 `
 	if got := rec.Body.String(); got != want {
 		t.Errorf("/stats =\n%s\nwant\n%s", got, want)

@@ -6,10 +6,10 @@ import (
 	"strconv"
 )
 
-// StatsHandler serves every rule's counters as plain text, one
-// "name: value" line each, named as statsd gets them
-// (ratelimit.service.rate_limit.DOMAIN.KEY.STAT) and sorted. The values are
-// totals since start, not deltas. envoyproxy/ratelimit answers /stats on its
+// StatsHandler serves every rule's counters and the service-level ones as
+// plain text, one "name: value" line each, named as statsd gets them
+// (ratelimit.service.rate_limit.DOMAIN.KEY.STAT; see serviceStats) and
+// sorted. The values are totals since start, not deltas. envoyproxy/ratelimit answers /stats on its
 // debug port this way, and runbooks grep it ("curl :6070/stats | grep
 // over_limit"); the service-level metrics are on /metrics.
 func (r *Registry) StatsHandler() http.Handler {
@@ -22,6 +22,9 @@ func (r *Registry) StatsHandler() http.Handler {
 				_, _ = bw.WriteString(strconv.FormatUint(v, 10))
 				_ = bw.WriteByte('\n')
 			}
+		}
+		for _, st := range r.serviceStats() {
+			_, _ = bw.WriteString(st.name + ": " + strconv.FormatUint(st.value(), 10) + "\n")
 		}
 		_ = bw.Flush()
 	})

@@ -18,9 +18,10 @@ type StatsdOptions struct {
 	Tags map[string]string
 }
 
-// RunStatsd sends the per-rule counters to statsd as counter deltas, named
-// ratelimit.service.rate_limit.DOMAIN.KEY.STAT like envoyproxy/ratelimit's,
-// every interval until ctx ends (and once more then).
+// RunStatsd sends the per-rule counters (ratelimit.service.rate_limit.
+// DOMAIN.KEY.STAT) and the service-level ones (see serviceStats) to statsd
+// as counter deltas, named like envoyproxy/ratelimit's, every interval until
+// ctx ends (and once more then).
 func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
@@ -32,15 +33,16 @@ func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
 	defer conn.Close()
 	suffix := tagSuffix(o.Tags)
 	sent := map[*Rule][5]uint64{}
+	sentService := map[string]uint64{}
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			r.flushStatsd(conn, sent, suffix)
+			r.flushStatsd(conn, sent, sentService, suffix)
 			return nil
 		case <-t.C:
-			r.flushStatsd(conn, sent, suffix)
+			r.flushStatsd(conn, sent, sentService, suffix)
 		}
 	}
 }
@@ -61,25 +63,33 @@ func tagSuffix(tags map[string]string) string {
 // maxPacket keeps datagrams under a typical MTU.
 const maxPacket = 1400
 
-func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, suffix string) {
+func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, sentService map[string]uint64, suffix string) {
 	var pkt []byte
+	add := func(line string) {
+		if len(pkt)+len(line)+1 > maxPacket && len(pkt) > 0 {
+			_, _ = conn.Write(pkt) // statsd is best effort by design
+			pkt = pkt[:0]
+		}
+		if len(pkt) > 0 {
+			pkt = append(pkt, '\n')
+		}
+		pkt = append(pkt, line...)
+	}
 	for _, rule := range r.Rules() {
 		now := rule.values()
 		prev := sent[rule]
 		sent[rule] = now
 		for i, v := range now {
-			if v == prev[i] {
-				continue
+			if v != prev[i] {
+				add(fmt.Sprintf("ratelimit.service.rate_limit.%s.%s.%s%s:%d|c", rule.Domain, rule.Key, ruleStatNames[i], suffix, v-prev[i]))
 			}
-			line := fmt.Sprintf("ratelimit.service.rate_limit.%s.%s.%s%s:%d|c", rule.Domain, rule.Key, ruleStatNames[i], suffix, v-prev[i])
-			if len(pkt)+len(line)+1 > maxPacket && len(pkt) > 0 {
-				_, _ = conn.Write(pkt) // statsd is best effort by design
-				pkt = pkt[:0]
-			}
-			if len(pkt) > 0 {
-				pkt = append(pkt, '\n')
-			}
-			pkt = append(pkt, line...)
+		}
+	}
+	for _, st := range r.serviceStats() {
+		v := st.value()
+		if prev := sentService[st.name]; v != prev {
+			add(fmt.Sprintf("%s%s:%d|c", st.name, suffix, v-prev))
+			sentService[st.name] = v
 		}
 	}
 	if len(pkt) > 0 {
