@@ -49,8 +49,8 @@ type Registry struct {
 	// Service-level counts for statsd and /stats, under the reference's
 	// names (see serviceStats).
 	totalRequests, serviceErrors, backendErrs, shadowCount atomic.Uint64
-	statsMu                                               sync.Mutex
-	extraStats                                            []serviceStat
+	statsMu                                                sync.Mutex
+	extraStats                                             []serviceStat
 }
 
 // serviceStat is one service-level counter as statsd and /stats name it.
