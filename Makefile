@@ -46,6 +46,7 @@ bench:
 
 vet:
 	$(GO) vet ./...
+	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 
 clean:
 	rm -rf $(BIN) .run
