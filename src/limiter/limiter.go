@@ -98,6 +98,10 @@ type Batch struct {
 	// is rejected (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). Without it each
 	// allowed hit is counted and each rejected one is not.
 	AllOrNothing bool
+	// DryRun counts nothing: each hit is decided as if counted, and an
+	// allowed hit reports what a cost of 0 sees (as AllOrNothing reports
+	// when it rejects). Split uses it to check both of its stores first.
+	DryRun bool
 }
 
 // Store counts hits. Implementations are safe for concurrent use.

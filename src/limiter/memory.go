@@ -190,7 +190,7 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 			rejected = true
 		}
 	}
-	if rejected && b.AllOrNothing {
+	if b.DryRun || rejected && b.AllOrNothing {
 		// Nothing is written; report what the allowed hits would see now.
 		for i := range b.Hits {
 			if outs[i].Allowed {

@@ -8,8 +8,11 @@ import (
 
 // Split sends the hits of per-second rules (a Period of exactly one second)
 // to PerSecond and all others to Other (REDIS_PERSECOND). Each side applies
-// its part as one batch, concurrently; AllOrNothing holds within each side,
-// not across the two. It is safe for concurrent use if both stores are.
+// its part as one batch, concurrently. Under AllOrNothing with hits on both
+// sides, both are first checked (DryRun) and counted only if neither
+// rejects: two stores share no atomic step, so, as across Redis Cluster
+// slots, a concurrent request can slip in between check and count. It is
+// safe for concurrent use if both stores are.
 type Split struct {
 	PerSecond, Other Store
 }
@@ -30,6 +33,25 @@ func (s Split) Apply(ctx context.Context, b Batch) ([]Outcome, error) {
 	if len(slow) == 0 {
 		return s.PerSecond.Apply(ctx, b)
 	}
+	if b.AllOrNothing && !b.DryRun {
+		check := b
+		check.DryRun = true
+		outs, err := s.apply(ctx, check, fast, slow)
+		if err != nil {
+			return nil, err
+		}
+		for i, o := range outs {
+			if !o.Allowed && !b.Hits[i].Advisory {
+				return outs, nil // nothing counted on either side
+			}
+		}
+	}
+	return s.apply(ctx, b, fast, slow)
+}
+
+// apply runs b's hits at fast on PerSecond and those at slow on Other,
+// concurrently.
+func (s Split) apply(ctx context.Context, b Batch, fast, slow []int) ([]Outcome, error) {
 	outs := make([]Outcome, len(b.Hits))
 	var wg sync.WaitGroup
 	var errFast, errSlow error

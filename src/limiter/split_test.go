@@ -54,3 +54,37 @@ func TestSplitRoutesPerSecondRules(t *testing.T) {
 }
 
 func fmtKeys(keys []string) string { return strings.Join(keys, " ") }
+
+// Under AllOrNothing a rejection on one side counts nothing on the other:
+// the per-minute limit is not consumed by requests the per-second limit
+// rejects.
+func TestSplitAllOrNothingAcrossStores(t *testing.T) {
+	s := limiter.Split{PerSecond: newMemory(t, limiter.MemoryOptions{}), Other: newMemory(t, limiter.MemoryOptions{})}
+	sec := limiter.Rule{Limit: 1, Period: time.Second}
+	min := limiter.Rule{Limit: 5, Period: time.Minute}
+	apply := func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
+		t.Helper()
+		outs, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits, AllOrNothing: allOrNothing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	both := []limiter.Hit{{Key: "m", Rule: min, Cost: 1}, {Key: "s", Rule: sec, Cost: 1}}
+	if outs := apply(true, both...); !outs[0].Allowed || !outs[1].Allowed || outs[0].Remaining != 4 {
+		t.Fatalf("first request = %+v, want both allowed, 4 left a minute", outs)
+	}
+	for i := range 3 { // the second is over: nothing may be counted
+		if outs := apply(true, both...); !outs[0].Allowed || outs[1].Allowed || outs[0].Remaining != 4 {
+			t.Errorf("request %d = %+v, want the minute allowed with 4 left (not consumed) and the second rejected", i+2, outs)
+		}
+	}
+	if outs := apply(false, limiter.Hit{Key: "m", Rule: min}); outs[0].Remaining != 4 {
+		t.Errorf("minute counter after the rejected requests: %d left, want 4", outs[0].Remaining)
+	}
+	// An advisory rejection does not stop the count.
+	advisory := []limiter.Hit{{Key: "m", Rule: min, Cost: 1}, {Key: "s", Rule: sec, Cost: 1, Advisory: true}}
+	if outs := apply(true, advisory...); outs[0].Remaining != 3 {
+		t.Errorf("with the second's rejection advisory = %+v, want the minute counted (3 left)", outs)
+	}
+}

@@ -107,7 +107,10 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 		localNow = s.clock()
 	}
 	mode := modeEach
-	if b.AllOrNothing {
+	switch {
+	case b.DryRun:
+		mode = modeDryRun
+	case b.AllOrNothing:
 		mode = modeAllOrNothing
 	}
 	groups := s.groups(b, outs, localNow, &mode)

@@ -27,6 +27,7 @@ type Step struct {
 	At           time.Duration
 	Hits         []limiter.Hit // keys are relative; the suite prefixes them
 	AllOrNothing bool
+	DryRun       bool
 	Want         []limiter.Outcome
 }
 
@@ -132,6 +133,16 @@ func Scenarios() []Scenario {
 				Want: []limiter.Outcome{ok(3, time.Minute), no(0, time.Minute, time.Minute)}},
 			{Hits: []limiter.Hit{hit("b", five, 0)}, Want: []limiter.Outcome{ok(3, time.Minute)}},
 		}},
+		{"batch/dry_run", []Step{
+			{Hits: []limiter.Hit{hit("a", one, 1)}, Want: []limiter.Outcome{ok(0, time.Minute)}},
+			// Decided as if counted; the allowed hit reports what a cost of 0 sees.
+			{DryRun: true, Hits: []limiter.Hit{hit("b", five, 2), hit("a", one, 1)},
+				Want: []limiter.Outcome{ok(5, time.Minute), no(0, time.Minute, time.Minute)}},
+			{DryRun: true, Hits: []limiter.Hit{hit("b", five, 6)}, Want: []limiter.Outcome{no(5, time.Minute, time.Minute)}},
+			{DryRun: true, AllOrNothing: true, Hits: []limiter.Hit{hit("b", five, 5)}, Want: []limiter.Outcome{ok(5, time.Minute)}},
+			// Nothing was written.
+			{Hits: []limiter.Hit{hit("b", five, 0)}, Want: []limiter.Outcome{ok(5, time.Minute)}},
+		}},
 		{"batch/same_key_twice", []Step{
 			{Hits: []limiter.Hit{hit("k", rule(limiter.FixedWindow, 3, time.Second), 2), hit("k", rule(limiter.FixedWindow, 3, time.Second), 2), hit("k", rule(limiter.FixedWindow, 3, time.Second), 1)},
 				Want: []limiter.Outcome{ok(1, time.Second), no(1, time.Second, time.Second), ok(0, time.Second)}},
@@ -158,7 +169,7 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 					h.Key = prefix + h.Key
 					hits[j] = h
 				}
-				got, err := st.Apply(context.Background(), limiter.Batch{Now: T0.Add(s.At), Hits: hits, AllOrNothing: s.AllOrNothing})
+				got, err := st.Apply(context.Background(), limiter.Batch{Now: T0.Add(s.At), Hits: hits, AllOrNothing: s.AllOrNothing, DryRun: s.DryRun})
 				if err != nil {
 					t.Fatalf("step %d: Apply() error: %v", i, err)
 				}
