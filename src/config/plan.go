@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -189,6 +191,18 @@ func (l *Limit) Window() time.Duration { return l.Rule.Period }
 // metricKey names a matched descriptor by its request values: every level's
 // when all is set (detailed_metric), else only the levels that ask
 // (value_to_metric); the other levels keep their config path element.
+// appendMetricValue appends a request value to a metric name: as itself up
+// to MaxRawField bytes, else as '#' and the first 128 bits of its SHA-256 in
+// hex, as counter keys do, so that no series name grows with the request.
+func appendMetricValue(b []byte, v string) []byte {
+	if len(v) <= MaxRawField {
+		return append(b, v...)
+	}
+	sum := sha256.Sum256([]byte(v))
+	b = append(b, '#')
+	return hex.AppendEncode(b, sum[:16])
+}
+
 func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) string {
 	var b []byte
 	lv := &d.root
@@ -201,7 +215,7 @@ func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) 
 		switch {
 		case all || n.ValueToMetric:
 			b = append(b, '_')
-			b = append(b, e.GetValue()...)
+			b = appendMetricValue(b, e.GetValue())
 		case n.Value != "":
 			b = append(b, '_')
 			b = append(b, n.Value...)

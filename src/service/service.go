@@ -116,7 +116,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := validate(req, s.opts.Limits); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	digestLongValues(req, s.opts.Limits.MaxStringBytes)
 	cfg := s.opts.Configs.Load()
 	if cfg == nil {
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration is loaded")

@@ -26,6 +26,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/metrics"
 )
 
 const testConfig = `
@@ -56,6 +57,10 @@ descriptors:
       - {unit: hour, requests_per_unit: 3, name: hourly}
   - key: windowed
     rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 // t0 is 10.5s into a minute, so reset times are not whole numbers.
@@ -220,29 +225,41 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 
 // A value over MaxStringBytes is what a client controls (a header, the
 // path): refusing it would make Envoy fall back to its failure mode and let
-// the request through, so it is counted under a digest of itself.
-func TestLongValuesAreCountedUnderADigest(t *testing.T) {
-	s := newTestServer(t, Options{Limits: Limits{MaxStringBytes: 8}})
-	long, other := "123456789", "123456780"
-	var got []rlsv3.RateLimitResponse_Code
-	for _, v := range []string{long, long, long, other} {
-		resp, err := s.ShouldRateLimit(context.Background(), req("web", d("ip="+v)))
-		if err != nil {
-			t.Fatalf("ShouldRateLimit(ip=%s): %v", v, err)
+// the request through, so it is matched and counted like any other, and it
+// reaches counter keys and metric names only hashed.
+func TestLongValuesAreCounted(t *testing.T) {
+	reg := metrics.New(metrics.Options{})
+	s := newTestServer(t, Options{Limits: Limits{MaxStringBytes: 8}, Metrics: reg})
+	long, other := strings.Repeat("1", 300), strings.Repeat("2", 300)
+	codes := func(descs ...*rlv3.RateLimitDescriptor) []rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		var got []rlsv3.RateLimitResponse_Code
+		for _, dd := range descs {
+			resp, err := s.ShouldRateLimit(context.Background(), req("web", dd))
+			if err != nil {
+				t.Fatalf("ShouldRateLimit(%.20s...): %v", dd.GetEntries()[0].GetValue(), err)
+			}
+			got = append(got, resp.GetOverallCode())
 		}
-		got = append(got, resp.GetOverallCode())
+		return got
 	}
-	want := []rlsv3.RateLimitResponse_Code{ok, ok, over, ok} // 2 per minute, per value
-	if !slices.Equal(got, want) {
-		t.Errorf("codes = %v, want %v: each long value counted on its own", got, want)
+	// 2 per minute, per value.
+	if got, want := codes(d("ip="+long), d("ip="+long), d("ip="+long), d("ip="+other)), []rlsv3.RateLimitResponse_Code{ok, ok, over, ok}; !slices.Equal(got, want) {
+		t.Errorf("ip codes = %v, want %v: each long value counted on its own", got, want)
 	}
-	r := req("web", d("ip="+long, "k=12345678"))
-	digestLongValues(r, 8)
-	if v := r.GetDescriptors()[0].GetEntries()[0].GetValue(); v != "sha256:15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225" {
-		t.Errorf("digest of %q = %q", long, v)
+	// A wildcard rule (1 per minute for /api/*) still matches a padded path.
+	padded := "/api/" + strings.Repeat("x", 5000)
+	if got, want := codes(d("path="+padded), d("path="+padded+"y")), []rlsv3.RateLimitResponse_Code{ok, over}; !slices.Equal(got, want) {
+		t.Errorf("path codes = %v, want %v: the /api/* rule must hold for long paths", got, want)
 	}
-	if v := r.GetDescriptors()[0].GetEntries()[1].GetValue(); v != "12345678" {
-		t.Errorf("a value of exactly the limit changed to %q", v)
+	// detailed_metric names series by value: a long value only hashed.
+	if _, err := s.ShouldRateLimit(context.Background(), req("web", d("detailed="+long))); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(scrape(t, reg), "\n") {
+		if strings.HasPrefix(line, "ratelimit_service_rate_limit_total_hits") && len(line) > 300 {
+			t.Errorf("a metric series holds the long value: %.120s...", line)
+		}
 	}
 }
 

@@ -1,8 +1,6 @@
 package service
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -15,8 +13,11 @@ import (
 type Limits struct {
 	MaxDescriptors int // per request
 	MaxEntries     int // per descriptor
-	// MaxStringBytes bounds a domain or key; a longer value is counted under
-	// a digest of itself (see digestLongValues).
+	// MaxStringBytes bounds a domain or key. Values are not bounded here:
+	// they come from the client (a header, the path), and refusing a call
+	// lets it through, since Envoy meets a failed call with its failure
+	// mode, open by default. Counter keys and metric names hash long values
+	// (package config), and gRPC bounds the message.
 	MaxStringBytes int
 }
 
@@ -80,22 +81,4 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 		}
 	}
 	return nil
-}
-
-// digestLongValues replaces every descriptor value longer than max bytes
-// with "sha256:" and the hex SHA-256 of its bytes. Refusing such a request
-// would let it through: Envoy meets a failed call with its failure mode,
-// open by default, and a value is what a client controls (a header, the
-// path), where domain and keys come from Envoy's config. A digest keeps the
-// key short and distinct values apart. (A config value over the bound would
-// no longer match; configs name short values.)
-func digestLongValues(req *rlsv3.RateLimitRequest, max int) {
-	for _, d := range req.GetDescriptors() {
-		for _, e := range d.GetEntries() {
-			if len(e.GetValue()) > max {
-				sum := sha256.Sum256([]byte(e.GetValue()))
-				e.Value = "sha256:" + hex.EncodeToString(sum[:])
-			}
-		}
-	}
 }
