@@ -125,24 +125,25 @@ func benchTargets(b *testing.B) []loadTarget {
 	for k, v := range cfg {
 		env[k] = v
 	}
-	mem := start(b, merge(env, map[string]string{"BACKEND_TYPE": "memory"}))
-	ts = append(ts, loadTarget{name: "memory", addr: mem.grpcAddr, debugAddr: mem.debugAddr, pid: mem.cmd.Process.Pid})
-	srv := redistest.Start(b)
-	red := start(b, merge(env, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"}))
-	ts = append(ts, loadTarget{name: "redis", addr: red.grpcAddr, debugAddr: red.debugAddr, pid: red.cmd.Process.Pid, redis: srv})
-	srv2 := redistest.Start(b)
-	plain := start(b, merge(env, map[string]string{"REDIS_URL": srv2.Addr, "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_WINDOW": "0"}))
-	ts = append(ts, loadTarget{name: "redis unbatched", addr: plain.grpcAddr, debugAddr: plain.debugAddr, pid: plain.cmd.Process.Pid, redis: srv2})
-	srv3 := redistest.Start(b)
-	cached := start(b, merge(env, map[string]string{"REDIS_URL": srv3.Addr, "REDIS_POOL_SIZE": "20", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}))
-	ts = append(ts, loadTarget{name: "redis+local cache", addr: cached.grpcAddr, debugAddr: cached.debugAddr, pid: cached.cmd.Process.Pid, redis: srv3})
-	for _, n := range strings.Split(*loadInFlight, ",") {
-		if n = strings.TrimSpace(n); n == "" {
-			continue
+	// target starts the service with env plus extra, on its own Redis when
+	// withRedis is set.
+	target := func(name string, withRedis bool, extra map[string]string) {
+		var srv *redistest.Server
+		if withRedis {
+			srv = redistest.Start(b)
+			extra = merge(extra, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"})
 		}
-		srv := redistest.Start(b)
-		p := start(b, merge(env, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20", "REDIS_PIPELINE_MAX_IN_FLIGHT": n}))
-		ts = append(ts, loadTarget{name: "redis in-flight " + n, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
+		p := start(b, merge(env, extra))
+		ts = append(ts, loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
+	}
+	target("memory", false, map[string]string{"BACKEND_TYPE": "memory"})
+	target("redis", true, nil)
+	target("redis unbatched", true, map[string]string{"REDIS_PIPELINE_WINDOW": "0"})
+	target("redis+local cache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
+	for _, n := range strings.Split(*loadInFlight, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			target("redis in-flight "+n, true, map[string]string{"REDIS_PIPELINE_MAX_IN_FLIGHT": n})
+		}
 	}
 	return ts
 }
