@@ -76,6 +76,39 @@ func newTestBatcher(t *testing.T, inFlight int) (*batcher, *redistest.Server) {
 	return newBatcher(c, true, Options{BatchInFlight: inFlight}), srv
 }
 
+// fillLeaders starts b.maxLeaders decisions on key while Redis holds
+// scripts (pauseScripts), so that every leader slot is busy; their results
+// arrive on the returned channel once Redis resumes.
+func fillLeaders(t *testing.T, b *batcher, key string, r limiter.Rule) <-chan batchResult {
+	t.Helper()
+	res := make(chan batchResult, b.maxLeaders)
+	for range b.maxLeaders {
+		go decide(context.Background(), b, key, r, res)
+	}
+	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
+	return res
+}
+
+// enqueue starts one decision on key with ctx and waits until the queue
+// holds n decisions.
+func enqueue(t *testing.T, ctx context.Context, b *batcher, key string, r limiter.Rule, n int) <-chan batchResult {
+	t.Helper()
+	res := make(chan batchResult, 1)
+	go decide(ctx, b, key, r, res)
+	waitFor(t, b, fmt.Sprintf("%d decisions queued", n), func() bool { return len(b.queue) == n })
+	return res
+}
+
+// succeeded waits for n results on res and fails the test on an error.
+func succeeded(t *testing.T, res <-chan batchResult, n int) {
+	t.Helper()
+	for range n {
+		if got := <-res; got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+}
+
 // While b.maxLeaders batches are in flight, later decisions queue, and the
 // first leader to finish sends all of them as one script call.
 func TestBatcherGroupsWhatQueuesWhileBusy(t *testing.T) {
@@ -132,19 +165,10 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 	b, srv := newTestBatcher(t, 0)
 	resume := pauseScripts(t, srv)
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
-	res := make(chan batchResult, b.maxLeaders)
-	for range b.maxLeaders {
-		go decide(context.Background(), b, "{drop}:busy", r, res)
-	}
-	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
-
+	res := fillLeaders(t, b, "{drop}:busy", r)
 	ctx, cancel := context.WithCancel(context.Background())
-	gaveUp := make(chan batchResult, 1)
-	go decide(ctx, b, "{drop}:k", r, gaveUp)
-	waitFor(t, b, "the decision queued", func() bool { return len(b.queue) == 1 })
-	kept := make(chan batchResult, 1)
-	go decide(context.Background(), b, "{drop}:k", r, kept)
-	waitFor(t, b, "a second decision queued", func() bool { return len(b.queue) == 2 })
+	gaveUp := enqueue(t, ctx, b, "{drop}:k", r, 1)
+	kept := enqueue(t, context.Background(), b, "{drop}:k", r, 2)
 
 	cancel()
 	if got := <-gaveUp; !errors.Is(got.err, context.Canceled) {
@@ -152,11 +176,7 @@ func TestBatcherDropsCancelledQueuedDecision(t *testing.T) {
 	}
 	waitFor(t, b, "the cancelled decision left the queue", func() bool { return len(b.queue) == 1 })
 	resume()
-	for range b.maxLeaders {
-		if got := <-res; got.err != nil {
-			t.Fatal(got.err)
-		}
-	}
+	succeeded(t, res, b.maxLeaders)
 	got := <-kept
 	if got.err != nil {
 		t.Fatal(got.err)
@@ -173,17 +193,9 @@ func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
 	b, srv := newTestBatcher(t, 0)
 	resume := pauseScripts(t, srv)
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
-	res := make(chan batchResult, b.maxLeaders)
-	for range b.maxLeaders {
-		go decide(context.Background(), b, "{expire}:busy", r, res)
-	}
-	waitFor(t, b, "every leader busy", func() bool { return b.leaders == b.maxLeaders })
-	expired := make(chan batchResult, 1)
-	go decide(context.Background(), b, "{expire}:k", r, expired)
-	waitFor(t, b, "the decision queued", func() bool { return len(b.queue) == 1 })
-	kept := make(chan batchResult, 1)
-	go decide(context.Background(), b, "{expire}:k", r, kept)
-	waitFor(t, b, "a second decision queued", func() bool { return len(b.queue) == 2 })
+	res := fillLeaders(t, b, "{expire}:busy", r)
+	expired := enqueue(t, context.Background(), b, "{expire}:k", r, 1)
+	kept := enqueue(t, context.Background(), b, "{expire}:k", r, 2)
 	// Its timeout has run out while Redis was stalled (set directly: the
 	// test must not wait for a real timeout).
 	b.mu.Lock()
@@ -191,11 +203,7 @@ func TestBatcherAnswersExpiredQueuedDecision(t *testing.T) {
 	b.mu.Unlock()
 
 	resume()
-	for range b.maxLeaders {
-		if got := <-res; got.err != nil {
-			t.Fatal(got.err)
-		}
-	}
+	succeeded(t, res, b.maxLeaders)
 	if got := <-expired; !errors.Is(got.err, context.DeadlineExceeded) {
 		t.Fatalf("expired queued decision returned %+v, want a deadline error", got)
 	}

@@ -8,8 +8,6 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // pingIdle opens a raw HTTP/2 connection to addr, sends n PINGs every
@@ -102,16 +100,8 @@ func TestKeepaliveEnforcementAllowsIdlePings(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			gs := grpc.NewServer(tc.opts...)
-			healthpb.RegisterHealthServer(gs, health.NewServer())
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = gs.Serve(lis) }()
-			t.Cleanup(gs.Stop)
 			const n = 5
-			acks, goAway := pingIdle(t, lis.Addr().String(), n, 200*time.Millisecond)
+			acks, goAway := pingIdle(t, serveHealth(t, tc.opts...), n, 200*time.Millisecond)
 			if goAway != tc.wantGoAway {
 				t.Errorf("GOAWAY = %v after %d idle pings 200ms apart, want %v", goAway, acks, tc.wantGoAway)
 			}

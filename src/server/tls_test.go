@@ -19,7 +19,14 @@ import (
 
 func serveTLS(t *testing.T, cfg *tls.Config) string {
 	t.Helper()
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	return serveHealth(t, grpc.Creds(credentials.NewTLS(cfg)))
+}
+
+// serveHealth runs a gRPC server with opts and the health service on a free
+// loopback port and returns its address.
+func serveHealth(t *testing.T, opts ...grpc.ServerOption) string {
+	t.Helper()
+	gs := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
