@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Options configures a Registry.
@@ -46,11 +47,8 @@ type Registry struct {
 	shadowOverrides prometheus.Counter
 	failurePolicy   *prometheus.CounterVec
 
-	// Service-level counts for statsd and /stats, under the reference's
-	// names (see serviceStats).
-	totalRequests, serviceErrors, backendErrs, shadowCount atomic.Uint64
-	statsMu                                                sync.Mutex
-	extraStats                                             []serviceStat
+	statsMu    sync.Mutex
+	extraStats []serviceStat // added by StatFunc
 }
 
 // serviceStat is one service-level counter as statsd and /stats name it.
@@ -92,12 +90,25 @@ func New(o Options) *Registry {
 	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
 		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
 	r.byOutcome = map[string]prometheus.Counter{}
-	for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
+	for _, code := range outcomeCodes {
 		r.byOutcome[code] = r.requests.WithLabelValues(code)
 	}
 	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy,
 		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
+}
+
+// outcomeCodes are every code Request is given (the service's outcomes).
+var outcomeCodes = []string{"ok", "over_limit", "invalid", "unavailable", "error"}
+
+// counterValue reads a Prometheus counter (only for statsd and /stats, not
+// on the request path).
+func counterValue(c prometheus.Counter) uint64 {
+	var m dto.Metric
+	if c.Write(&m) != nil {
+		return 0
+	}
+	return uint64(m.GetCounter().GetValue())
 }
 
 var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
@@ -141,10 +152,6 @@ func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow boo
 
 // Request records one ShouldRateLimit call.
 func (r *Registry) Request(code string, d time.Duration) {
-	r.totalRequests.Add(1)
-	if code == "invalid" || code == "error" {
-		r.serviceErrors.Add(1)
-	}
 	if c, ok := r.byOutcome[code]; ok {
 		c.Inc()
 	} else {
@@ -158,7 +165,6 @@ func (r *Registry) Backend(d time.Duration, err error) {
 	r.backendDuration.Observe(d.Seconds())
 	if err != nil {
 		r.backendErrors.Inc()
-		r.backendErrs.Add(1)
 	}
 }
 
@@ -166,10 +172,7 @@ func (r *Registry) Backend(d time.Duration, err error) {
 func (r *Registry) FailurePolicy(policy string) { r.failurePolicy.WithLabelValues(policy).Inc() }
 
 // ShadowOverride records an OVER_LIMIT answer turned OK by SHADOW_MODE.
-func (r *Registry) ShadowOverride() {
-	r.shadowOverrides.Inc()
-	r.shadowCount.Add(1)
-}
+func (r *Registry) ShadowOverride() { r.shadowOverrides.Inc() }
 
 // StatFunc adds a service-level counter, read from fn, to what statsd and
 // /stats report (config loads: counted by the config package).
@@ -183,13 +186,23 @@ func (r *Registry) StatFunc(name string, fn func() uint64) {
 // envoyproxy/ratelimit names them in statsd, so dashboards and the
 // statsd-exporter mappings built on its names carry over: total requests,
 // errors by kind (redis_error: the store failed; service_error: the request
-// was refused), global shadow mode overrides, and what StatFunc added.
+// was refused), global shadow mode overrides, and what StatFunc added. The
+// values are read from the Prometheus counters, so nothing is counted twice.
 func (r *Registry) serviceStats() []serviceStat {
+	outcomes := func(codes ...string) func() uint64 {
+		return func() uint64 {
+			var n uint64
+			for _, c := range codes {
+				n += counterValue(r.byOutcome[c])
+			}
+			return n
+		}
+	}
 	out := []serviceStat{
-		{"ratelimit_server.ShouldRateLimit.total_requests", r.totalRequests.Load},
-		{"ratelimit.service.call.should_rate_limit.redis_error", r.backendErrs.Load},
-		{"ratelimit.service.call.should_rate_limit.service_error", r.serviceErrors.Load},
-		{"ratelimit.service.global_shadow_mode", r.shadowCount.Load},
+		{"ratelimit_server.ShouldRateLimit.total_requests", outcomes(outcomeCodes...)},
+		{"ratelimit.service.call.should_rate_limit.redis_error", func() uint64 { return counterValue(r.backendErrors) }},
+		{"ratelimit.service.call.should_rate_limit.service_error", outcomes("invalid", "error")},
+		{"ratelimit.service.global_shadow_mode", func() uint64 { return counterValue(r.shadowOverrides) }},
 	}
 	r.statsMu.Lock()
 	out = append(out, r.extraStats...)
