@@ -37,8 +37,13 @@ func appendField(b []byte, s string, raw, hashed byte, forceHash bool) []byte {
 		b = append(b, raw)
 		return append(b, s...)
 	}
+	return appendHash(append(b, hashed), s)
+}
+
+// appendHash appends the first 128 bits of s's SHA-256, in hex: how keys
+// and metric names hold a value too long (or too private) to hold as is.
+func appendHash(b []byte, s string) []byte {
 	sum := sha256.Sum256([]byte(s))
-	b = append(b, hashed)
 	return hex.AppendEncode(b, sum[:16])
 }
 

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -198,9 +196,7 @@ func appendMetricValue(b []byte, v string) []byte {
 	if len(v) <= MaxRawField {
 		return append(b, v...)
 	}
-	sum := sha256.Sum256([]byte(v))
-	b = append(b, '#')
-	return hex.AppendEncode(b, sum[:16])
+	return appendHash(append(b, '#'), v)
 }
 
 func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) string {
