@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -280,6 +281,25 @@ func (s *sample) result() loadResult {
 	return res
 }
 
+// turnRange formats the lowest and highest per-turn ratio of f between a
+// target's turns and the no-op server's turns alongside them, as " (lo-hi)";
+// empty with a single turn. The pooled ratio hides how much the shared
+// machine moved a figure; the spread shows it.
+func turnRange(target, noop []loadResult, f func(loadResult) float64) string {
+	if len(target) < 2 || len(target) != len(noop) {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for t := range target {
+		if f(noop[t]) == 0 {
+			return ""
+		}
+		r := f(target[t]) / f(noop[t])
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	return fmt.Sprintf(" (%.2f-%.2f)", lo, hi)
+}
+
 // loadSession drives one target through its own gRPC connections.
 type loadSession struct {
 	tg    loadTarget
@@ -395,7 +415,7 @@ func BenchmarkLoad(b *testing.B) {
 		var rows []string
 		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per target and scenario in %d turns, after %v warm-up",
 			*loadCallers, *loadConns, *loadDuration, *loadRounds, *loadWarmup))
-		rows = append(rows, "| load | target | req/s | ratio | p50 | p99 | p99.9 | p99 ratio | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load |",
+		rows = append(rows, "| load | target | req/s | ratio (by turn) | p50 | p99 | p99.9 | p99 ratio (by turn) | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load |",
 			"|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, spec := range specs {
 			// The targets take turns, slice by slice, so that a slow spell of
@@ -412,6 +432,7 @@ func BenchmarkLoad(b *testing.B) {
 			}
 			samples := make([]sample, len(sessions))
 			rounds := max(1, *loadRounds)
+			turns := make([][]loadResult, len(sessions)) // per session, per turn
 			slice := *loadDuration / time.Duration(rounds)
 			for round := range rounds {
 				for i, ls := range sessions {
@@ -424,16 +445,26 @@ func BenchmarkLoad(b *testing.B) {
 					if round == 0 {
 						wait = ls.profile(b, slice)
 					}
-					samples[i].add(ls.run(b, slice, true))
+					got := ls.run(b, slice, true)
+					turns[i] = append(turns[i], got.result())
+					samples[i].add(got)
 					wait()
 				}
 			}
 			base := samples[0].result() // the no-op server
 			for i, ls := range sessions {
 				r := samples[i].result()
-				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f | %v | %v | %v | %.2f | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f |",
-					spec.name, ls.tg.name, r.perSec, r.perSec/base.perSec, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
-					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest,
+				rate := func(x loadResult) float64 { return x.perSec }
+				tail := func(x loadResult) float64 { return float64(x.p99) }
+				spread := func(f func(loadResult) float64) string {
+					if i == 0 {
+						return "" // the no-op server against itself
+					}
+					return turnRange(turns[i], turns[0], f)
+				}
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f%s | %v | %v | %v | %.2f%s | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f |",
+					spec.name, ls.tg.name, r.perSec, r.perSec/base.perSec, spread(rate), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
+					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), spread(tail), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest,
 					r.cpuTarget, r.cpuRedis, r.scriptPerRequest, r.cpuLoad))
 				b.Log(rows[len(rows)-1])
 			}
