@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test fuzz bench vet clean
+.PHONY: build run test fuzz bench pgo vet clean
 
 # The same steps as the Dockerfile's build stage.
 build:
@@ -43,6 +43,12 @@ BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
 	$(GO) test ./integration-test -run '^$$' -bench Load -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+
+# Regenerates cmd/server/default.pgo (profile-guided optimisation; every
+# `go build` of the server uses it) from the load benchmark's CPU profiles.
+pgo:
+	scripts/ensure-redis.sh
+	scripts/pgo.sh $(BENCHFLAGS)
 
 vet:
 	$(GO) vet ./...
