@@ -47,7 +47,6 @@ bench:
 # Regenerates cmd/server/default.pgo (profile-guided optimisation; every
 # `go build` of the server uses it) from the load benchmark's CPU profiles.
 pgo:
-	scripts/ensure-redis.sh
 	scripts/pgo.sh $(BENCHFLAGS)
 
 vet:

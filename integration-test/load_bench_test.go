@@ -100,10 +100,10 @@ func startNoop(b *testing.B) (string, int) {
 	b.Helper()
 	noopOnce.Do(func() {
 		noopBin = filepath.Join(filepath.Dir(serverBin), "noopserver")
-		// With the server's profile, as the server is built with it: the
+		// Built as the server is (TestMain), with the server's profile: the
 		// profile also reshapes gRPC's hot path, which both share, so the
 		// ratio measures the service's own work, not the compiler's.
-		args := []string{"build", "-o", noopBin}
+		args := []string{"build", "-trimpath", "-o", noopBin}
 		if _, err := os.Stat(serverProfile); err == nil {
 			args = append(args, "-pgo="+serverProfile)
 		}
