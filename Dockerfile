@@ -10,13 +10,16 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/server ./cmd/server \
  && CGO_ENABLED=0 go build -trimpath -o /out/config-check ./cmd/config-check \
  && CGO_ENABLED=0 go build -trimpath -o /out/client ./cmd/client
 
-# Static binaries on distroless, as the unprivileged "nonroot" user.
+# Static binaries on distroless, as its unprivileged "nonroot" user, named by
+# number: a pod with runAsNonRoot can only check a numeric user, and the
+# kubelet refuses to start an image whose USER is a name. The manifests'
+# runAsUser must match (examples/manifests_test.go checks it).
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 # The example config at the default RUNTIME_ROOT/RUNTIME_APPDIRECTORY, so the
 # image answers out of the box; mount your own (a ConfigMap) over it.
 COPY examples/ratelimit-config.yaml /srv/runtime_data/current/config/ratelimit-config.yaml
-USER nonroot:nonroot
+USER 65532:65532
 # 8080: HTTP (/healthcheck, /json, /metrics); 8081: gRPC (RLS); 6070: debug.
 EXPOSE 8080 8081 6070
 ENTRYPOINT ["/usr/local/bin/server"]

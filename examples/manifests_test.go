@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -117,6 +118,7 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("ratelimit container lacks a /healthcheck readiness or liveness probe")
 				}
 			}
+			checkImageUser(t, imageUser(t, "../Dockerfile"), rl, pod)
 			env := map[string]string{}
 			for _, e := range rl.Env {
 				if !slices.Contains(known, e.Name) {
@@ -127,6 +129,63 @@ func TestKubernetesManifests(t *testing.T) {
 			want := path.Join(env["RUNTIME_ROOT"], env["RUNTIME_SUBDIRECTORY"], env["RUNTIME_APPDIRECTORY"])
 			checkConfigMount(t, m, rl, pod, want)
 		})
+	}
+}
+
+// imageUser returns the numeric user of the Dockerfile's last USER line
+// (the final stage's), failing if it is a name: the kubelet cannot check a
+// name against runAsNonRoot and refuses to start such a pod.
+func imageUser(t *testing.T, dockerfile string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.EqualFold(f[0], "USER") {
+			user = f[1]
+		}
+	}
+	if user == "" {
+		t.Fatalf("%s has no USER line: the image would run as root", dockerfile)
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	n, err := strconv.ParseInt(uid, 10, 64)
+	if err != nil {
+		t.Fatalf("%s: USER %s is not numeric; pods with runAsNonRoot cannot start it", dockerfile, user)
+	}
+	if n == 0 {
+		t.Fatalf("%s: USER %s is root", dockerfile, user)
+	}
+	return n
+}
+
+// checkImageUser checks that the pod runs the container as the image's
+// user, and as non-root, the container's securityContext overriding the
+// pod's as the kubelet does.
+func checkImageUser(t *testing.T, uid int64, c *corev1.Container, pod *corev1.PodSpec) {
+	t.Helper()
+	var nonRoot *bool
+	var runAs *int64
+	if sc := pod.SecurityContext; sc != nil {
+		nonRoot, runAs = sc.RunAsNonRoot, sc.RunAsUser
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+		if sc.RunAsUser != nil {
+			runAs = sc.RunAsUser
+		}
+	}
+	if nonRoot == nil || !*nonRoot {
+		t.Errorf("container %s: runAsNonRoot is not set", c.Name)
+	}
+	if runAs == nil {
+		t.Errorf("container %s: no runAsUser; set it to the image's user %d", c.Name, uid)
+	} else if *runAs != uid {
+		t.Errorf("container %s: runAsUser %d, but the image's USER is %d", c.Name, *runAs, uid)
 	}
 }
 

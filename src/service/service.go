@@ -28,8 +28,11 @@ type Configs interface {
 type Options struct {
 	Store   limiter.Store
 	Configs Configs
-	// Now is the clock handed to the store; nil means time.Now. The Redis
-	// store ignores it in production and reads Redis's clock instead.
+	// Now, when set, is the clock handed to the store with every batch.
+	// Nil (production) hands the zero instant, which tells each store to
+	// use its own clock: Redis's TIME for the Redis store, so replicas
+	// whose clocks disagree still share one window; the process clock for
+	// the memory store. Tests set it to count at named instants.
 	Now func() time.Time
 	// ShadowMode answers OK whatever the outcome (SHADOW_MODE), still counting.
 	ShadowMode bool
@@ -69,9 +72,6 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Store == nil || opts.Configs == nil {
 		return nil, errors.New("service: Store and Configs are required")
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.New()
@@ -133,11 +133,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			}
 		}
 		began := time.Now()
-		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: s.opts.Now(), Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: s.now(), Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
 		s.opts.Metrics.Backend(time.Since(began), err)
 		if err != nil {
 			s.noteStoreError(err)
-			if outcomes, err = s.degrade(ctx, plan, err); err != nil {
+			if outcomes, err = s.degrade(ctx, plan); err != nil {
 				return nil, err
 			}
 		} else if s.storeDown.CompareAndSwap(true, false) {
@@ -156,6 +156,15 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.DynamicMetadata = dynamicMetadata(req, plan, resp)
 	}
 	return resp, nil
+}
+
+// now is the instant handed to the store: zero (the store's own clock)
+// unless Options.Now is set.
+func (s *Server) now() time.Time {
+	if s.opts.Now == nil {
+		return time.Time{}
+	}
+	return s.opts.Now()
 }
 
 // record counts every hit against its rule.
@@ -201,11 +210,13 @@ func (s *Server) noteStoreError(err error) {
 // degrade answers a plan whose store call failed, hit by hit, by the
 // failure policy of each hit's descriptor. Any hit under "error" makes the
 // whole answer Unavailable: Envoy's failure_mode_deny then decides.
-func (s *Server) degrade(ctx context.Context, p *config.Plan, cause error) ([]limiter.Outcome, error) {
+func (s *Server) degrade(ctx context.Context, p *config.Plan) ([]limiter.Outcome, error) {
 	if ctx.Err() != nil {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	unavailable := status.Errorf(codes.Unavailable, "rate limit store unavailable: %v", cause)
+	// The cause (addresses, Redis's own words) goes to the log, not to a
+	// client that may be anyone able to reach the port.
+	unavailable := status.Error(codes.Unavailable, "rate limit store unavailable")
 	outs := make([]limiter.Outcome, len(p.Hits))
 	var local []int
 	for j, ref := range p.Refs {
@@ -235,7 +246,7 @@ func (s *Server) degrade(ctx context.Context, p *config.Plan, cause error) ([]li
 	for i, j := range local {
 		hits[i] = p.Hits[j]
 	}
-	got, err := s.opts.Fallback.Apply(ctx, limiter.Batch{Now: s.opts.Now(), Hits: hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+	got, err := s.opts.Fallback.Apply(ctx, limiter.Batch{Now: s.now(), Hits: hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
 	if err != nil {
 		return nil, unavailable
 	}

@@ -272,8 +272,8 @@ func (failingStore) Apply(context.Context, limiter.Batch) ([]limiter.Outcome, er
 func TestStoreFailureIsUnavailable(t *testing.T) {
 	s := newTestServer(t, Options{Store: failingStore{}})
 	_, err := s.ShouldRateLimit(context.Background(), req("web", d("ip=1")))
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("ShouldRateLimit() with a failing store: error = %v, want Unavailable naming the cause", err)
+	if status.Code(err) != codes.Unavailable || strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("ShouldRateLimit() with a failing store: error = %v, want Unavailable without the store's own error", err)
 	}
 	// No hit, no store call: an unmatched request succeeds even so.
 	if _, err := s.ShouldRateLimit(context.Background(), req("web", d("nope=1"))); err != nil {
