@@ -97,6 +97,10 @@ func writeFiles(t testing.TB, dir string, files map[string]string) {
 	}
 }
 
+// unset, as a value in a test's env, leaves that variable out of the
+// server's environment (so its default applies).
+const unset = "\x00unset"
+
 // command prepares the binary with env on free loopback ports.
 func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
@@ -110,6 +114,9 @@ func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	}
 	for k, v := range env {
 		base[k] = v
+		if v == unset {
+			delete(base, k)
+		}
 	}
 	cmd := exec.Command(serverBin)
 	for k, v := range base {

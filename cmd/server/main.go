@@ -13,12 +13,15 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/memtrim"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
@@ -53,6 +56,9 @@ func run(ctx context.Context) error {
 	if names := settings.Unsupported(); len(names) > 0 {
 		log.WithField("variables", names).Warn("ignoring envoyproxy/ratelimit settings for features this service does not have")
 	}
+	go memtrim.Run(ctx, memtrim.Options{OnTrim: func(held uint64) {
+		log.WithField("held_mib", held>>20).Debug("returned memory to the OS after a quiet spell")
+	}})
 	health := &server.Health{}
 	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries})
 	if s.UseStatsd {
@@ -91,6 +97,7 @@ func run(ctx context.Context) error {
 
 	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
 	defer fallback.Close()
+	countEvictions(reg, "fallback", fallback)
 	svc, err := service.New(service.Options{
 		Store:                      tr.Store(store),
 		FailurePolicy:              s.BackendFailurePolicy,
@@ -109,12 +116,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var tlsCfg *tls.Config
-	if s.GRPCServerUseTLS {
-		if tlsCfg, err = server.NewTLSConfig(server.TLSOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey,
-			ClientCAFile: s.GRPCClientTLSCACert, ClientSAN: s.GRPCClientTLSSAN}); err != nil {
-			return err
-		}
+	tlsCfg, err := grpcTLS(s, log, reg)
+	if err != nil {
+		return err
 	}
 	return server.Run(ctx, server.Options{
 		TLS:                   tlsCfg,
@@ -122,6 +126,9 @@ func run(ctx context.Context) error {
 		HTTPAddr:              hostPort(s.Host, s.Port),
 		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
 		Service:               svc,
+		JSON:                  jsonEndpoint(s, svc),
+		MaxRequestBytes:       s.RequestMaxBytes,
+		MaxConcurrentStreams:  uint32(s.GRPCMaxConcurrentStreams),
 		Health:                health,
 		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler()},
 		Metrics:               reg.Handler(),
@@ -132,6 +139,49 @@ func run(ctx context.Context) error {
 		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		Logger:                log,
 	})
+}
+
+// grpcTLS builds the gRPC server's TLS config, if TLS is on. A rotation to
+// files that do not load keeps the previous certificate serving, and is
+// logged and counted.
+func grpcTLS(s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry) (*tls.Config, error) {
+	if !s.GRPCServerUseTLS {
+		return nil, nil
+	}
+	var failed atomic.Uint64
+	reg.CounterFunc("ratelimit_tls_certificate_reload_errors_total",
+		"Changes to the gRPC server's certificate files that did not load; the previous certificate kept serving.", nil,
+		func() float64 { return float64(failed.Load()) })
+	return server.NewTLSConfig(server.TLSOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey,
+		ClientCAFile: s.GRPCClientTLSCACert, ClientSAN: s.GRPCClientTLSSAN,
+		OnReloadError: func(err error) {
+			failed.Add(1)
+			log.WithError(err).Error("the gRPC TLS files changed but do not load; still serving the previous certificate")
+		}})
+}
+
+// jsonEndpoint is POST /json, or, when it is off, an answer that says why
+// and how to turn it on.
+func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
+	if s.JSONEndpoint() {
+		return svc.JSONHandler()
+	}
+	reason := "POST /json is off: set JSON_ENDPOINT_ENABLED=true to serve it"
+	if s.GRPCClientTLSCACert != "" {
+		reason = "POST /json is off while gRPC requires client certificates (GRPC_CLIENT_TLS_CACERT): " +
+			"this port checks none; set JSON_ENDPOINT_ENABLED=true to serve it anyway"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, reason, http.StatusForbidden)
+	})
+}
+
+// countEvictions exports how many live counters a memory store dropped
+// because it was full (MEMORY_MAX_KEYS).
+func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
+	reg.CounterFunc("ratelimit_memory_evictions_total",
+		"Live counters the embedded store dropped to make room (MEMORY_MAX_KEYS); each starts again from zero.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Evictions()) })
 }
 
 func rlconfig(current *config.Holder) http.Handler {

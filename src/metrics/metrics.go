@@ -65,6 +65,8 @@ type Rule struct {
 	Domain, Key                                  string
 	TotalHits, OverLimit, NearLimit, WithinLimit atomic.Uint64
 	ShadowMode                                   atomic.Uint64
+	// stat is the rule's statsd and /stats name prefix, made safe once.
+	stat string
 }
 
 // New returns a Registry with the service-level metrics and Go runtime
@@ -125,7 +127,7 @@ func (r *Registry) Rule(domain, key string, detailed bool, fallback string) *Rul
 		r.detailed.Add(-1)
 		return r.Rule(domain, fallback, false, fallback)
 	}
-	v, loaded := r.rules.LoadOrStore(k, &Rule{Domain: domain, Key: key})
+	v, loaded := r.rules.LoadOrStore(k, &Rule{Domain: domain, Key: key, stat: ruleStatPrefix(domain, key)})
 	if loaded && detailed {
 		r.detailed.Add(-1)
 	}

@@ -125,3 +125,61 @@ ratelimit_server.ShouldRateLimit.total_requests: 3
 		t.Errorf("Content-Type = %q, want text/plain", ct)
 	}
 }
+
+// TestHostileValuesCannotForgeStats: request values in a detailed rule's key
+// end up in statsd lines and /stats lines; none of them may end a line,
+// start a field or add a counter.
+func TestHostileValuesCannotForgeStats(t *testing.T) {
+	tests := []struct{ name, key, want string }{
+		{"statsd injection", "user_evil:5|c\nratelimit.injected:999999|c", "user_evil_5_c_ratelimit.injected_999999_c"},
+		{"carriage return and tab", "a\r\tb", "a__b"},
+		{"sample rate and tags", "x|@0.1|#tag:v", "x__0.1__tag_v"},
+		{"stats line separator", "k: 42", "k__42"},
+		{"safe bytes stay", "remote_address_10.0.0.1/api-v1_é", "remote_address_10.0.0.1/api-v1_é"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(Options{})
+			r.Hit(r.Rule("dom", tc.key, true, "k"), 1, 1, 10, true, false)
+
+			rec := httptest.NewRecorder()
+			r.StatsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/stats", nil))
+			prefix := "ratelimit.service.rate_limit.dom." + tc.want + "."
+			for _, line := range strings.Split(strings.TrimSuffix(rec.Body.String(), "\n"), "\n") {
+				name, _, ok := strings.Cut(line, ": ")
+				if !ok || strings.ContainsAny(name, " :\r\t") {
+					t.Errorf("/stats line %q is not NAME: VALUE", line)
+				}
+				if strings.HasPrefix(name, "ratelimit.service.rate_limit.") && !strings.HasPrefix(name, prefix) {
+					t.Errorf("/stats rule line %q, want the prefix %q", line, prefix)
+				}
+			}
+
+			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // RunStatsd flushes once on the way out
+			if err := r.RunStatsd(ctx, StatsdOptions{Addr: pc.LocalAddr().String(), Interval: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 2048)
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(buf[:n]), "\n") {
+				name, rest, ok := strings.Cut(line, ":")
+				if !ok || strings.Count(rest, "|") != 1 || !strings.HasSuffix(rest, "|c") {
+					t.Errorf("statsd line %q is not NAME:VALUE|c", line)
+				}
+				if strings.HasPrefix(name, "ratelimit.service.rate_limit.") && !strings.HasPrefix(name, prefix) {
+					t.Errorf("statsd rule line %q, want the prefix %q", line, prefix)
+				}
+			}
+		})
+	}
+}

@@ -18,7 +18,7 @@ func (r *Registry) StatsHandler() http.Handler {
 		bw := bufio.NewWriter(w)
 		for _, rule := range r.Rules() {
 			for i, v := range rule.values() {
-				_, _ = bw.WriteString("ratelimit.service.rate_limit." + rule.Domain + "." + rule.Key + "." + ruleStatNames[i] + ": ")
+				_, _ = bw.WriteString(rule.stat + "." + ruleStatNames[i] + ": ")
 				_, _ = bw.WriteString(strconv.FormatUint(v, 10))
 				_ = bw.WriteByte('\n')
 			}

@@ -81,7 +81,7 @@ func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, sentServ
 		sent[rule] = now
 		for i, v := range now {
 			if v != prev[i] {
-				add(fmt.Sprintf("ratelimit.service.rate_limit.%s.%s.%s%s:%d|c", rule.Domain, rule.Key, ruleStatNames[i], suffix, v-prev[i]))
+				add(fmt.Sprintf("%s.%s%s:%d|c", rule.stat, ruleStatNames[i], suffix, v-prev[i]))
 			}
 		}
 	}
@@ -95,4 +95,36 @@ func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, sentServ
 	if len(pkt) > 0 {
 		_, _ = conn.Write(pkt)
 	}
+}
+
+// ruleStatPrefix is a rule's statsd name prefix,
+// ratelimit.service.rate_limit.DOMAIN.KEY, with every byte that could end
+// or split a statsd line, or a /stats "name: value" line, replaced by "_":
+// with detailed_metric or value_to_metric the key holds request values,
+// which a client chooses ("x:1|c\nforged:9|c" would otherwise add a
+// counter of its own).
+func ruleStatPrefix(domain, key string) string {
+	return "ratelimit.service.rate_limit." + statSafe(domain) + "." + statSafe(key)
+}
+
+// statSafe replaces control bytes, whitespace and the statsd delimiters
+// (: | @ # ,) with "_". Other bytes, dots and UTF-8 included, stay.
+func statSafe(s string) string {
+	unsafe := func(c byte) bool {
+		return c <= ' ' || c == 0x7f || c == ':' || c == '|' || c == '@' || c == '#' || c == ','
+	}
+	i := 0
+	for i < len(s) && !unsafe(s[i]) {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if unsafe(b[i]) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }

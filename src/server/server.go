@@ -16,6 +16,8 @@ import (
 	"net/http/pprof"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -28,17 +30,18 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// Service is what the listeners serve.
+// Service is what the gRPC listener serves.
 type Service interface {
 	rlsv3.RateLimitServiceServer
-	JSONHandler() http.Handler
 }
 
 // Options configures Run.
 type Options struct {
 	GRPCAddr, HTTPAddr, DebugAddr string
 	Service                       Service
-	Health                        *Health
+	// JSON serves POST /json on the HTTP port; nil leaves it unmounted.
+	JSON   http.Handler
+	Health *Health
 	// Debug handlers mounted on the debug port beside /debug/pprof/,
 	// e.g. "/rlconfig".
 	Debug map[string]http.Handler
@@ -52,8 +55,75 @@ type Options struct {
 	GRPCOptions           []grpc.ServerOption
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
-	ShutdownTimeout       time.Duration // 0 means 10s
-	Logger                logrus.FieldLogger
+	// MaxRequestBytes bounds one gRPC request message (REQUEST_MAX_BYTES);
+	// a larger one is refused from its length prefix, before its body is
+	// buffered. 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (GRPC_MAX_CONCURRENT_STREAMS); 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
+	// Timeouts bounds slow or silent clients; zero fields take
+	// DefaultTimeouts' values.
+	Timeouts Timeouts
+	// ShutdownTimeout is the grace in-flight calls and connections get
+	// once shutdown begins; what is still open then is closed. 0 means 10s.
+	ShutdownTimeout time.Duration
+	Logger          logrus.FieldLogger
+}
+
+// Defaults of the request bounds.
+const (
+	// DefaultMaxRequestBytes is far above what Envoy can put in a request
+	// (its default header limit is 60 KiB, and descriptors are made from
+	// headers) and small enough that many concurrent requests stay cheap.
+	DefaultMaxRequestBytes = 256 << 10
+	// DefaultMaxConcurrentStreams is per connection; Envoy opens another
+	// connection when one is full.
+	DefaultMaxConcurrentStreams = 1000
+)
+
+// Timeouts bound what a client may hold open without progress.
+type Timeouts struct {
+	// Handshake bounds a new gRPC connection's TLS handshake and HTTP/2
+	// preface: a connection that sends nothing is closed after it.
+	Handshake time.Duration
+	// KeepaliveTime is how long a gRPC connection may be silent before the
+	// server pings it; KeepaliveTimeout how long it then waits for the
+	// answer before closing it (a peer that vanished).
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// ReadHeader and Read bound reading an HTTP request's headers and the
+	// whole request; Write bounds writing the answer (not on the debug
+	// port, where a CPU profile takes as long as it was asked to); Idle
+	// bounds a kept-alive HTTP connection between requests.
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultTimeouts are the service's: generous for any real client on a
+// loaded machine, short enough that silent connections do not pile up.
+var DefaultTimeouts = Timeouts{
+	Handshake:        10 * time.Second,
+	KeepaliveTime:    time.Minute,
+	KeepaliveTimeout: 20 * time.Second,
+	ReadHeader:       10 * time.Second,
+	Read:             30 * time.Second,
+	Write:            30 * time.Second,
+	Idle:             2 * time.Minute,
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	for _, f := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{
+		{&t.Handshake, DefaultTimeouts.Handshake}, {&t.KeepaliveTime, DefaultTimeouts.KeepaliveTime},
+		{&t.KeepaliveTimeout, DefaultTimeouts.KeepaliveTimeout}, {&t.ReadHeader, DefaultTimeouts.ReadHeader},
+		{&t.Read, DefaultTimeouts.Read}, {&t.Write, DefaultTimeouts.Write}, {&t.Idle, DefaultTimeouts.Idle},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+	return t
 }
 
 // Run listens on every address and serves until ctx is done.
@@ -61,6 +131,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	o.Timeouts = o.Timeouts.withDefaults()
 	lis := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range lis {
@@ -77,20 +154,10 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
 		}
 		lis = append(lis, l)
-		o.Logger.Warnf("listening for %s on %s", a.name, l.Addr())
+		o.Logger.Infof("listening for %s on %s", a.name, l.Addr())
 	}
 
-	sopts := slices.Clone(o.GRPCOptions)
-	if o.TLS != nil {
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
-	}
-	if o.MaxConnectionAge > 0 {
-		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}))
-	}
-	sopts = append(sopts, keepaliveEnforcement(keepaliveMinTime),
-		grpc.ForceServerCodecV2(newLenientCodec()))
-	gs := grpc.NewServer(append(sopts, Tuning()...)...)
+	gs := grpc.NewServer(grpcOptions(o)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -98,12 +165,14 @@ func Run(ctx context.Context, o Options) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", o.Health)
-	mux.Handle("/json", o.Service.JSONHandler())
+	if o.JSON != nil {
+		mux.Handle("/json", o.JSON)
+	}
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
 	}
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	metricsSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := httpServer(mux, o.Timeouts, true)
+	metricsSrv := httpServer(nil, o.Timeouts, true)
 	if o.MetricsAddr != "" {
 		mm := http.NewServeMux()
 		mm.Handle(o.MetricsPath, o.Metrics)
@@ -120,7 +189,7 @@ func Run(ctx context.Context, o Options) error {
 		dmux.Handle(path, h)
 	}
 	dmux.Handle("/{$}", debugIndex(o.Debug))
-	debugSrv := &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}
+	debugSrv := httpServer(dmux, o.Timeouts, false)
 
 	errc := make(chan error, 4)
 	gl, hl, dl := lis[0], lis[1], lis[2]
@@ -148,14 +217,67 @@ func Run(ctx context.Context, o Options) error {
 
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-sctx.Done():
-		gs.Stop()
+	var wg sync.WaitGroup
+	var forced atomic.Int32
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-sctx.Done():
+			gs.Stop()
+			forced.Add(1)
+		}
+	}()
+	for _, srv := range []*http.Server{httpSrv, debugSrv, metricsSrv} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if srv.Shutdown(sctx) != nil {
+				_ = srv.Close()
+				forced.Add(1)
+			}
+		}()
 	}
-	return errors.Join(runErr, httpSrv.Shutdown(sctx), debugSrv.Shutdown(sctx), metricsSrv.Shutdown(sctx))
+	wg.Wait()
+	if forced.Load() > 0 {
+		// A stuck client must not turn a requested stop into a failure.
+		o.Logger.Warnf("closed the connections still open after the %v shutdown grace", o.ShutdownTimeout)
+	}
+	return runErr
+}
+
+// grpcOptions are the gRPC server's options: the caller's, TLS, bounds on
+// what one client may hold, keepalive, and the lenient codec.
+func grpcOptions(o Options) []grpc.ServerOption {
+	sopts := slices.Clone(o.GRPCOptions)
+	if o.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	sopts = append(sopts,
+		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(o.Timeouts.Handshake),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: o.Timeouts.KeepaliveTime, Timeout: o.Timeouts.KeepaliveTimeout,
+			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
+		keepaliveEnforcement(keepaliveMinTime),
+		grpc.ForceServerCodecV2(newLenientCodec()))
+	return append(sopts, Tuning()...)
+}
+
+// httpServer bounds how long a client may take to send a request and
+// idle between requests, so slow or silent clients cannot hold
+// connections (and shutdown) indefinitely.
+func httpServer(h http.Handler, t Timeouts, boundWrites bool) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, IdleTimeout: t.Idle,
+		MaxHeaderBytes: 64 << 10}
+	if boundWrites {
+		srv.WriteTimeout = t.Write
+	}
+	return srv
 }
 
 func serveErr(name string, err error) error {

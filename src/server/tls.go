@@ -19,6 +19,10 @@ type TLSOptions struct {
 	// among the client certificate's DNS names.
 	ClientCAFile string
 	ClientSAN    string
+	// OnReloadError, when set, hears about files that changed but cannot
+	// be loaded (a half-written or garbage certificate): once per change,
+	// while the previous certificate keeps serving.
+	OnReloadError func(error)
 }
 
 // certFiles serves a certificate (and client CA) from files, reloading them
@@ -31,8 +35,11 @@ type certFiles struct {
 	mu      sync.Mutex
 	checked time.Time
 	stamp   string
-	cert    *tls.Certificate
-	pool    *x509.CertPool
+	// failed is the stamp of files that did not load, so that a broken
+	// rotation is reported once, not on every handshake.
+	failed string
+	cert   *tls.Certificate
+	pool   *x509.CertPool
 }
 
 // NewTLSConfig returns the server TLS config for o. It fails if the files
@@ -69,11 +76,27 @@ func (cf *certFiles) refresh() {
 	due := time.Since(cf.checked) >= cf.every
 	cf.mu.Unlock()
 	if due {
-		_ = cf.load() // keep serving the old files if the new ones are broken
+		// Keep serving the old files if the new ones are broken.
+		if stamp, err := cf.loadStamped(); err != nil && cf.o.OnReloadError != nil {
+			cf.mu.Lock()
+			first := stamp != cf.failed
+			cf.failed = stamp
+			cf.mu.Unlock()
+			if first {
+				cf.o.OnReloadError(err)
+			}
+		}
 	}
 }
 
 func (cf *certFiles) load() error {
+	_, err := cf.loadStamped()
+	return err
+}
+
+// loadStamped loads the files if their stamp (names, modification times,
+// sizes) changed, and returns the stamp it saw.
+func (cf *certFiles) loadStamped() (string, error) {
 	stamp := ""
 	for _, f := range []string{cf.o.CertFile, cf.o.KeyFile, cf.o.ClientCAFile} {
 		if f == "" {
@@ -81,7 +104,7 @@ func (cf *certFiles) load() error {
 		}
 		fi, err := os.Stat(f)
 		if err != nil {
-			return fmt.Errorf("tls: %w", err)
+			return stamp, fmt.Errorf("tls: %w", err)
 		}
 		stamp += fmt.Sprintf("%s:%d:%d;", f, fi.ModTime().UnixNano(), fi.Size())
 	}
@@ -90,27 +113,27 @@ func (cf *certFiles) load() error {
 	same := stamp == cf.stamp
 	cf.mu.Unlock()
 	if same {
-		return nil
+		return stamp, nil
 	}
 	cert, err := tls.LoadX509KeyPair(cf.o.CertFile, cf.o.KeyFile)
 	if err != nil {
-		return fmt.Errorf("tls: load server certificate: %w", err)
+		return stamp, fmt.Errorf("tls: load server certificate: %w", err)
 	}
 	var pool *x509.CertPool
 	if cf.o.ClientCAFile != "" {
 		pem, err := os.ReadFile(cf.o.ClientCAFile)
 		if err != nil {
-			return fmt.Errorf("tls: read client CA: %w", err)
+			return stamp, fmt.Errorf("tls: read client CA: %w", err)
 		}
 		pool = x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("tls: no certificate in %s", cf.o.ClientCAFile)
+			return stamp, fmt.Errorf("tls: no certificate in %s", cf.o.ClientCAFile)
 		}
 	}
 	cf.mu.Lock()
-	cf.cert, cf.pool, cf.stamp = &cert, pool, stamp
+	cf.cert, cf.pool, cf.stamp, cf.failed = &cert, pool, stamp, ""
 	cf.mu.Unlock()
-	return nil
+	return stamp, nil
 }
 
 // checkSAN runs after chain verification: the client must carry ClientSAN.

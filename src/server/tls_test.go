@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,13 +133,25 @@ func TestBrokenRotationKeepsServing(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
 	c, k := ca.Issue(t, "ratelimit", "ratelimit.local")
 	certFile := tlstest.Write(t, dir, "tls.crt", c)
-	cfg, err := newTLSConfig(TLSOptions{CertFile: certFile, KeyFile: tlstest.Write(t, dir, "tls.key", k)}, 0)
+	var reports []error
+	var mu sync.Mutex
+	cfg, err := newTLSConfig(TLSOptions{CertFile: certFile, KeyFile: tlstest.Write(t, dir, "tls.key", k),
+		OnReloadError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() }}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serveTLS(t, cfg)
 	tlstest.Write(t, dir, "tls.crt", []byte("half-written"))
-	if err := call(addr, clientConfig(t, ca, nil, nil)); err != nil {
-		t.Errorf("with a broken certificate file on disk: %v, want the old certificate still served", err)
+	future := time.Now().Add(time.Minute)
+	_ = os.Chtimes(certFile, future, future)
+	for range 3 {
+		if err := call(addr, clientConfig(t, ca, nil, nil)); err != nil {
+			t.Errorf("with a broken certificate file on disk: %v, want the old certificate still served", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 1 {
+		t.Errorf("a broken rotation, three handshakes: %d reports (%v), want exactly 1", len(reports), reports)
 	}
 }

@@ -22,11 +22,13 @@ import (
 // Settings is the whole environment. Field docs give the default.
 type Settings struct {
 	// Listeners.
-	Host      string `envconfig:"HOST" default:"0.0.0.0"`
-	Port      int    `envconfig:"PORT" default:"8080"`
-	GRPCHost  string `envconfig:"GRPC_HOST" default:"0.0.0.0"`
-	GRPCPort  int    `envconfig:"GRPC_PORT" default:"8081"`
-	DebugHost string `envconfig:"DEBUG_HOST" default:"0.0.0.0"`
+	Host     string `envconfig:"HOST" default:"0.0.0.0"`
+	Port     int    `envconfig:"PORT" default:"8080"`
+	GRPCHost string `envconfig:"GRPC_HOST" default:"0.0.0.0"`
+	GRPCPort int    `envconfig:"GRPC_PORT" default:"8081"`
+	// DebugHost is loopback by default (the reference binds every
+	// interface): the debug port serves pprof and the config.
+	DebugHost string `envconfig:"DEBUG_HOST" default:"127.0.0.1"`
 	DebugPort int    `envconfig:"DEBUG_PORT" default:"6070"`
 	// gRPC server TLS and mTLS; files are re-read when they change.
 	GRPCServerUseTLS    bool   `envconfig:"GRPC_SERVER_USE_TLS" default:"false"`
@@ -38,6 +40,13 @@ type Settings struct {
 	// clients re-resolve (0: never).
 	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"0"`
 	GRPCMaxConnectionAgeGrace time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE_GRACE" default:"0"`
+	// GRPCMaxConcurrentStreams bounds the calls in flight on one gRPC
+	// connection (ours).
+	GRPCMaxConcurrentStreams int `envconfig:"GRPC_MAX_CONCURRENT_STREAMS" default:"1000"`
+	// JSONEndpointEnabled serves POST /json on the HTTP port. Unset: on,
+	// except when gRPC requires client certificates, since the HTTP port
+	// has none and would let any client around them.
+	JSONEndpointEnabled *bool `envconfig:"JSON_ENDPOINT_ENABLED"`
 
 	// Config files: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY/*.yaml.
 	RuntimeRoot           string `envconfig:"RUNTIME_ROOT" default:"/srv/runtime_data/current"`
@@ -75,6 +84,8 @@ type Settings struct {
 	RequestMaxDescriptors int `envconfig:"REQUEST_MAX_DESCRIPTORS" default:"64"`
 	RequestMaxEntries     int `envconfig:"REQUEST_MAX_ENTRIES" default:"32"`
 	RequestMaxStringBytes int `envconfig:"REQUEST_MAX_STRING_BYTES" default:"4096"`
+	// RequestMaxBytes bounds one gRPC request message (ours).
+	RequestMaxBytes int `envconfig:"REQUEST_MAX_BYTES" default:"262144"`
 
 	// Decisions.
 	ShadowMode                         bool `envconfig:"SHADOW_MODE" default:"false"`
@@ -205,6 +216,15 @@ func cleanEnvconfigError(err error) error {
 	return err
 }
 
+// JSONEndpoint reports whether POST /json is served, with the default
+// applied: on unless gRPC requires client certificates.
+func (s Settings) JSONEndpoint() bool {
+	if s.JSONEndpointEnabled != nil {
+		return *s.JSONEndpointEnabled
+	}
+	return s.GRPCClientTLSCACert == ""
+}
+
 // Backend is the store to use, with the default applied.
 func (s Settings) Backend() string {
 	if s.BackendType != "" {
@@ -320,7 +340,9 @@ func (s Settings) Validate() error {
 	for _, l := range []struct {
 		name string
 		v    int
-	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries}, {"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}} {
+	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries},
+		{"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}, {"REQUEST_MAX_BYTES", s.RequestMaxBytes},
+		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
 		if l.v < 1 {
 			bad(l.name, "must be at least 1, got %d", l.v)
 		}

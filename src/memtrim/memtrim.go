@@ -1,0 +1,104 @@
+// Package memtrim gives memory back to the operating system after a spike.
+//
+// The service runs with a high GOGC (cmd/server), so after a burst of large
+// or many concurrent requests the heap it grew stays resident: with little
+// allocation afterwards no collection runs for minutes, and until one runs
+// the runtime cannot return the pages. Run watches the heap from one
+// goroutine and, when the process has been quiet (no collection during a
+// whole interval) while holding well more heap than was live at the last
+// collection, forces a collection and returns the free pages
+// (debug.FreeOSMemory). A busy process collects on its own and is left
+// alone. It sits beside the request path, never on it, and imports nothing
+// of the service.
+package memtrim
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// Options configures Run. The zero value is usable.
+type Options struct {
+	// Interval is how often the heap is looked at; 0 means 5s.
+	Interval time.Duration
+	// Slack is how much more than the live heap may stay resident before a
+	// quiet process is trimmed; 0 means 32 MiB.
+	Slack uint64
+	// OnTrim, when set, hears of each trim with the bytes held before it.
+	OnTrim func(held uint64)
+}
+
+// Sample is what one look at the heap sees.
+type Sample struct {
+	Cycles uint64 // completed GC cycles
+	Live   uint64 // heap bytes live at the last collection
+	Held   uint64 // heap and stack bytes held from the OS, not released
+}
+
+var names = []string{
+	"/gc/cycles/total:gc-cycles",
+	"/gc/heap/live:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/stacks:bytes",
+}
+
+// Read samples the runtime's own counters.
+func Read() Sample {
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	return Sample{Cycles: v(0), Live: v(1), Held: v(2) + v(3) + v(4) + v(5)}
+}
+
+// ShouldTrim reports whether a process that looked like prev one interval
+// ago and like cur now is holding memory it no longer uses: no collection
+// ran in between (nothing else will return the memory soon) and it holds
+// more than slack beyond the live heap.
+func ShouldTrim(prev, cur Sample, slack uint64) bool {
+	return cur.Cycles == prev.Cycles && cur.Held > cur.Live+slack
+}
+
+// Run trims as described in the package doc until ctx ends.
+func Run(ctx context.Context, o Options) {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.Slack == 0 {
+		o.Slack = 32 << 20
+	}
+	t := time.NewTicker(o.Interval)
+	defer t.Stop()
+	prev := Read()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := Read()
+		if ShouldTrim(prev, cur, o.Slack) {
+			// Twice: the first collection moves pooled buffers (sync.Pool,
+			// gRPC's buffer pool) to their victim caches, the second frees
+			// them.
+			debug.FreeOSMemory()
+			debug.FreeOSMemory()
+			if o.OnTrim != nil {
+				o.OnTrim(cur.Held)
+			}
+			cur = Read()
+		}
+		prev = cur
+	}
+}

@@ -1,0 +1,38 @@
+package memtrim
+
+import (
+	"runtime"
+	"testing"
+)
+
+func TestShouldTrim(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		name      string
+		prev, cur Sample
+		want      bool
+	}{
+		{"quiet after a spike", Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, true},
+		{"busy: collections run on their own", Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, Sample{Cycles: 9, Live: 4 * mib, Held: 120 * mib}, false},
+		{"quiet and lean", Sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, Sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, false},
+		{"quiet with a large live heap, little beyond it", Sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, Sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, false},
+		{"exactly the slack beyond live", Sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, Sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ShouldTrim(tc.prev, tc.cur, 32*mib); got != tc.want {
+				t.Errorf("ShouldTrim(%+v, %+v, 32 MiB) = %v, want %v", tc.prev, tc.cur, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadSeesTheHeap: Read's counters are the runtime's (a renamed metric
+// would read as zero and silently disable trimming).
+func TestReadSeesTheHeap(t *testing.T) {
+	runtime.GC()
+	s := Read()
+	if s.Cycles == 0 || s.Live == 0 || s.Held < s.Live {
+		t.Errorf("Read() = %+v, want cycles and live heap counted and held >= live", s)
+	}
+}
