@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -17,6 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
 // memKB reads a line such as VmRSS or VmHWM (peak) of the server's
@@ -140,5 +145,182 @@ func TestRequestFloodStaysBounded(t *testing.T) {
 	t.Logf("after the floods: RSS %d MiB (%d MiB before them)", rss>>10, before>>10)
 	if rss > before+24<<10 {
 		t.Errorf("RSS %d MiB 40 s after the floods, want back within 24 MiB of the %d MiB before them", rss>>10, before>>10)
+	}
+}
+
+// TestSigtermWithStuckHTTPClientExitsZero: a client that sent half a
+// request and went silent holds its connection through shutdown; after the
+// grace the server closes it and still exits 0 (stop checks the code).
+func TestSigtermWithStuckHTTPClientExitsZero(t *testing.T) {
+	t.Parallel() // waits out the 10 s grace
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	c, err := net.Dial("tcp", p.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /json HTTP/1.1\r\nHost: rl\r\nContent-Length: 1000\r\n\r\n{\"domain\":"); err != nil {
+		t.Fatal(err)
+	}
+	// The request is being read once the health check, served after it on
+	// another connection, answers.
+	waitHealth(t, p, 200)
+	began := time.Now()
+	p.stop(t)
+	t.Logf("SIGTERM to exit with a stuck client: %v", time.Since(began).Round(time.Millisecond))
+	if !strings.Contains(p.stderr.String(), "shutdown grace") {
+		t.Errorf("the log does not say that connections were closed after the grace:\n%s", p.stderr)
+	}
+}
+
+// TestSilentConnectionsAreClosed: a TCP connection to the gRPC port that
+// never sends the HTTP/2 preface is closed after the handshake timeout
+// (10 s), not kept for grpc-go's default of 120 s.
+func TestSilentConnectionsAreClosed(t *testing.T) {
+	t.Parallel() // waits out the 10 s handshake timeout
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	c, err := net.Dial("tcp", p.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	began := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	_, err = io.Copy(io.Discard, c) // the server's settings frame, then EOF
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("a silent connection is still open after 60 s")
+	}
+	t.Logf("silent gRPC connection closed after %v (err %v)", time.Since(began).Round(time.Millisecond), err)
+}
+
+// TestStatsdNamesFromHostileValues drives the binary with statsd on and a
+// detailed rule: a request value made of statsd syntax arrives as part of
+// one name, never as a line or field of its own.
+func TestStatsdNamesFromHostileValues(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	env := writeConfig(t, map[string]string{"it.yaml": `
+domain: it
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`})
+	env["USE_STATSD"] = "true"
+	env["STATSD_HOST"] = "127.0.0.1"
+	env["STATSD_PORT"] = strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+	env["STATSD_FLUSH_INTERVAL"] = "100ms"
+	p := start(t, env)
+	const evil = "evil:5|c\nratelimit.injected:999999|c"
+	p.should(t, "it", desc("user="+evil))
+
+	_ = pc.SetReadDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, 64<<10)
+	var ruleLines []string
+	for len(ruleLines) == 0 {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("no per-rule statsd line within 15 s: %v", err)
+		}
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			name, rest, ok := strings.Cut(line, ":")
+			if !ok || !regexp.MustCompile(`^-?\d+\|c$`).MatchString(rest) {
+				t.Errorf("statsd line %q is not NAME:N|c", line)
+			}
+			if strings.Contains(name, "injected") && !strings.HasPrefix(name, "ratelimit.service.rate_limit.it.user_evil_5_c_ratelimit.injected_999999_c.") {
+				t.Errorf("statsd line %q: the request value escaped its name", line)
+			}
+			if strings.HasPrefix(name, "ratelimit.service.rate_limit.") {
+				ruleLines = append(ruleLines, line)
+			}
+		}
+	}
+	resp, err := http.Get("http://" + p.debugAddr + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(readBody(resp)), "\n") {
+		if !regexp.MustCompile(`^[^\s:]+: \d+$`).MatchString(line) {
+			t.Errorf("/stats line %q is not NAME: N", line)
+		}
+	}
+}
+
+// TestDebugPortIsLoopbackByDefault: without DEBUG_HOST, pprof and the
+// config are served on loopback only.
+func TestDebugPortIsLoopbackByDefault(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["DEBUG_HOST"] = unset
+	p := start(t, env)
+	if !regexp.MustCompile(`listening for debug on 127\.0\.0\.1:\d+`).MatchString(p.stderr.String()) {
+		t.Errorf("without DEBUG_HOST the debug port is not on loopback:\n%s", p.stderr)
+	}
+	resp, err := http.Get("http://" + p.debugAddr + "/rlconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(resp); resp.StatusCode != 200 {
+		t.Errorf("/rlconfig on loopback: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestStoreErrorsStayInTheLog: a client is told the store is unavailable,
+// not the store's address or Redis's own words; the log has the detail.
+func TestStoreErrorsStayInTheLog(t *testing.T) {
+	secret := redistest.Start(t, "--requirepass", "s3cret")
+	tests := []struct {
+		name    string
+		env     map[string]string
+		private []string // what the client must not see, and the log must
+	}{
+		{"nothing listening", map[string]string{"REDIS_URL": "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])}, []string{"refused"}},
+		{"wrong password", map[string]string{"REDIS_URL": secret.Addr, "REDIS_AUTH": "wrong"}, []string{"WRONGPASS"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.env["REDIS_TIMEOUT"] = "200ms"
+			p := start(t, redisEnv(t, tc.env))
+			_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=a"))})
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("error = %v, want Unavailable", err)
+			}
+			resp, herr := http.Post("http://"+p.httpAddr+"/json", "application/json",
+				strings.NewReader(`{"domain":"shared","descriptors":[{"entries":[{"key":"k","value":"a"}]}]}`))
+			if herr != nil {
+				t.Fatal(herr)
+			}
+			body := readBody(resp)
+			for _, s := range append(tc.private, "127.0.0.1", "dial") {
+				if strings.Contains(status.Convert(err).Message(), s) || strings.Contains(body, s) {
+					t.Errorf("clients see %q: gRPC %q, POST /json %d %q", s, status.Convert(err).Message(), resp.StatusCode, body)
+				}
+			}
+			for _, s := range tc.private {
+				if !strings.Contains(p.stderr.String(), s) {
+					t.Errorf("the log lacks the cause %q:\n%s", s, p.stderr)
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryEvictionsAreExported: a full embedded store says so on
+// /metrics, as the README promises.
+func TestMemoryEvictionsAreExported(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["MEMORY_MAX_KEYS"] = "64"
+	p := start(t, env)
+	for i := range 500 {
+		p.should(t, "it", desc("user=u"+strconv.Itoa(i)))
+	}
+	m := regexp.MustCompile(`(?m)^ratelimit_memory_evictions_total\{store="main"\} (\d+)`).FindStringSubmatch(metricsBody(t, p))
+	if m == nil {
+		t.Fatal(`/metrics lacks ratelimit_memory_evictions_total{store="main"}`)
+	}
+	if n, _ := strconv.Atoi(m[1]); n == 0 {
+		t.Errorf("500 keys in a store of 64: ratelimit_memory_evictions_total = 0, want > 0")
 	}
 }

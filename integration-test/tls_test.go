@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,4 +60,44 @@ func TestGRPCMutualTLS(t *testing.T) {
 	if err := try(clientCA); err != nil {
 		t.Errorf("a client with the right certificate: %v", err)
 	}
+
+	// The HTTP port checks no client certificate, so POST /json, which
+	// would answer anyone, is off while gRPC requires one.
+	if code, body := postJSON(t, p, jsonUser); code != http.StatusForbidden || !strings.Contains(body, "JSON_ENDPOINT_ENABLED") {
+		t.Errorf("POST /json under mTLS: %d %q, want 403 naming JSON_ENDPOINT_ENABLED", code, body)
+	}
+
+	// A rotation to garbage keeps the old certificate, and says so once.
+	tlstest.Write(t, dir, "tls.crt", []byte("not a certificate"))
+	future := time.Now().Add(time.Minute)
+	_ = os.Chtimes(env["GRPC_SERVER_TLS_CERT"], future, future)
+	eventually(t, "the broken rotation logged", func() bool {
+		if err := try(clientCA); err != nil {
+			t.Fatalf("after a rotation to garbage, a good client: %v, want the old certificate still served", err)
+		}
+		return strings.Contains(p.stderr.String(), "do not load")
+	})
+	if !strings.Contains(metricsBody(t, p), "ratelimit_tls_certificate_reload_errors_total 1") {
+		t.Errorf("/metrics lacks ratelimit_tls_certificate_reload_errors_total 1")
+	}
 }
+
+// TestJSONUnderMutualTLSWhenEnabled: JSON_ENDPOINT_ENABLED=true serves POST
+// /json under mTLS (the operator's explicit choice).
+func TestJSONUnderMutualTLSWhenEnabled(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca")
+	sc, sk := serverCA.Issue(t, "ratelimit", "ratelimit.local")
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_SERVER_USE_TLS"] = "true"
+	env["GRPC_SERVER_TLS_CERT"] = tlstest.Write(t, dir, "tls.crt", sc)
+	env["GRPC_SERVER_TLS_KEY"] = tlstest.Write(t, dir, "tls.key", sk)
+	env["GRPC_CLIENT_TLS_CACERT"] = tlstest.Write(t, dir, "clients.pem", clientCA.PEM)
+	env["JSON_ENDPOINT_ENABLED"] = "true"
+	p := start(t, env)
+	if code, body := postJSON(t, p, jsonUser); code != http.StatusOK {
+		t.Errorf("POST /json with JSON_ENDPOINT_ENABLED=true: %d %q, want 200", code, body)
+	}
+}
+
+const jsonUser = `{"domain":"it","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`
