@@ -17,11 +17,24 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"domain: [\n", "- a\n- b\n", "domain: d\ndescriptors:\n  - key: &a x\n    value: *a\n", "",
 		"domain: d\ndescriptors:\n  - key: a\n    rate_limits: [{unit: hour, requests_per_unit: 9, algorithm: token_bucket, burst: 3}]\n",
+		// Anchors and aliases: shared limits, a nested fan-out, a cycle,
+		// a merge key, an alias to a scalar used as a mapping.
+		"domain: d\ndescriptors:\n- {key: a, rate_limit: &l {unit: hour, requests_per_unit: 2}}\n- {key: b, rate_limit: *l}\n",
+		"domain: d\ndescriptors:\n- &a {key: a}\n- &b {key: b, descriptors: [*a,*a,*a]}\n- {key: c, descriptors: [*b,*b,*b]}\n",
+		"domain: d\ndescriptors: &x\n- {key: a, descriptors: *x}\n",
+		"domain: d\ndescriptors:\n- &a {key: a}\n- {<<: *a, value: v}\n",
+		"domain: &s d\ndescriptors:\n- *s\n- {key: *s, metadata: {m: &m [1, 2], n: *m}}\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("f.yaml", data)
+		if file != nil {
+			// Aliases cannot make a small file describe a large tree.
+			if n, bound := countDescriptors(file.Descriptors), max(aliasExpansion*len(data), aliasFloor); n > bound {
+				t.Fatalf("%d bytes parsed into %d descriptors, over the bound %d", len(data), n, bound)
+			}
+		}
 		if err == nil {
 			_, err = Build([]*File{file}, Options{})
 		}
@@ -33,6 +46,14 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse error %q is not a positioned *config.Error", err)
 		}
 	})
+}
+
+func countDescriptors(ds []*Descriptor) int {
+	n := len(ds)
+	for _, d := range ds {
+		n += countDescriptors(d.Descriptors)
+	}
+	return n
 }
 
 // decodeFields splits an encoded key back into its fields; it is the proof

@@ -89,6 +89,9 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		return nil, d.yamlError(err)
 	}
+	if err := checkAliases(name, &doc); err != nil {
+		return nil, err
+	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,8 @@ func TestParseBadFiles(t *testing.T) {
 		{"descriptors_not_list.yaml", []string{`descriptors_not_list.yaml:2: descriptors: want a list of descriptors, got a mapping`}},
 		{"replaces_itself.yaml", []string{`replaces_itself.yaml:9: descriptors[0].rate_limit.replaces: a limit cannot replace itself ("self")`}},
 		{"unknown_failure_policy.yaml", []string{`unknown_failure_policy.yaml:4: descriptors[0].failure_policy: unknown failure policy "sometimes"`}},
+		{"alias_bomb.yaml", []string{`alias_bomb.yaml:7: aliases expand this file past 10000 nodes (64 times the 116 written, at least 10000) at alias *d`}},
+		{"alias_cycle.yaml", []string{`alias_cycle.yaml:5: alias *all refers to a node that contains it (anchored at line 2)`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
 			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,
@@ -113,4 +116,51 @@ func mustBuild(t testing.TB, src string) *Config {
 		t.Fatalf("Build: %v", err)
 	}
 	return c
+}
+
+// TestAliasesWithinBudget: aliases used as people use them (one limit
+// block shared by many descriptors, a subtree reused per tenant) parse, and
+// expand to what they name.
+func TestAliasesWithinBudget(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: shared\ndescriptors:\n")
+	b.WriteString("  - key: tenant\n    value: t0\n    descriptors: &plan\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "      - key: route%d\n        rate_limit: &l%d {unit: minute, requests_per_unit: %d}\n", i, i, i+1)
+	}
+	for i := 1; i < 300; i++ {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: t%d\n    rate_limit: *l%d\n    descriptors: *plan\n", i, i%20)
+	}
+	f, err := Parse("shared.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(f.Descriptors) != 300 || len(f.Descriptors[299].Descriptors) != 20 || f.Descriptors[299].Limits[0].RequestsPerUnit != 20 {
+		t.Errorf("aliases did not expand to what they name: %d tenants, the last with %d routes", len(f.Descriptors), len(f.Descriptors[299].Descriptors))
+	}
+}
+
+// TestAliasExpansionIsBounded: whatever the shape, what Parse builds stays
+// within the budget: a bomb that doubles at every level is refused at the
+// level that crosses it, deep or wide.
+func TestAliasExpansionIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		levels, fan int
+	}{
+		{"deep, fan 2", 40, 2}, {"shallow, fan 100", 3, 100}, {"fan 10", 7, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString("domain: d\ndescriptors:\n- &l0 {key: k0}\n")
+			for i := 1; i <= tc.levels; i++ {
+				refs := strings.Repeat(fmt.Sprintf("*l%d,", i-1), tc.fan)
+				fmt.Fprintf(&b, "- &l%d {key: k%d, descriptors: [%s]}\n", i, i, strings.TrimSuffix(refs, ","))
+			}
+			_, err := Parse("bomb.yaml", []byte(b.String()))
+			if err == nil || !strings.Contains(err.Error(), "aliases expand this file past") {
+				t.Errorf("Parse(%d levels of %d aliases) = %v, want the expansion refused", tc.levels, tc.fan, err)
+			}
+		})
+	}
 }
