@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -155,4 +156,28 @@ func TestReloadFromXDS(t *testing.T) {
 	waitLimit(t, p, "x", 11)
 	set("2", 12)
 	waitLimit(t, p, "x", 12)
+}
+
+// TestFIFOInConfigDirectory: a named pipe called *.yaml (nothing ever
+// writes to it) neither blocks start-up nor wedges the watcher: it is
+// skipped with a warning and later edits still reload.
+func TestFIFOInConfigDirectory(t *testing.T) {
+	env := writeConfig(t, map[string]string{"a.yaml": limitYAML("a", 10)})
+	dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, env)
+	waitLimit(t, p, "a", 10)
+	if !strings.Contains(p.stderr.String(), "pipe.yaml") {
+		t.Errorf("no warning names the skipped pipe.yaml:\n%s", p.stderr)
+	}
+
+	if err := syscall.Mkfifo(filepath.Join(dir, "later.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 20)})
+	waitLimit(t, p, "a", 20)
+	writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 30)})
+	waitLimit(t, p, "a", 30)
 }

@@ -15,8 +15,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -53,10 +55,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			paths = append(paths, p)
 			continue
 		}
-		found, err := config.FindFiles(p, *ignoreDot)
+		found, skipped, err := config.FindFiles(p, *ignoreDot)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
+		}
+		for _, path := range slices.Sorted(maps.Keys(skipped)) {
+			fmt.Fprintf(stderr, "warning: %s: %v; skipped, as the service skips it\n", path, skipped[path])
 		}
 		paths = append(paths, found...)
 	}
@@ -87,7 +92,7 @@ func parseAll(paths []string) ([]*config.File, error) {
 	var files []*config.File
 	var errs []error
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := config.ReadFile(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -22,9 +22,14 @@ import (
 func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*config.Holder, error) {
 	first := make(chan struct{})
 	var once sync.Once
-	holder := config.NewHolder(func(cfg *config.Config, err error) {
+	var holder *config.Holder
+	holder = config.NewHolder(func(cfg *config.Config, err error) {
 		if err != nil {
-			log.WithError(err).Error("config load failed; the last good config keeps serving")
+			if holder.Load() == nil {
+				log.WithError(err).Error("config load failed; no config is serving yet")
+			} else {
+				log.WithError(err).Error("config load failed; the last good config keeps serving")
+			}
 			return
 		}
 		log.WithField("domains", cfg.Domains()).Info("config loaded")
@@ -38,7 +43,10 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			return nil
 		})
 	}
-	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues}
+	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues,
+		Skipped: func(path string, why error) {
+			log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
+		}}
 
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
 		xo := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,

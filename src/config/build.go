@@ -16,6 +16,10 @@ type Options struct {
 	// HashValues writes every descriptor value hashed in counter keys
 	// (CACHE_KEY_HASH_VALUES).
 	HashValues bool
+	// Skipped, when set, hears of each entry named like a config file
+	// that LoadDir passes over because it is not a regular file (a FIFO,
+	// socket or device would block or never end a read).
+	Skipped func(path string, why error)
 }
 
 // Config is a validated, immutable set of domains. It is safe for concurrent

@@ -3,22 +3,79 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 )
+
+// MaxFileBytes bounds one config file. 100,000 rules written out take
+// about 10 MB.
+const MaxFileBytes = 64 << 20
+
+// ErrNotRegular says that a path named like a config file is not a regular
+// file (or a link to one): a FIFO, socket or device.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ReadFile reads one config file. It never blocks on a FIFO, a socket or a
+// device: it opens without waiting for a writer, checks what it opened, and
+// refuses anything but a regular file (ErrNotRegular) or one larger than
+// MaxFileBytes.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read config %s: %w (%s)", path, ErrNotRegular, fileKind(fi.Mode()))
+	}
+	if fi.Size() > MaxFileBytes {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is %d bytes, over the %d a config file may hold", fi.Size(), MaxFileBytes)}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file grew past the %d bytes a config file may hold while being read", MaxFileBytes)}
+	}
+	return data, nil
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "mode " + m.String()
+}
 
 // FindFiles lists the config files under dir: every *.yaml and *.yml file,
 // recursively, sorted. Entries whose name starts with ".." are always skipped:
 // they are the internals of a Kubernetes ConfigMap volume (..data and the
 // timestamped directories), whose files are already visible through the
 // top-level links and would otherwise be read twice. With ignoreDotfiles,
-// every other name starting with "." is skipped too.
-func FindFiles(dir string, ignoreDotfiles bool) ([]string, error) {
-	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+// every other name starting with "." is skipped too. Entries that are not
+// regular files or links to them (FIFOs, sockets, devices, dangling links)
+// are left out and returned in skipped with the reason.
+func FindFiles(dir string, ignoreDotfiles bool) (files []string, skipped map[string]error, err error) {
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -32,16 +89,27 @@ func FindFiles(dir string, ignoreDotfiles bool) ([]string, error) {
 		if d.IsDir() {
 			return nil
 		}
-		if ext := filepath.Ext(name); ext == ".yaml" || ext == ".yml" {
-			files = append(files, path)
+		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
+			return nil
 		}
+		if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+			if skipped == nil {
+				skipped = map[string]error{}
+			}
+			if err == nil {
+				err = fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(fi.Mode()))
+			}
+			skipped[path] = err
+			return nil
+		}
+		files = append(files, path)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list config files in %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("list config files in %s: %w", dir, err)
 	}
 	sort.Strings(files)
-	return files, nil
+	return files, skipped, nil
 }
 
 // LoadFiles reads, parses and builds the given files. Errors from every file
@@ -50,9 +118,9 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 	var errs []error
 	files := make([]*File, 0, len(paths))
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := ReadFile(p)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("read config: %w", err))
+			errs = append(errs, err)
 			continue
 		}
 		f, err := Parse(p, data)
@@ -72,9 +140,14 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 // files is an error: during a ConfigMap update or a botched deploy it is far
 // more likely a transient or a mistake than a wish to drop every limit.
 func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
-	paths, err := FindFiles(dir, ignoreDotfiles)
+	paths, skipped, err := FindFiles(dir, ignoreDotfiles)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Skipped != nil {
+		for _, p := range slices.Sorted(maps.Keys(skipped)) {
+			opts.Skipped(p, skipped[p])
+		}
 	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("no config files (*.yaml, *.yml) in %s", dir)
