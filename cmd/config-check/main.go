@@ -7,7 +7,11 @@
 // Kubernetes ConfigMap is checked by its *.yaml/*.yml data entries, named
 // FILE#ENTRY with lines counted within the entry. Every problem is printed on
 // its own line as file:line: path: message, and the exit code is 1 if there
-// is any, 2 for bad usage, 0 otherwise.
+// is any, 2 for bad usage, 0 otherwise. Rules no request can match under
+// the service's request bounds (REQUEST_MAX_STRING_BYTES,
+// REQUEST_MAX_ENTRIES, REQUEST_MAX_BYTES, read from the environment like
+// the service) are reported as warnings, as are entries that are not
+// regular files; warnings alone leave the exit code 0.
 package main
 
 import (
@@ -20,18 +24,21 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/service"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("config-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	merge := fs.Bool("merge", false, "allow one domain in several files (MERGE_DOMAIN_CONFIG)")
@@ -80,11 +87,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	bounds, err := requestBounds(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	for _, w := range config.Unreachable(files, bounds) {
+		fmt.Fprintln(stderr, "warning: "+w.Error())
+	}
 	if *dump {
 		fmt.Fprint(stdout, cfg.Dump())
 	}
 	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(files), strings.Join(cfg.Domains(), ", "))
 	return 0
+}
+
+// requestBounds are the service's request bounds, from the same variables
+// the service reads, so that a check in the service's environment warns
+// about exactly the rules it could never match.
+func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
+	b := config.RequestBounds{MaxStringBytes: service.DefaultLimits.MaxStringBytes,
+		MaxEntries: service.DefaultLimits.MaxEntries, MaxRequestBytes: server.DefaultMaxRequestBytes}
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{{"REQUEST_MAX_STRING_BYTES", &b.MaxStringBytes}, {"REQUEST_MAX_ENTRIES", &b.MaxEntries}, {"REQUEST_MAX_BYTES", &b.MaxRequestBytes}} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return b, fmt.Errorf("%s: invalid value %q: want a whole number of at least 1", v.name, s)
+			}
+			*v.dst = n
+		}
+	}
+	return b, nil
 }
 
 // parseAll parses every path, reporting every file's problems together.

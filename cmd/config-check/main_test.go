@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -15,6 +16,15 @@ func TestRun(t *testing.T) {
 	_ = os.MkdirAll(filepath.Dir(bad), 0o755)
 	_ = os.WriteFile(good, []byte("domain: g\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644)
 	_ = os.WriteFile(bad, []byte("domain: b\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n  - value: x\n"), 0o644)
+	unreachable := filepath.Join(dir, "unreachable.yaml")
+	_ = os.WriteFile(unreachable, []byte("domain: u\ndescriptors:\n  - key: tenant_key\n"), 0o644)
+	fifoDir := filepath.Join(dir, "fifo")
+	_ = os.MkdirAll(fifoDir, 0o755)
+	_ = os.WriteFile(filepath.Join(fifoDir, "a.yaml"), []byte("domain: f\n"), 0o644)
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, "pipe.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"REQUEST_MAX_STRING_BYTES": "8"}
 	tests := []struct {
 		name     string
 		args     []string
@@ -28,13 +38,17 @@ func TestRun(t *testing.T) {
 			bad + `:4: descriptors[0].rate_limit.unit: unknown unit "eon"`,
 			bad + `:5: descriptors[1]: missing key`}},
 		{"a ConfigMap's entries", []string{"../../examples/kubernetes/shared/config.yaml"}, 0, "OK: 1 files, domains example", nil},
+		{"unreachable rules are warnings", []string{unreachable}, 0, "OK: 1 files", []string{
+			"warning: " + unreachable + ":3: descriptors[0]: never matches: the key is 10 bytes and requests carry at most 8 (REQUEST_MAX_STRING_BYTES)"}},
+		{"a FIFO is skipped with a warning", []string{fifoDir}, 0, "OK: 1 files", []string{
+			"warning: " + filepath.Join(fifoDir, "pipe.yaml") + ": not a regular file (a named pipe)"}},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(tc.args, &out, &errb)
+			code := run(tc.args, func(k string) string { return env[k] }, &out, &errb)
 			if code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 				t.Errorf("run(%v) = %d, stdout %q; want %d and %q (stderr %q)", tc.args, code, out.String(), tc.wantCode, tc.wantOut, errb.String())
 			}
