@@ -16,6 +16,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -322,5 +323,46 @@ func TestMemoryEvictionsAreExported(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(m[1]); n == 0 {
 		t.Errorf("500 keys in a store of 64: ratelimit_memory_evictions_total = 0, want > 0")
+	}
+}
+
+// TestConcurrentStreamsPerConnectionAreCapped reads the server's HTTP/2
+// SETTINGS: it announces GRPC_MAX_CONCURRENT_STREAMS (1000 by default), so
+// one connection cannot hold an unbounded number of calls.
+func TestConcurrentStreamsPerConnectionAreCapped(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{{unset, "1000"}, {"7", "7"}} {
+		t.Run("GRPC_MAX_CONCURRENT_STREAMS="+strings.Trim(tc.set, "\x00"), func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+			env["GRPC_MAX_CONCURRENT_STREAMS"] = tc.set
+			p := start(t, env)
+			c, err := net.Dial("tcp", p.grpcAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(c, c)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("no SETTINGS from the server: %v", err)
+				}
+				sf, ok := f.(*http2.SettingsFrame)
+				if !ok || sf.IsAck() {
+					continue
+				}
+				v, ok := sf.Value(http2.SettingMaxConcurrentStreams)
+				if got := strconv.FormatUint(uint64(v), 10); !ok || got != tc.want {
+					t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %s (announced %v), want %s", got, ok, tc.want)
+				}
+				return
+			}
+		})
 	}
 }

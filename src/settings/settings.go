@@ -7,6 +7,7 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"sort"
@@ -346,6 +347,9 @@ func (s Settings) Validate() error {
 		if l.v < 1 {
 			bad(l.name, "must be at least 1, got %d", l.v)
 		}
+	}
+	if s.GRPCMaxConcurrentStreams > math.MaxUint32 {
+		bad("GRPC_MAX_CONCURRENT_STREAMS", "must be at most %d, got %d", uint32(math.MaxUint32), s.GRPCMaxConcurrentStreams)
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)

@@ -62,6 +62,15 @@ func TestLoad(t *testing.T) {
 		{"batches in flight", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_MAX_IN_FLIGHT": "2"}, "", func(s Settings) bool { return s.Redis.PipelineMaxInFlight == 2 }},
 		{"batching on by default", map[string]string{"REDIS_URL": "a:1"}, "", func(s Settings) bool { return s.Redis.PipelineWindow > 0 }},
 		{"bad config type", map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE: unknown type "CONSUL"`, nil},
+		{"debug port on loopback by default", nil, "", func(s Settings) bool { return s.DebugHost == "127.0.0.1" }},
+		{"json on without mTLS", nil, "", func(s Settings) bool { return s.JSONEndpoint() }},
+		{"json off under mTLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "ca"}, "",
+			func(s Settings) bool { return !s.JSONEndpoint() }},
+		{"json under mTLS when asked", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "ca", "JSON_ENDPOINT_ENABLED": "true"}, "",
+			func(s Settings) bool { return s.JSONEndpoint() }},
+		{"json off when asked", map[string]string{"JSON_ENDPOINT_ENABLED": "false"}, "", func(s Settings) bool { return !s.JSONEndpoint() }},
+		{"request bytes", map[string]string{"REQUEST_MAX_BYTES": "0"}, "REQUEST_MAX_BYTES: must be at least 1, got 0", nil},
+		{"concurrent streams", map[string]string{"GRPC_MAX_CONCURRENT_STREAMS": "-1"}, "GRPC_MAX_CONCURRENT_STREAMS: must be at least 1, got -1", nil},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
 	}
 	for _, tc := range tests {
