@@ -58,6 +58,12 @@ type Rule struct {
 	// Burst is the TokenBucket capacity; 0 means Limit. Other algorithms
 	// ignore it.
 	Burst uint64
+	// Overdraft counts hits that do not fit instead of dropping them: they
+	// are answered rejected, the count may pass the limit (a token bucket
+	// goes into debt), and every hit, a check of cost 0 included, is
+	// rejected until the window, the refill or refunds bring usage under
+	// the limit. For usage reported after the fact (tokens, bytes).
+	Overdraft bool
 }
 
 // Hit asks a store to count Cost hits against Key under Rule.
@@ -72,6 +78,63 @@ type Hit struct {
 	// (shadow mode, quota mode). Under Batch.AllOrNothing an advisory
 	// rejection does not stop the other hits from being counted.
 	Advisory bool
+	// Refund gives Cost hits back instead of counting them
+	// (is_negative_hits): never past an empty counter or a full bucket, and
+	// nothing on a key with no state. A refund is always allowed and
+	// reports what is left after it; a refund of 0 is a plain check.
+	Refund bool
+}
+
+// Blocks reports whether h's rejection, under Batch.AllOrNothing, stops
+// every hit of the batch from being counted. Advisory hits never block.
+// Overdraft hits block the others but are counted themselves (see
+// Batch.AllOrNothing).
+func (h *Hit) Blocks() bool { return !h.Advisory && !h.Rule.Overdraft }
+
+// reports is whether h records usage that happened (an overdraft hit or a
+// refund), which an overdraft rejection alone does not cancel.
+func (h *Hit) reports() bool { return h.Rule.Overdraft || h.Refund }
+
+// Commit says which of a batch's evaluated hits are written.
+type Commit uint8
+
+const (
+	// CommitAll writes every hit whose evaluation asks for it.
+	CommitAll Commit = iota
+	// CommitReports writes only overdraft hits and refunds: an overdraft
+	// hit was rejected, nothing else was (AllOrNothing).
+	CommitReports
+	// CommitNone writes nothing: a dry run, or a blocking rejection under
+	// AllOrNothing.
+	CommitNone
+)
+
+// Decide returns what a batch writes, given its hits and their outcomes
+// as evaluated. It is the one rule both stores apply, in Go and in Lua.
+func Decide(b Batch, outs []Outcome) Commit {
+	if b.DryRun {
+		return CommitNone
+	}
+	if !b.AllOrNothing {
+		return CommitAll
+	}
+	commit := CommitAll
+	for i := range b.Hits {
+		if outs[i].Allowed || b.Hits[i].Advisory {
+			continue
+		}
+		if b.Hits[i].Blocks() {
+			return CommitNone
+		}
+		commit = CommitReports
+	}
+	return commit
+}
+
+// Writes reports whether, under c, hit h (whose evaluation asked to be
+// written) is written.
+func (c Commit) Writes(h *Hit) bool {
+	return c == CommitAll || c == CommitReports && h.reports()
 }
 
 // Outcome is a store's answer for one Hit.
@@ -96,7 +159,11 @@ type Batch struct {
 	Hits []Hit
 	// AllOrNothing, when set, counts nothing at all if any non-advisory hit
 	// is rejected (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). Without it each
-	// allowed hit is counted and each rejected one is not.
+	// allowed hit is counted and each rejected one is not. Overdraft wins
+	// for its own hits: if only overdraft hits are rejected, they and the
+	// refunds are counted and nothing else is; a rejection of any other
+	// non-advisory hit counts nothing, overdraft hits included. Refunds are
+	// part of the batch: a batch that counts nothing gives nothing back.
 	AllOrNothing bool
 	// DryRun counts nothing: each hit is decided as if counted, and an
 	// allowed hit reports what a cost of 0 sees (as AllOrNothing reports

@@ -32,18 +32,36 @@ type state struct {
 	x, y uint64
 }
 
-// step applies cost hits at now (µs) to st under r. It returns the new state
-// (equal to st when nothing was counted), the outcome, and the instant (µs)
-// after which the new state is indistinguishable from no state at all.
-func step(st state, now int64, r Rule, cost uint64) (state, Outcome, int64) {
+// maxCount caps a window's count. Only overdraft lets a count pass its
+// limit (at most 2^32-1); the cap keeps a count times the sliding window's
+// weight scale below 2^53, exact in the scripts' doubles.
+const maxCount = 1 << 42
+
+// step applies cost hits at now (µs) to st under r, or gives cost hits back
+// when refund is set. It returns the new state, the outcome, the instant
+// (µs) after which the new state is indistinguishable from no state at all,
+// and whether the new state is to be written: for an allowed hit, an
+// overdraft hit that was counted although it did not fit, or a refund that
+// gave something back.
+func step(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
 	switch r.Algorithm {
 	case SlidingWindow:
-		return slidingStep(st, now, r, cost)
+		return slidingStep(st, now, r, cost, refund)
 	case TokenBucket:
-		return tokenStep(st, now, r, cost)
+		return tokenStep(st, now, r, cost, refund)
 	default:
-		return fixedStep(st, now, r, cost)
+		return fixedStep(st, now, r, cost, refund)
 	}
+}
+
+// admits decides a hit of cost on top of used under r. Without overdraft
+// this is fits; with it, there must also be budget left, so that a check
+// (cost 0) is rejected once usage has reached the limit.
+func admits(used, cost uint64, r Rule) bool {
+	if r.Overdraft {
+		return used < r.Limit && cost <= r.Limit-used
+	}
+	return fits(used, cost, r.Limit)
 }
 
 func periodUS(r Rule) int64 { return int64(r.Period / time.Microsecond) }
@@ -61,7 +79,7 @@ func fits(used, cost, limit uint64) bool {
 	return limit > 0 && used <= limit && cost <= limit-used
 }
 
-func fixedStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64) {
+func fixedStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
 	p := periodUS(r)
 	w := now / p
 	var count uint64
@@ -69,16 +87,25 @@ func fixedStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64)
 		count = st.x
 	}
 	end := (w + 1) * p
-	out := Outcome{Allowed: fits(count, cost, r.Limit), ResetAfter: usToDuration(end - now)}
-	if out.Allowed {
+	out := Outcome{ResetAfter: usToDuration(end - now)}
+	write := false
+	switch {
+	case refund && cost > 0:
+		out.Allowed, write = true, count > 0
+		count -= min(count, cost)
+	case admits(count, cost, r):
+		out.Allowed, write = true, true
 		count += cost
-	} else {
+	default:
 		out.RetryAfter = out.ResetAfter
+		if r.Overdraft && cost > 0 {
+			count, write = min(count+min(cost, maxCount), maxCount), true
+		}
 	}
 	if count < r.Limit {
 		out.Remaining = r.Limit - count
 	}
-	return state{w: w, x: count}, out, end
+	return state{w: w, x: count}, out, end, write
 }
 
 // slidingWeight is the share, in thousandths, of the previous window that
@@ -90,7 +117,7 @@ func slidingWeight(pms, elapsedMS int64) uint64 {
 
 func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
 
-func slidingStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64) {
+func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
 	p := periodUS(r)
 	pms := p / 1000
 	w := now / p
@@ -103,12 +130,30 @@ func slidingStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int6
 	}
 	start := w * p
 	elapsedMS := (now - start) / 1000
-	used := ceilDiv(prev*slidingWeight(pms, elapsedMS), slidingScale) + cur
-	out := Outcome{Allowed: fits(used, cost, r.Limit)}
-	if out.Allowed {
+	weight := slidingWeight(pms, elapsedMS)
+	used := ceilDiv(prev*weight, slidingScale) + cur
+	out := Outcome{}
+	write := false
+	switch {
+	case refund && cost > 0:
+		// Give back from the current window first, then the previous one.
+		fromCur := min(cur, cost)
+		fromPrev := min(prev, cost-fromCur)
+		cur, prev = cur-fromCur, prev-fromPrev
+		out.Allowed, write = true, fromCur+fromPrev > 0
+		used = ceilDiv(prev*weight, slidingScale) + cur
+	case admits(used, cost, r):
+		out.Allowed, write = true, true
 		cur += cost
 		used += cost
-	} else {
+	case r.Overdraft:
+		if cost > 0 {
+			cur, write = min(cur+min(cost, maxCount), maxCount), true
+			used = ceilDiv(prev*weight, slidingScale) + cur
+		}
+		// Until usage is under the limit again: one more hit fits.
+		out.RetryAfter = usToDuration(slidingRetry(now, start, pms, prev, cur, 1, r.Limit))
+	default:
 		out.RetryAfter = usToDuration(slidingRetry(now, start, pms, prev, cur, cost, r.Limit))
 	}
 	if used < r.Limit {
@@ -120,7 +165,7 @@ func slidingStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int6
 	case prev > 0:
 		out.ResetAfter = usToDuration(start + p - now)
 	}
-	return state{w: w, x: cur, y: prev}, out, start + 2*p
+	return state{w: w, x: cur, y: prev}, out, start + 2*p, write
 }
 
 // slidingRetry returns the instant (µs) at which cost hits first fit again,
@@ -150,7 +195,12 @@ func slidingRetry(now, start, pms int64, prev, cur, cost, limit uint64) int64 {
 	return at - now
 }
 
-func tokenStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64) {
+// maxDebt bounds how far past a full bucket's worth of waiting overdraft
+// may push a token bucket's TAT: any debt beyond it is as good as forever,
+// and the bound keeps TATs below 2^53 µs.
+const maxDebt = int64(2 * MaxPeriod / time.Microsecond)
+
+func tokenStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
 	burst := r.Burst
 	if burst == 0 {
 		burst = r.Limit
@@ -160,27 +210,45 @@ func tokenStep(st state, now int64, r Rule, cost uint64) (state, Outcome, int64)
 		tat = now
 	}
 	if r.Limit == 0 {
-		return state{w: tat}, Outcome{RetryAfter: r.Period, ResetAfter: usToDuration(tat - now)}, tat
+		if refund && cost > 0 {
+			return state{w: tat}, Outcome{Allowed: true, ResetAfter: usToDuration(tat - now)}, tat, false
+		}
+		return state{w: tat}, Outcome{RetryAfter: r.Period, ResetAfter: usToDuration(tat - now)}, tat, false
 	}
 	p := periodUS(r)
 	interval := (p + int64(r.Limit) - 1) / int64(r.Limit) // emission interval, rounded up
 	capacity := interval * int64(burst)
 	out := Outcome{}
-	newTat := tat
-	if cost <= burst {
-		newTat = tat + int64(cost)*interval
-		out.Allowed = newTat-now <= capacity
+	write := false
+	// ahead is how far cost hits move the TAT, bounded (cost may be 2^64-1).
+	ahead := maxDebt + capacity
+	if cost <= uint64(ahead/interval) {
+		ahead = int64(cost) * interval
 	}
-	if out.Allowed {
+	left := capacity - (tat - now) // in µs of refill; negative in debt
+	switch {
+	case refund && cost > 0:
+		// Never more than a full bucket: the TAT does not go below now.
+		newTat := max(tat-ahead, now)
+		out.Allowed, write = true, newTat != tat
 		tat = newTat
-	} else if cost <= burst {
-		out.RetryAfter = usToDuration(newTat - now - capacity)
-	} else {
+	case cost <= burst && tat+ahead-now <= capacity && (!r.Overdraft || left > 0):
+		out.Allowed, write = true, true
+		tat += ahead
+	case r.Overdraft:
+		if cost > 0 {
+			tat, write = min(tat+ahead, now+capacity+maxDebt), true
+		}
+		// Until a check passes again: some refill left in the bucket.
+		out.RetryAfter = usToDuration(tat - now - capacity + 1)
+	case cost <= burst:
+		out.RetryAfter = usToDuration(tat + ahead - now - capacity)
+	default:
 		out.RetryAfter = usToDuration(tat - now)
 	}
 	out.ResetAfter = usToDuration(tat - now)
-	if left := capacity - (tat - now); left > 0 { // negative after burst was lowered
+	if left := capacity - (tat - now); left > 0 { // negative after burst was lowered, or in debt
 		out.Remaining = uint64(left / interval)
 	}
-	return state{w: tat}, out, tat
+	return state{w: tat}, out, tat, write
 }

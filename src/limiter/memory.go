@@ -179,26 +179,21 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 	s.lock(mask)
 	defer s.unlock(mask)
 
-	rejected := false
 	for i := range b.Hits {
 		h := &b.Hits[i]
 		prior := s.current(pend[:i], b.Hits[:i], pend[i].shard, h.Key, us)
-		st, out, exp := step(prior, us, h.Rule, h.Cost)
+		st, out, exp, write := step(prior, us, h.Rule, h.Cost, h.Refund)
 		outs[i] = out
-		pend[i].st, pend[i].expires, pend[i].write = st, exp, out.Allowed
-		if !out.Allowed && !h.Advisory {
-			rejected = true
-		}
+		pend[i].st, pend[i].expires, pend[i].write = st, exp, write
 	}
-	if b.DryRun || rejected && b.AllOrNothing {
-		// Nothing is written; report what the allowed hits would see now.
-		for i := range b.Hits {
-			if outs[i].Allowed {
-				h := &b.Hits[i]
-				_, outs[i], _ = step(s.stored(pend[i].shard, h.Key, us), us, h.Rule, 0)
-			}
+	commit := Decide(b, outs)
+	for i := range b.Hits {
+		if h := &b.Hits[i]; pend[i].write && !commit.Writes(h) {
+			// Not written: report what a cost of 0 sees in the state as it
+			// was before the batch, keeping the decision itself.
+			pend[i].write = false
+			outs[i] = unwritten(outs[i], s.stored(pend[i].shard, h.Key, us), us, h.Rule)
 		}
-		return outs, nil
 	}
 	for i := range b.Hits {
 		if pend[i].write {
@@ -206,6 +201,16 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 		}
 	}
 	return outs, nil
+}
+
+// unwritten is the outcome reported for a hit that was evaluated but not
+// written: what a cost of 0 sees in the stored state, with the hit's own
+// decision (and, if rejected, its retry).
+func unwritten(decided Outcome, stored state, now int64, r Rule) Outcome {
+	_, out, _, _ := step(stored, now, r, 0, false)
+	out.Allowed = decided.Allowed
+	out.RetryAfter = decided.RetryAfter
+	return out
 }
 
 // current returns the state a hit sees: the latest pending write to the same

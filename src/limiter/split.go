@@ -10,7 +10,7 @@ import (
 // to PerSecond and all others to Other (REDIS_PERSECOND). Each side applies
 // its part as one batch, concurrently. Under AllOrNothing with hits on both
 // sides, both are first checked (DryRun) and counted only if neither
-// rejects: two stores share no atomic step, so, as across Redis Cluster
+// rejects (or, if only overdraft hits do, only those and the refunds are): two stores share no atomic step, so, as across Redis Cluster
 // slots, a concurrent request can slip in between check and count. It is
 // safe for concurrent use if both stores are.
 type Split struct {
@@ -40,13 +40,36 @@ func (s Split) Apply(ctx context.Context, b Batch) ([]Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i, o := range outs {
-			if !o.Allowed && !b.Hits[i].Advisory {
-				return outs, nil // nothing counted on either side
-			}
+		switch Decide(b, outs) {
+		case CommitNone:
+			return outs, nil // nothing counted on either side
+		case CommitReports:
+			return s.applyReports(ctx, b, outs)
 		}
 	}
 	return s.apply(ctx, b, fast, slow)
+}
+
+// applyReports counts only the overdraft hits and refunds of b, whose check
+// (outs) found an overdraft rejection and nothing else blocking; the other
+// hits keep their checked outcomes.
+func (s Split) applyReports(ctx context.Context, b Batch, outs []Outcome) ([]Outcome, error) {
+	part := Batch{Now: b.Now}
+	var idx []int
+	for i := range b.Hits {
+		if b.Hits[i].reports() {
+			idx = append(idx, i)
+			part.Hits = append(part.Hits, b.Hits[i])
+		}
+	}
+	got, err := s.Apply(ctx, part)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range idx {
+		outs[i] = got[j]
+	}
+	return outs, nil
 }
 
 // apply runs b's hits at fast on PerSecond and those at slow on Other,

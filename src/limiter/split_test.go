@@ -88,3 +88,30 @@ func TestSplitAllOrNothingAcrossStores(t *testing.T) {
 		t.Errorf("with the second's rejection advisory = %+v, want the minute counted (3 left)", outs)
 	}
 }
+
+// Under AllOrNothing, an overdraft rejection on one side counts the
+// overdraft hit and nothing on the other side (limiter.Decide).
+func TestSplitAllOrNothingWithOverdraft(t *testing.T) {
+	s := limiter.Split{PerSecond: newMemory(t, limiter.MemoryOptions{}), Other: newMemory(t, limiter.MemoryOptions{})}
+	sec := limiter.Rule{Limit: 2, Period: time.Second, Overdraft: true}
+	min := limiter.Rule{Limit: 5, Period: time.Minute}
+	apply := func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
+		t.Helper()
+		outs, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits, AllOrNothing: allOrNothing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	outs := apply(true, limiter.Hit{Key: "m", Rule: min, Cost: 1}, limiter.Hit{Key: "s", Rule: sec, Cost: 3})
+	if !outs[0].Allowed || outs[0].Remaining != 5 || outs[1].Allowed {
+		t.Errorf("overdraft over on one side = %+v, want the minute allowed but not counted (5 left), the second rejected", outs)
+	}
+	// The 3 were counted: after a refund of 2, 1 is used and 1 is left.
+	if outs := apply(false, limiter.Hit{Key: "s", Rule: sec, Cost: 2, Refund: true}); outs[0].Remaining != 1 {
+		t.Errorf("after a refund of 2: %+v, want 1 left (the overdraft hit was counted)", outs)
+	}
+	if outs := apply(false, limiter.Hit{Key: "m", Rule: min}); outs[0].Remaining != 5 {
+		t.Errorf("minute counter: %d left, want 5", outs[0].Remaining)
+	}
+}

@@ -5,14 +5,18 @@
 -- ARGV     one segment per decision, in KEYS order:
 --   now    microseconds since the Unix epoch, or "" to use Redis TIME
 --          (production: every replica then shares Redis's clock)
---   mode   0 count each allowed hit; 1 all or nothing (count nothing if a
---          non-advisory hit is rejected); 2 dry run (never writes; allowed
---          hits report what a cost of 0 sees, as when 1 rejects)
+--   mode   0 count each allowed hit (and each overdraft hit, and each
+--          refund); 1 all or nothing (limiter.Decide: count nothing if a
+--          non-advisory, non-overdraft hit is rejected; only overdraft hits
+--          and refunds if only overdraft hits are); 2 dry run (never
+--          writes). A hit that is not written reports what a cost of 0
+--          sees, with its own decision.
 --   n      the decision's number of hits (and keys)
 --   hit*n  each hit's parameters as six little-endian doubles (48 bytes):
 --          algorithm (0 fixed, 1 sliding, 2 token bucket), limit,
---          period (µs), burst, cost, advisory (0/1). One packed argument
---          instead of six halves the script's cost per hit in Redis.
+--          period (µs), burst, cost, flags (1 advisory + 2 refund +
+--          4 overdraft). One packed argument instead of six halves the
+--          script's cost per hit in Redis.
 --
 -- Several decisions per call let the client batch concurrent requests into
 -- one command (REDIS_PIPELINE_WINDOW); each decision still reads and writes
@@ -47,13 +51,18 @@ local function load(key)
   return 0, 0, 0, false
 end
 
-local function step(alg, s1, s2, s3, now, limit, p, cost, burst)
+local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
   if alg == 1 then
-    return sliding_window(s1, s2, s3, now, limit, p, cost)
+    return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
   elseif alg == 2 then
-    return token_bucket(s1, now, limit, p, cost, burst)
+    return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
   end
-  return fixed_window(s1, s2, now, limit, p, cost)
+  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft)
+end
+
+-- flags splits a hit's flags double: advisory, refund, overdraft.
+local function flags(f)
+  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1
 end
 
 -- store writes a key's new state. A window algorithm's key expires at a
@@ -76,58 +85,72 @@ end
 local function apply_each(now, k, n, a, results)
   for i = 1, n do
     local key = KEYS[k + i]
-    local alg, limit, p, burst, cost = struct.unpack('<ddddd', ARGV[a + i])
+    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
+    local _, refund, overdraft = flags(f)
     local s1, s2, s3, found = load(key)
-    local n1, n2, n3, ok, rem, reset, retry, exp = step(alg, s1, s2, s3, now, limit, p, cost, burst)
-    local allowed = 0
-    if ok then
-      allowed = 1
+    local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+    if write then
       store(key, alg, found, s1, n1, n2, n3, exp, now)
     end
-    results[#results + 1] = struct.pack('<dddd', allowed, rem, reset, retry)
+    results[#results + 1] = struct.pack('<dddd', ok and 1 or 0, rem, reset, retry)
   end
 end
 
 -- apply_all runs one decision in mode 1 or 2: nothing is written until
 -- every hit is decided, so a key that appears twice sees its first hit
--- through latest.
+-- through latest. What is written mirrors limiter.Decide and
+-- Commit.Writes: commit 0 all, 1 only overdraft hits and refunds, 2 none.
 local function apply_all(now, mode, k, n, a, results)
   local stored, latest, out, writes = {}, {}, {}, {}
-  local rejected = false
+  local commit = 0
+  if mode == 2 then
+    commit = 2
+  end
   for i = 1, n do
     local key = KEYS[k + i]
-    local alg, limit, p, burst, cost, advisory = struct.unpack('<dddddd', ARGV[a + i])
+    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
+    local advisory, refund, overdraft = flags(f)
     if stored[key] == nil then
       stored[key] = {load(key)} -- {s1, s2, s3, found}
     end
     local st = latest[key] or stored[key]
-    local n1, n2, n3, ok, rem, reset, retry, exp = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst)
+    local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)
     out[i] = {ok and 1 or 0, rem, reset, retry}
-    if ok then
+    if write then
       latest[key] = {n1, n2, n3}
-      writes[#writes + 1] = {key, alg, n1, n2, n3, exp}
-    elseif advisory == 0 then
-      rejected = true
+      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft}
+    end
+    if not ok and not advisory and commit < 2 then
+      if overdraft then
+        commit = 1
+      else
+        commit = 2
+      end
     end
   end
 
-  local dry = mode == 2 or rejected
-  for i = 1, n do
-    local o = out[i]
-    if dry and o[1] == 1 then
-      -- Nothing is counted: report what a cost of 0 sees.
+  local written = {}
+  for _, w in ipairs(writes) do
+    if commit == 0 or commit == 1 and w[8] then
+      local st = stored[w[2]]
+      store(w[2], w[3], st[4], st[1], w[4], w[5], w[6], w[7], now)
+      written[w[1]] = true
+    end
+  end
+  for _, w in ipairs(writes) do
+    local i = w[1]
+    if not written[i] then
+      -- Not counted: report what a cost of 0 sees, with the hit's own
+      -- decision (and retry).
       local alg, limit, p, burst = struct.unpack('<dddd', ARGV[a + i])
       local st = stored[KEYS[k + i]]
-      local _, _, _, ok, rem, reset, retry = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst)
-      o = {ok and 1 or 0, rem, reset, retry}
+      local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
+      out[i] = {out[i][1], rem, reset, out[i][4]}
     end
-    results[#results + 1] = struct.pack('<dddd', o[1], o[2], o[3], o[4])
   end
-  if not dry then
-    for _, w in ipairs(writes) do
-      local st = stored[w[1]]
-      store(w[1], w[2], st[4], st[1], w[3], w[4], w[5], w[6], now)
-    end
+  for i = 1, n do
+    local o = out[i]
+    results[#results + 1] = struct.pack('<dddd', o[1], o[2], o[3], o[4])
   end
 end
 

@@ -10,6 +10,17 @@ local function fits(used, cost, limit)
   return limit > 0 and used <= limit and cost <= limit - used
 end
 
+-- admits mirrors limiter.admits: with overdraft there must be budget left.
+local function admits(used, cost, limit, overdraft)
+  if overdraft then
+    return used < limit and cost <= limit - used
+  end
+  return fits(used, cost, limit)
+end
+
+-- MAX_COUNT mirrors limiter.maxCount.
+local MAX_COUNT = 4398046511104 -- 2^42
+
 local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)
 end

@@ -1,26 +1,32 @@
--- fixed_window(w0, c0, now, limit, p, cost)
+-- fixed_window(w0, c0, now, limit, p, cost, refund, overdraft)
 --   state: w0 window number, c0 its count (the third state double is
 --   unused); now, p: microseconds.
 -- Returns: the new state's three doubles, allowed, remaining, reset (µs),
--- retry (µs), expire_at (µs).
+-- retry (µs), expire_at (µs), write (whether to store the new state).
 -- Mirrors limiter.fixedStep in src/limiter/math.go line for line.
-local function fixed_window(w0, c0, now, limit, p, cost)
+local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft)
   local w = math.floor(now / p)
   local count = 0
   if w0 == w then
     count = c0
   end
   local e = (w + 1) * p
-  local allowed = fits(count, cost, limit)
-  local retry = 0
-  if allowed then
+  local allowed, write, retry = false, false, 0
+  if refund and cost > 0 then
+    allowed, write = true, count > 0
+    count = count - math.min(count, cost)
+  elseif admits(count, cost, limit, overdraft) then
+    allowed, write = true, true
     count = count + cost
   else
     retry = e - now
+    if overdraft and cost > 0 then
+      count, write = math.min(count + math.min(cost, MAX_COUNT), MAX_COUNT), true
+    end
   end
   local rem = 0
   if count < limit then
     rem = limit - count
   end
-  return w, count, 0, allowed, rem, e - now, retry, e
+  return w, count, 0, allowed, rem, e - now, retry, e, write
 end

@@ -40,7 +40,7 @@ func (c *overCache) get(h *limiter.Hit, now time.Time) (limiter.Outcome, bool) {
 	c.mu.Lock()
 	e, ok := c.m[h.Key]
 	c.mu.Unlock()
-	if !ok || !now.Before(e.until) || e.rule != h.Rule || h.Cost < e.minCost {
+	if !ok || h.Refund || !now.Before(e.until) || e.rule != h.Rule || h.Cost < e.minCost {
 		return limiter.Outcome{}, false
 	}
 	return limiter.Outcome{
@@ -68,6 +68,16 @@ func (c *overCache) put(h *limiter.Hit, out limiter.Outcome, now time.Time) {
 	}
 	c.m[h.Key] = overEntry{rule: h.Rule, minCost: h.Cost, remaining: out.Remaining,
 		until: now.Add(out.RetryAfter), resetAt: now.Add(out.ResetAfter)}
+}
+
+// drop forgets key.
+func (c *overCache) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; ok {
+		delete(c.m, key)
+		c.bytes -= len(key) + entryOverhead
+	}
 }
 
 // sweep drops expired entries; at most once a second, so a full cache of

@@ -54,9 +54,15 @@ func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
 	args = append(args, now, modeArgs[mode], len(hits))
 	buf := make([]byte, hitArgBytes*len(hits))
 	for i, h := range hits {
-		adv := 0.0
+		flags := 0.0 // see batch.lua
 		if h.Advisory {
-			adv = 1
+			flags++
+		}
+		if h.Refund {
+			flags += 2
+		}
+		if h.Rule.Overdraft {
+			flags += 4
 		}
 		b := buf[i*hitArgBytes : (i+1)*hitArgBytes]
 		for j, v := range [6]float64{
@@ -65,7 +71,7 @@ func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
 			float64(h.Rule.Period / time.Microsecond),
 			float64(h.Rule.Burst),
 			float64(min(h.Cost, 1<<53)), // any cost above a limit is rejected alike
-			adv,
+			flags,
 		} {
 			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
 		}

@@ -1,8 +1,8 @@
--- sliding_window(w0, c0, p0, now, limit, p, cost)
+-- sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft)
 --   state: w0 current window number, c0 its count, p0 the previous
 --   window's count.
 -- Returns: the new state's three doubles, allowed, remaining, reset (µs),
--- retry (µs), expire_at (µs).
+-- retry (µs), expire_at (µs), write (whether to store the new state).
 -- Mirrors limiter.slidingStep, slidingWeight and slidingRetry in
 -- src/limiter/math.go line for line.
 local function sliding_weight(pms, ems)
@@ -31,7 +31,7 @@ local function sliding_retry(now, start, pms, prev, cur, cost, limit)
   return at - now
 end
 
-local function sliding_window(w0, c0, p0, now, limit, p, cost)
+local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft)
   local pms = p / 1000
   local w = math.floor(now / p)
   local cur, prev = 0, 0
@@ -42,12 +42,26 @@ local function sliding_window(w0, c0, p0, now, limit, p, cost)
   end
   local start = w * p
   local ems = math.floor((now - start) / 1000)
-  local used = ceil_div(prev * sliding_weight(pms, ems), 1000) + cur
-  local allowed = fits(used, cost, limit)
-  local retry = 0
-  if allowed then
+  local weight = sliding_weight(pms, ems)
+  local used = ceil_div(prev * weight, 1000) + cur
+  local allowed, write, retry = false, false, 0
+  if refund and cost > 0 then
+    -- Give back from the current window first, then the previous one.
+    local from_cur = math.min(cur, cost)
+    local from_prev = math.min(prev, cost - from_cur)
+    cur, prev = cur - from_cur, prev - from_prev
+    allowed, write = true, from_cur + from_prev > 0
+    used = ceil_div(prev * weight, 1000) + cur
+  elseif admits(used, cost, limit, overdraft) then
+    allowed, write = true, true
     cur = cur + cost
     used = used + cost
+  elseif overdraft then
+    if cost > 0 then
+      cur, write = math.min(cur + math.min(cost, MAX_COUNT), MAX_COUNT), true
+      used = ceil_div(prev * weight, 1000) + cur
+    end
+    retry = sliding_retry(now, start, pms, prev, cur, 1, limit)
   else
     retry = sliding_retry(now, start, pms, prev, cur, cost, limit)
   end
@@ -61,5 +75,5 @@ local function sliding_window(w0, c0, p0, now, limit, p, cost)
   elseif prev > 0 then
     reset = start + p - now
   end
-  return w, cur, prev, allowed, rem, reset, retry, start + 2 * p
+  return w, cur, prev, allowed, rem, reset, retry, start + 2 * p, write
 end

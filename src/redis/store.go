@@ -135,8 +135,14 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 		if err := s.run(ctx, deadline, now, modeDryRun, groups, outs); err != nil {
 			return nil, err
 		}
-		if rejectedAny(b.Hits, outs) {
+		switch limiter.Decide(b, outs) {
+		case limiter.CommitNone:
 			return outs, nil
+		case limiter.CommitReports:
+			// Only overdraft hits and refunds count (see
+			// limiter.Batch.AllOrNothing); the others keep their checked
+			// outcomes.
+			groups, mode = reportGroups(groups), modeEach
 		}
 	}
 	if err := s.run(ctx, deadline, now, mode, groups, outs); err != nil {
@@ -201,13 +207,21 @@ func hashTag(key string) string {
 	return key
 }
 
-func rejectedAny(hits []limiter.Hit, outs []limiter.Outcome) bool {
-	for i := range hits {
-		if !outs[i].Allowed && !hits[i].Advisory {
-			return true
+// reportGroups keeps only the overdraft hits and refunds of groups.
+func reportGroups(groups []*group) []*group {
+	var out []*group
+	for _, g := range groups {
+		r := &group{}
+		for j, h := range g.hits {
+			if h.Rule.Overdraft || h.Refund {
+				r.idx, r.keys, r.hits = append(r.idx, g.idx[j]), append(r.keys, g.keys[j]), append(r.hits, h)
+			}
+		}
+		if len(r.hits) > 0 {
+			out = append(out, r)
 		}
 	}
-	return false
+	return out
 }
 
 // run executes the groups' scripts in one round trip and fills outs. ctx
@@ -301,8 +315,14 @@ func (s *Store) remember(hits []limiter.Hit, outs []limiter.Outcome, now time.Ti
 		return
 	}
 	for i := range hits {
-		if !outs[i].Allowed && outs[i].RetryAfter > 0 {
-			s.cache.put(&hits[i], outs[i], now)
+		switch h := &hits[i]; {
+		case h.Refund:
+			// Budget came back: a remembered rejection may no longer hold.
+			s.cache.drop(h.Key)
+		case h.Rule.Overdraft:
+			// Every overdraft hit must reach Redis to be counted.
+		case !outs[i].Allowed && outs[i].RetryAfter > 0:
+			s.cache.put(h, outs[i], now)
 		}
 	}
 }

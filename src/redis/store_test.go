@@ -258,6 +258,46 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 	}
 }
 
+// TestLocalCacheAndUsageReports: the local over-limit cache never answers
+// an overdraft hit (it must be counted in Redis) and forgets a key that a
+// refund gave budget back to.
+func TestLocalCacheAndUsageReports(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{LocalCacheBytes: 1 << 20})
+	now := limitertest.T0
+	apply := func(h limiter.Hit) limiter.Outcome {
+		t.Helper()
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{h}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	plain := limiter.Rule{Limit: 2, Period: time.Hour}
+	apply(limiter.Hit{Key: "{rf}:fw", Rule: plain, Cost: 2})
+	if apply(limiter.Hit{Key: "{rf}:fw", Rule: plain, Cost: 1}).Allowed {
+		t.Fatal("third hit on a limit of 2 allowed")
+	}
+	if out := apply(limiter.Hit{Key: "{rf}:fw", Rule: plain, Cost: 1, Refund: true}); !out.Allowed || out.Remaining != 1 {
+		t.Errorf("refund of 1: %+v, want allowed with 1 left", out)
+	}
+	if out := apply(limiter.Hit{Key: "{rf}:fw", Rule: plain, Cost: 1}); !out.Allowed {
+		t.Errorf("after the refund: %+v, want allowed (the cached rejection forgotten)", out)
+	}
+
+	od := limiter.Rule{Limit: 2, Period: time.Hour, Overdraft: true}
+	for range 3 {
+		apply(limiter.Hit{Key: "{od}:fw", Rule: od, Cost: 2})
+	}
+	// 6 counted although only 2 fit; a refund of 3 leaves 3 used: still over.
+	if out := apply(limiter.Hit{Key: "{od}:fw", Rule: od, Cost: 3, Refund: true}); out.Remaining != 0 {
+		t.Errorf("refund of 3 after 6 used of 2: %+v, want 0 left", out)
+	}
+	if out := apply(limiter.Hit{Key: "{od}:fw", Rule: od, Cost: 2, Refund: true}); !out.Allowed || out.Remaining != 1 {
+		t.Errorf("refund of 2 more: %+v, want 1 left (every overdraft hit was counted in Redis)", out)
+	}
+}
+
 func TestRedisDownThenBack(t *testing.T) {
 	srv := redistest.Start(t)
 	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: 300 * time.Millisecond})

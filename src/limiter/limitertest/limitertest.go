@@ -64,7 +64,8 @@ func Scenarios() []Scenario {
 	burst3.Burst = 3
 	one := rule(limiter.FixedWindow, 1, time.Minute)
 	five := rule(limiter.FixedWindow, 5, time.Minute)
-	return []Scenario{
+	fixedOD, slidingOD, bucketOD := overdraft(fixed), overdraft(sliding), overdraft(bucket)
+	return append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), []Scenario{
 		{"fixed/window_and_boundary", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
 			{At: 10 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 8)}, Want: []limiter.Outcome{ok(1, 50*time.Second)}},
@@ -150,6 +151,101 @@ func Scenarios() []Scenario {
 		{"batch/independent_keys_and_algorithms", []Step{
 			{Hits: []limiter.Hit{hit("x", fixed, 4), hit("y", sliding, 4), hit("z", bucket, 4)},
 				Want: []limiter.Outcome{ok(6, time.Minute), ok(6, 2*time.Minute), ok(6, 24*time.Second)}},
+		}},
+	}...)
+}
+
+func overdraft(r limiter.Rule) limiter.Rule {
+	r.Overdraft = true
+	return r
+}
+
+func refund(key string, r limiter.Rule, cost uint64) limiter.Hit {
+	return limiter.Hit{Key: key, Rule: r, Cost: cost, Refund: true}
+}
+
+// usageScenarios are refunds (is_negative_hits) and overdraft (usage
+// reported after the fact) on every algorithm.
+func usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five limiter.Rule) []Scenario {
+	const s = time.Second
+	return []Scenario{
+		{"refund/fixed", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 6)}, Want: []limiter.Outcome{ok(4, 60*s)}},
+			{At: 1 * s, Hits: []limiter.Hit{refund("k", fixed, 2)}, Want: []limiter.Outcome{ok(6, 59*s)}},
+			// More than was used: back to empty, never below.
+			{At: 2 * s, Hits: []limiter.Hit{refund("k", fixed, 100)}, Want: []limiter.Outcome{ok(10, 58*s)}},
+			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixed, 10)}, Want: []limiter.Outcome{ok(0, 57*s)}},
+			// A refund of 0 is a check.
+			{At: 3 * s, Hits: []limiter.Hit{refund("k", fixed, 0)}, Want: []limiter.Outcome{ok(0, 57*s)}},
+			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{no(0, 57*s, 57*s)}},
+			// A key with no state: nothing changes.
+			{At: 3 * s, Hits: []limiter.Hit{refund("u", fixed, 5), hit("u", fixed, 0)}, Want: []limiter.Outcome{ok(10, 57*s), ok(10, 57*s)}},
+			// A refund of the previous window's hits gives nothing back in this one.
+			{At: 60 * s, Hits: []limiter.Hit{refund("k", fixed, 5), hit("k", fixed, 0)}, Want: []limiter.Outcome{ok(10, 60*s), ok(10, 60*s)}},
+		}},
+		{"refund/sliding", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", sliding, 6)}, Want: []limiter.Outcome{ok(4, 120*s)}},
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", sliding, 2)}, Want: []limiter.Outcome{ok(2, 120*s)}},
+			// From the current window first (2), then the previous one (3).
+			{At: 60 * s, Hits: []limiter.Hit{refund("k", sliding, 5)}, Want: []limiter.Outcome{ok(7, 60*s)}},
+			{At: 90 * s, Hits: []limiter.Hit{refund("k", sliding, 0)}, Want: []limiter.Outcome{ok(8, 30*s)}},
+			{At: 90 * s, Hits: []limiter.Hit{refund("k", sliding, 50)}, Want: []limiter.Outcome{ok(10, 0)}},
+		}},
+		{"refund/token_bucket", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", bucket, 10)}, Want: []limiter.Outcome{ok(0, 60*s)}},
+			{At: 0, Hits: []limiter.Hit{refund("k", bucket, 3)}, Want: []limiter.Outcome{ok(3, 42*s)}},
+			// Never more than a full bucket.
+			{At: 0, Hits: []limiter.Hit{refund("k", bucket, 100)}, Want: []limiter.Outcome{ok(10, 0)}},
+			{At: 0, Hits: []limiter.Hit{refund("k", bucket, 1)}, Want: []limiter.Outcome{ok(10, 0)}},
+			{At: 0, Hits: []limiter.Hit{hit("b", burst3, 3), refund("b", burst3, 5)}, Want: []limiter.Outcome{ok(0, 18*s), ok(3, 0)}},
+			{At: 0, Hits: []limiter.Hit{hit("b", burst3, 3)}, Want: []limiter.Outcome{ok(0, 18*s)}},
+		}},
+		{"overdraft/fixed", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", fixedOD, 8)}, Want: []limiter.Outcome{ok(2, 60*s)}},
+			// Does not fit: counted all the same, and rejected.
+			{At: 1 * s, Hits: []limiter.Hit{hit("k", fixedOD, 5)}, Want: []limiter.Outcome{no(0, 59*s, 59*s)}},
+			{At: 2 * s, Hits: []limiter.Hit{hit("k", fixedOD, 0)}, Want: []limiter.Outcome{no(0, 58*s, 58*s)}},
+			// Refunds bring usage (13) back under the limit.
+			{At: 3 * s, Hits: []limiter.Hit{refund("k", fixedOD, 4)}, Want: []limiter.Outcome{ok(1, 57*s)}},
+			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixedOD, 0)}, Want: []limiter.Outcome{ok(1, 57*s)}},
+			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1)}, Want: []limiter.Outcome{ok(0, 57*s)}},
+			// At the limit a check is rejected: nothing is left.
+			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixedOD, 0)}, Want: []limiter.Outcome{no(0, 57*s, 57*s)}},
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1)}, Want: []limiter.Outcome{ok(9, 60*s)}},
+			// Any cost is counted, bounded.
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1<<63)}, Want: []limiter.Outcome{no(0, 60*s, 60*s)}},
+		}},
+		{"overdraft/sliding", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", slidingOD, 15)}, Want: []limiter.Outcome{no(0, 120*s, 83941*ms)}},
+			{At: 83940 * ms, Hits: []limiter.Hit{hit("k", slidingOD, 0)}, Want: []limiter.Outcome{no(0, 36060*ms, ms)}},
+			{At: 83941 * ms, Hits: []limiter.Hit{hit("k", slidingOD, 0)}, Want: []limiter.Outcome{ok(1, 36059*ms)}},
+		}},
+		{"overdraft/token_bucket", []Step{
+			// 12 tokens from a bucket of 10: 2 in debt.
+			{At: 0, Hits: []limiter.Hit{hit("k", bucketOD, 12)}, Want: []limiter.Outcome{no(0, 72*s, 12*s+time.Microsecond)}},
+			{At: 12 * s, Hits: []limiter.Hit{hit("k", bucketOD, 0)}, Want: []limiter.Outcome{no(0, 60*s, time.Microsecond)}},
+			{At: 18 * s, Hits: []limiter.Hit{hit("k", bucketOD, 0)}, Want: []limiter.Outcome{ok(1, 54*s)}},
+			{At: 18 * s, Hits: []limiter.Hit{refund("k", bucketOD, 5)}, Want: []limiter.Outcome{ok(6, 24*s)}},
+		}},
+		{"overdraft/two_limits", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("m", fixedOD, 7), hit("h", overdraft(five), 7)},
+				Want: []limiter.Outcome{ok(3, 60*s), no(0, 60*s, 60*s)}},
+			{At: 0, Hits: []limiter.Hit{refund("m", fixedOD, 7), refund("h", overdraft(five), 3)},
+				Want: []limiter.Outcome{ok(10, 60*s), ok(1, 60*s)}},
+		}},
+		// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT with overdraft: an
+		// overdraft rejection alone counts the overdraft hits (and
+		// refunds) and nothing else; any other rejection counts nothing.
+		{"overdraft/all_or_nothing", []Step{
+			{AllOrNothing: true, Hits: []limiter.Hit{hit("o", fixedOD, 12), hit("n", five, 1)},
+				Want: []limiter.Outcome{no(0, 60*s, 60*s), ok(5, 60*s)}},
+			{Hits: []limiter.Hit{hit("o", fixedOD, 0), hit("n", five, 0)}, Want: []limiter.Outcome{no(0, 60*s, 60*s), ok(5, 60*s)}},
+			{Hits: []limiter.Hit{hit("one", one, 1)}, Want: []limiter.Outcome{ok(0, 60*s)}},
+			{AllOrNothing: true, Hits: []limiter.Hit{refund("o", fixedOD, 5), hit("one", one, 1)},
+				Want: []limiter.Outcome{ok(0, 60*s), no(0, 60*s, 60*s)}},
+			{Hits: []limiter.Hit{hit("o", fixedOD, 0)}, Want: []limiter.Outcome{no(0, 60*s, 60*s)}},
+			{AllOrNothing: true, Hits: []limiter.Hit{hit("p", fixedOD, 4), hit("one", one, 1)},
+				Want: []limiter.Outcome{ok(10, 60*s), no(0, 60*s, 60*s)}},
 		}},
 	}
 }
