@@ -67,6 +67,9 @@ func (l *Limit) String() string {
 	if l.Burst > 0 {
 		s += fmt.Sprintf(", burst %d", l.Burst)
 	}
+	if l.Overdraft {
+		s += ", overdraft"
+	}
 	return s + l.nameString()
 }
 

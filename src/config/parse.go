@@ -39,7 +39,9 @@ type Descriptor struct {
 	// FailurePolicy is error, allow, deny or local; empty inherits.
 	FailurePolicy string
 	// HashValue hashes this level's request value in counter keys.
-	HashValue   bool
+	HashValue bool
+	// Overdraft counts hits past this descriptor's limits (not inherited).
+	Overdraft   bool
 	Metadata    map[string]any
 	Descriptors []*Descriptor
 }
@@ -53,6 +55,7 @@ type Limit struct {
 	Unlimited       bool
 	Algorithm       limiter.Algorithm
 	Burst           uint32 // token bucket capacity; 0 means RequestsPerUnit
+	Overdraft       bool   // its descriptor's overdraft
 	Replaces        []string
 	Line            int
 
@@ -71,7 +74,8 @@ type Limit struct {
 
 var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
-		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value"}
+		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value",
+		"overdraft"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"unit_multiplier", "burst"}
 )
@@ -193,9 +197,30 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 			}
 		}
 	}
+	if n := f["overdraft"]; n != nil {
+		desc.Overdraft = d.boolean(n, path+".overdraft")
+		d.applyOverdraft(desc, n, path)
+	}
 	d.checkLimitSet(desc)
 	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")
 	return desc
+}
+
+// applyOverdraft marks each of desc's counted limits as overdraft; it is an
+// error on a descriptor without one, where it would do nothing.
+func (d *decoder) applyOverdraft(desc *Descriptor, n *yaml.Node, path string) {
+	if !desc.Overdraft {
+		return
+	}
+	counted := false
+	for _, l := range desc.Limits {
+		if !l.Unlimited {
+			l.Overdraft, l.Rule.Overdraft, counted = true, true, true
+		}
+	}
+	if !counted {
+		d.errf(n, path+".overdraft", "overdraft applies to this descriptor's own limits, and it has none (it is not inherited)")
+	}
 }
 
 // checkLimitSet validates what only shows across the limits of one
@@ -288,7 +313,8 @@ func (l *Limit) finish() error {
 	if l.UnitMultiplier > uint32(limiter.MaxPeriod/l.Unit.Duration()) {
 		return fmt.Errorf("a window of %d %ss is longer than the longest supported (%v)", l.UnitMultiplier, l.Unit, limiter.MaxPeriod)
 	}
-	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst)}
+	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst),
+		Overdraft: l.Overdraft}
 	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
 		interval := (period + time.Duration(l.RequestsPerUnit)*time.Microsecond - 1) / time.Duration(l.RequestsPerUnit)
 		if period/time.Microsecond < time.Duration(l.RequestsPerUnit) {

@@ -38,6 +38,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"unknown_failure_policy.yaml", []string{`unknown_failure_policy.yaml:4: descriptors[0].failure_policy: unknown failure policy "sometimes"`}},
 		{"alias_bomb.yaml", []string{`alias_bomb.yaml:7: aliases expand this file past 10000 nodes (64 times the 116 written, at least 10000) at alias *d`}},
 		{"alias_cycle.yaml", []string{`alias_cycle.yaml:5: alias *all refers to a node that contains it (anchored at line 2)`}},
+		{"overdraft_without_limit.yaml", []string{`overdraft_without_limit.yaml:4: descriptors[0].overdraft: overdraft applies to this descriptor's own limits, and it has none (it is not inherited)`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
 			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,
@@ -162,5 +163,38 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 				t.Errorf("Parse(%d levels of %d aliases) = %v, want the expansion refused", tc.levels, tc.fan, err)
 			}
 		})
+	}
+}
+
+func TestOverdraftAppliesToEachLimit(t *testing.T) {
+	f, err := Parse("od.yaml", []byte(`domain: d
+descriptors:
+  - key: tenant
+    overdraft: true
+    rate_limits:
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: hour, requests_per_unit: 1000, algorithm: token_bucket}
+    descriptors:
+      - key: model
+        rate_limit: {unit: minute, requests_per_unit: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Build([]*File{f}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `d.tenant: 100 per minute, fixed_window, overdraft (od.yaml:6)
+d.tenant: 1000 per hour, token_bucket, overdraft (od.yaml:7)
+d.tenant.model: 10 per minute, fixed_window (od.yaml:10)
+`
+	if got := c.Dump(); got != want {
+		t.Errorf("Dump() =\n%s\nwant\n%s", got, want)
+	}
+	for _, l := range f.Descriptors[0].Limits {
+		if !l.Rule.Overdraft {
+			t.Errorf("limit at line %d: Rule.Overdraft not set", l.Line)
+		}
 	}
 }

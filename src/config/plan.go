@@ -114,6 +114,7 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 				Rule:     l.Rule,
 				Cost:     cost,
 				Advisory: dp.Node != nil && (dp.Node.ShadowMode || dp.Node.QuotaMode),
+				Refund:   desc.GetIsNegativeHits(),
 			})
 			p.Refs = append(p.Refs, Ref{Desc: i, Limit: l})
 		}
@@ -152,7 +153,7 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 		l.MetricKey = n.Path + "._override"
 	}
 	if n != nil && len(n.Limits) > 0 && !n.Limits[0].Unlimited {
-		l.Algorithm = n.Limits[0].Algorithm
+		l.Algorithm, l.Overdraft = n.Limits[0].Algorithm, n.Limits[0].Overdraft
 		if err := l.finish(); err != nil {
 			return nil, err
 		}

@@ -65,6 +65,9 @@ type Rule struct {
 	Domain, Key                                  string
 	TotalHits, OverLimit, NearLimit, WithinLimit atomic.Uint64
 	ShadowMode                                   atomic.Uint64
+	// Refunded counts hits given back (is_negative_hits); they are not
+	// in TotalHits.
+	Refunded atomic.Uint64
 	// stat is the rule's statsd and /stats name prefix, made safe once.
 	stat string
 }
@@ -151,6 +154,9 @@ func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow boo
 		rule.WithinLimit.Add(hits)
 	}
 }
+
+// Refund records hits given back on a rule.
+func (r *Registry) Refund(rule *Rule, hits uint64) { rule.Refunded.Add(hits) }
 
 // Request records one ShouldRateLimit call.
 func (r *Registry) Request(code string, d time.Duration) {
@@ -242,7 +248,8 @@ type ruleCollector struct{ r *Registry }
 
 // ruleStatNames are the per-rule stats, named as envoyproxy/ratelimit names
 // them, so dashboards built on its statsd names carry over.
-var ruleStatNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
+// refunded_hits is ours (the reference has no refunds).
+var ruleStatNames = [6]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode", "refunded_hits"}
 
 // ruleDescs is built once and never changed.
 var ruleDescs = func() map[string]*prometheus.Desc {
@@ -271,6 +278,7 @@ func (c ruleCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // values returns the counters in ruleStatNames order.
-func (rule *Rule) values() [5]uint64 {
-	return [5]uint64{rule.TotalHits.Load(), rule.OverLimit.Load(), rule.NearLimit.Load(), rule.WithinLimit.Load(), rule.ShadowMode.Load()}
+func (rule *Rule) values() [6]uint64 {
+	return [6]uint64{rule.TotalHits.Load(), rule.OverLimit.Load(), rule.NearLimit.Load(), rule.WithinLimit.Load(), rule.ShadowMode.Load(),
+		rule.Refunded.Load()}
 }

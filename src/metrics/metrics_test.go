@@ -25,8 +25,9 @@ func TestHitClassification(t *testing.T) {
 	for _, tc := range tests {
 		r.Hit(rule, tc.hits, tc.used, tc.limit, tc.allowed, tc.shadow)
 	}
-	if got, want := rule.values(), [5]uint64{10, 7, 2, 3, 4}; got != want {
-		t.Errorf("counters = %v, want total/over/near/within/shadow %v", got, want)
+	r.Refund(rule, 6)
+	if got, want := rule.values(), [6]uint64{10, 7, 2, 3, 4, 6}; got != want {
+		t.Errorf("counters = %v, want total/over/near/within/shadow/refunded %v", got, want)
 	}
 }
 
@@ -107,11 +108,13 @@ ratelimit.service.rate_limit.a.database_users.over_limit: 1
 ratelimit.service.rate_limit.a.database_users.near_limit: 0
 ratelimit.service.rate_limit.a.database_users.within_limit: 3
 ratelimit.service.rate_limit.a.database_users.shadow_mode: 0
+ratelimit.service.rate_limit.a.database_users.refunded_hits: 0
 ratelimit.service.rate_limit.b.k.total_hits: 1
 ratelimit.service.rate_limit.b.k.over_limit: 0
 ratelimit.service.rate_limit.b.k.near_limit: 0
 ratelimit.service.rate_limit.b.k.within_limit: 1
 ratelimit.service.rate_limit.b.k.shadow_mode: 0
+ratelimit.service.rate_limit.b.k.refunded_hits: 0
 ratelimit.service.call.should_rate_limit.redis_error: 1
 ratelimit.service.call.should_rate_limit.service_error: 1
 ratelimit.service.config_load_success: 3

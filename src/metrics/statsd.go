@@ -32,7 +32,7 @@ func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
 	}
 	defer conn.Close()
 	suffix := tagSuffix(o.Tags)
-	sent := map[*Rule][5]uint64{}
+	sent := map[*Rule][6]uint64{}
 	sentService := map[string]uint64{}
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
@@ -63,7 +63,7 @@ func tagSuffix(tags map[string]string) string {
 // maxPacket keeps datagrams under a typical MTU.
 const maxPacket = 1400
 
-func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][5]uint64, sentService map[string]uint64, suffix string) {
+func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][6]uint64, sentService map[string]uint64, suffix string) {
 	var pkt []byte
 	add := func(line string) {
 		if len(pkt)+len(line)+1 > maxPacket && len(pkt) > 0 {

@@ -167,7 +167,7 @@ func (s *Server) now() time.Time {
 	return s.opts.Now()
 }
 
-// record counts every hit against its rule.
+// record counts every hit against its rule; refunds count apart.
 func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 	for j, h := range p.Hits {
 		ref := p.Refs[j]
@@ -177,6 +177,10 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 			key, detailed = d.MetricKey+strings.TrimPrefix(ref.Limit.MetricKey, d.Node.Path), true
 		}
 		rule := s.opts.Metrics.Rule(domain, key, detailed, ref.Limit.MetricKey)
+		if h.Refund {
+			s.opts.Metrics.Refund(rule, h.Cost)
+			continue
+		}
 		out := outs[j]
 		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
 		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode

@@ -194,8 +194,6 @@ func TestShouldRateLimit(t *testing.T) {
 
 func TestShouldRateLimitBadRequests(t *testing.T) {
 	s := newTestServer(t, Options{Limits: Limits{MaxDescriptors: 2, MaxEntries: 2, MaxStringBytes: 8}})
-	neg := d("ip=1")
-	neg.IsNegativeHits = true
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -211,7 +209,6 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 		{"empty key", req("web", d("ip=1"), d("=1")), "descriptors[1].entries[0].key is empty"},
 		{"long key", req("web", d("123456789=1")), "descriptors[0].entries[0].key is 9 bytes long, at most 8 allowed"},
 		{"override unknown unit", req("web", &rlv3.RateLimitDescriptor{Entries: d("ip=1").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptors[0].limit.unit is UNKNOWN"},
-		{"negative hits", req("web", neg), "descriptors[0].is_negative_hits is not supported"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

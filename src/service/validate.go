@@ -76,9 +76,6 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 				return fmt.Errorf("descriptors[%d].limit.unit_multiplier is 0", i)
 			}
 		}
-		if d.GetIsNegativeHits() {
-			return fmt.Errorf("descriptors[%d].is_negative_hits is not supported", i)
-		}
 	}
 	return nil
 }
