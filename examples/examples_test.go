@@ -94,7 +94,70 @@ func checkBootstrap(t *testing.T, b *bootstrapv3.Bootstrap, cfg *config.Config) 
 		if domain == nil {
 			t.Fatalf("the filter's domain %q is not in ratelimit-config.yaml (domains %v)", rl.GetDomain(), cfg.Domains())
 		}
-		checkActions(t, h.GetRouteConfig().GetVirtualHosts(), domain)
+		checkActions(t, append(routeRateLimits(h.GetRouteConfig().GetVirtualHosts()), rl.GetRateLimits()...), domain)
+	}
+}
+
+// routeRateLimits lists the rate_limits entries of virtual hosts and their
+// routes.
+func routeRateLimits(vhosts []*routev3.VirtualHost) []*routev3.RateLimit {
+	var limits []*routev3.RateLimit
+	for _, vh := range vhosts {
+		limits = append(limits, vh.GetRateLimits()...)
+		for _, r := range vh.GetRoutes() {
+			limits = append(limits, r.GetRoute().GetRateLimits()...)
+		}
+	}
+	return limits
+}
+
+// TestEnvoyTokenUsageExample checks the check-then-report bootstrap: a
+// request-path entry that only checks (hits_addend 0) and a stream-done
+// entry that reports usage from a response header, both producing a
+// descriptor whose every limit has overdraft.
+func TestEnvoyTokenUsageExample(t *testing.T) {
+	data, err := os.ReadFile("envoy-token-usage.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFiles([]string{"token-usage-ratelimit-config.yaml"}, config.Options{})
+	if err != nil {
+		t.Fatalf("token-usage-ratelimit-config.yaml: %v", err)
+	}
+	b := loadBootstrap(t, "envoy-token-usage.yaml", data)
+	checkBootstrap(t, b, cfg)
+
+	var rl *ratelimitfilterv3.RateLimit
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				h := &hcmv3.HttpConnectionManager{}
+				if f.GetTypedConfig().UnmarshalTo(h) == nil {
+					rl = rateLimitFilter(t, h)
+				}
+			}
+		}
+	}
+	var checks, reports int
+	for i, e := range rl.GetRateLimits() {
+		switch ha := e.GetHitsAddend(); {
+		case !e.GetApplyOnStreamDone() && ha.GetNumber() != nil && ha.GetNumber().GetValue() == 0:
+			checks++
+		case e.GetApplyOnStreamDone() && strings.HasPrefix(ha.GetFormat(), "%RESP(") && !ha.GetIsNegativeHits():
+			reports++
+		default:
+			t.Errorf("rate_limits[%d] is neither a check (hits_addend 0) nor a report on stream done from a response header", i)
+		}
+		for _, p := range cfg.Domain(rl.GetDomain()).Reach(actionShape(t, e)) {
+			for _, l := range cfg.Domain(rl.GetDomain()).LimitsAt(p) {
+				if !l.Overdraft {
+					t.Errorf("rate_limits[%d] reaches %s, whose limit %s has no overdraft: reports past it would be dropped", i, p, l)
+				}
+			}
+		}
+	}
+	if checks != 1 || reports != 1 {
+		t.Errorf("%d checks and %d reports, want one of each", checks, reports)
 	}
 }
 
@@ -112,16 +175,9 @@ func rateLimitFilter(t *testing.T, h *hcmv3.HttpConnectionManager) *ratelimitfil
 
 // checkActions checks that every descriptor the actions can produce reaches
 // a limit, and that every limit is reached by some action.
-func checkActions(t *testing.T, vhosts []*routev3.VirtualHost, d *config.Domain) {
+func checkActions(t *testing.T, limits []*routev3.RateLimit, d *config.Domain) {
 	t.Helper()
 	reached := map[string]bool{}
-	var limits []*routev3.RateLimit
-	for _, vh := range vhosts {
-		limits = append(limits, vh.GetRateLimits()...)
-		for _, r := range vh.GetRoutes() {
-			limits = append(limits, r.GetRoute().GetRateLimits()...)
-		}
-	}
 	for i, rl := range limits {
 		shape := actionShape(t, rl)
 		paths := d.Reach(shape)

@@ -325,5 +325,5 @@ func TestIstioEnvoyFilter(t *testing.T) {
 	if d == nil {
 		t.Fatalf("the filter's domain %q is not in the shared ConfigMap", domain)
 	}
-	checkActions(t, []*routev3.VirtualHost{&vhost}, d)
+	checkActions(t, routeRateLimits([]*routev3.VirtualHost{&vhost}), d)
 }

@@ -61,3 +61,23 @@ func (d *Domain) LimitPaths() []string {
 	}
 	return out
 }
+
+// LimitsAt returns the limits of the rule at path (a metric path, as Reach
+// and LimitPaths return), or nil. For tools that check configs.
+func (d *Domain) LimitsAt(path string) []*Limit {
+	var found []*Limit
+	var walk func(lv *level)
+	walk = func(lv *level) {
+		for _, n := range lv.nodes() {
+			if n.Path == path {
+				found = n.Limits
+				return
+			}
+			walk(&n.children)
+		}
+	}
+	if d != nil {
+		walk(&d.root)
+	}
+	return found
+}
