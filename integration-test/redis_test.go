@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
@@ -131,4 +133,68 @@ func waitHealth(t *testing.T, p *proc, code int) {
 		time.Sleep(50 * time.Millisecond) // polling an eventually-consistent state
 	}
 	t.Fatalf("/healthcheck did not answer %d within 15s (last %q)", code, last)
+}
+
+// TestUsageReportsOnRedis drives the binary as an AI gateway's Envoy would
+// (check with hits 0, report usage, refund with is_negative_hits) on a
+// single Redis and on a Cluster.
+func TestUsageReportsOnRedis(t *testing.T) {
+	cfg := map[string]string{"ai.yaml": `
+domain: ai
+descriptors:
+  - key: tenant
+    overdraft: true
+    rate_limits:
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: hour, requests_per_unit: 1000, algorithm: token_bucket}
+`}
+	for _, tc := range []struct {
+		name string
+		env  func(t *testing.T) map[string]string
+	}{
+		{"single", func(t *testing.T) map[string]string {
+			return map[string]string{"REDIS_URL": redistest.Start(t).Addr}
+		}},
+		{"cluster", func(t *testing.T) map[string]string {
+			nodes := redistest.StartCluster(t, 3)
+			return map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": nodes[0].Addr + "," + nodes[1].Addr}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, cfg)
+			for k, v := range tc.env(t) {
+				env[k] = v
+			}
+			env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] = "true"
+			p := start(t, env)
+			call := func(hits uint64, refund bool) (rlsv3.RateLimitResponse_Code, uint32) {
+				d := desc("tenant=t")
+				d.HitsAddend = wrapperspb.UInt64(hits)
+				d.IsNegativeHits = refund
+				resp := p.should(t, "ai", d)
+				return resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining()
+			}
+			for _, st := range []struct {
+				name   string
+				hits   uint64
+				refund bool
+				code   rlsv3.RateLimitResponse_Code
+				left   uint32
+			}{
+				{"check", 0, false, rlsv3.RateLimitResponse_OK, 100},
+				{"report 70", 70, false, rlsv3.RateLimitResponse_OK, 30},
+				{"report 130: counted past the limit", 130, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+				{"check while over", 0, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+				{"refund 150", 150, true, rlsv3.RateLimitResponse_OK, 50},
+				{"check under the limit again", 0, false, rlsv3.RateLimitResponse_OK, 50},
+			} {
+				if code, left := call(st.hits, st.refund); code != st.code || left != st.left {
+					t.Errorf("%s: %v with %d left, want %v with %d left", st.name, code, left, st.code, st.left)
+				}
+			}
+			if !strings.Contains(metricsBody(t, p), `ratelimit_service_rate_limit_refunded_hits{domain="ai",key="tenant.fw60"} 150`) {
+				t.Errorf("/metrics does not count the refund")
+			}
+		})
+	}
 }
