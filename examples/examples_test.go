@@ -41,24 +41,27 @@ func loadBootstrap(t *testing.T, name string, data []byte) *bootstrapv3.Bootstra
 }
 
 func TestEnvoyExample(t *testing.T) {
-	data, err := os.ReadFile("envoy.yaml")
+	b, cfg := loadExample(t, "envoy.yaml", "ratelimit-config.yaml")
+	checkBootstrap(t, b, cfg)
+}
+
+// loadExample loads an Envoy bootstrap and the descriptor config it goes
+// with.
+func loadExample(t *testing.T, envoyFile, configFile string) (*bootstrapv3.Bootstrap, *config.Config) {
+	t.Helper()
+	data, err := os.ReadFile(envoyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.LoadFiles([]string{"ratelimit-config.yaml"}, config.Options{})
+	cfg, err := config.LoadFiles([]string{configFile}, config.Options{})
 	if err != nil {
-		t.Fatalf("ratelimit-config.yaml: %v", err)
+		t.Fatalf("%s: %v", configFile, err)
 	}
-	checkBootstrap(t, loadBootstrap(t, "envoy.yaml", data), cfg)
+	return loadBootstrap(t, envoyFile, data), cfg
 }
 
-// checkBootstrap checks an Envoy bootstrap's rate limiting against cfg.
-func checkBootstrap(t *testing.T, b *bootstrapv3.Bootstrap, cfg *config.Config) {
-	t.Helper()
-	clusters := map[string]*clusterv3.Cluster{}
-	for _, c := range b.GetStaticResources().GetClusters() {
-		clusters[c.GetName()] = c
-	}
+// connectionManagers returns the bootstrap's HTTP connection managers.
+func connectionManagers(b *bootstrapv3.Bootstrap) []*hcmv3.HttpConnectionManager {
 	var hcms []*hcmv3.HttpConnectionManager
 	for _, l := range b.GetStaticResources().GetListeners() {
 		for _, fc := range l.GetFilterChains() {
@@ -70,6 +73,17 @@ func checkBootstrap(t *testing.T, b *bootstrapv3.Bootstrap, cfg *config.Config) 
 			}
 		}
 	}
+	return hcms
+}
+
+// checkBootstrap checks an Envoy bootstrap's rate limiting against cfg.
+func checkBootstrap(t *testing.T, b *bootstrapv3.Bootstrap, cfg *config.Config) {
+	t.Helper()
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	hcms := connectionManagers(b)
 	if len(hcms) == 0 {
 		t.Fatal("no HTTP connection manager in the bootstrap")
 	}
@@ -116,28 +130,9 @@ func routeRateLimits(vhosts []*routev3.VirtualHost) []*routev3.RateLimit {
 // entry that reports usage from a response header, both producing a
 // descriptor whose every limit has overdraft.
 func TestEnvoyTokenUsageExample(t *testing.T) {
-	data, err := os.ReadFile("envoy-token-usage.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.LoadFiles([]string{"token-usage-ratelimit-config.yaml"}, config.Options{})
-	if err != nil {
-		t.Fatalf("token-usage-ratelimit-config.yaml: %v", err)
-	}
-	b := loadBootstrap(t, "envoy-token-usage.yaml", data)
+	b, cfg := loadExample(t, "envoy-token-usage.yaml", "token-usage-ratelimit-config.yaml")
 	checkBootstrap(t, b, cfg)
-
-	var rl *ratelimitfilterv3.RateLimit
-	for _, l := range b.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				h := &hcmv3.HttpConnectionManager{}
-				if f.GetTypedConfig().UnmarshalTo(h) == nil {
-					rl = rateLimitFilter(t, h)
-				}
-			}
-		}
-	}
+	rl := rateLimitFilter(t, connectionManagers(b)[0])
 	var checks, reports int
 	for i, e := range rl.GetRateLimits() {
 		switch ha := e.GetHitsAddend(); {

@@ -17,15 +17,23 @@ import (
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
-func TestGRPCMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	serverCA, clientCA, rogueCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca"), tlstest.NewCA(t, "rogue")
+// mtlsEnv is the env of a server with gRPC mTLS: its certificate from
+// serverCA, client certificates required from clientCA.
+func mtlsEnv(t *testing.T, dir string, serverCA, clientCA *tlstest.CA) map[string]string {
+	t.Helper()
 	sc, sk := serverCA.Issue(t, "ratelimit", "ratelimit.local")
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["GRPC_SERVER_USE_TLS"] = "true"
 	env["GRPC_SERVER_TLS_CERT"] = tlstest.Write(t, dir, "tls.crt", sc)
 	env["GRPC_SERVER_TLS_KEY"] = tlstest.Write(t, dir, "tls.key", sk)
 	env["GRPC_CLIENT_TLS_CACERT"] = tlstest.Write(t, dir, "clients.pem", clientCA.PEM)
+	return env
+}
+
+func TestGRPCMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA, rogueCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca"), tlstest.NewCA(t, "rogue")
+	env := mtlsEnv(t, dir, serverCA, clientCA)
 	env["GRPC_CLIENT_TLS_SAN"] = "envoy.mesh"
 	p := start(t, env)
 
@@ -85,14 +93,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 // TestJSONUnderMutualTLSWhenEnabled: JSON_ENDPOINT_ENABLED=true serves POST
 // /json under mTLS (the operator's explicit choice).
 func TestJSONUnderMutualTLSWhenEnabled(t *testing.T) {
-	dir := t.TempDir()
-	serverCA, clientCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca")
-	sc, sk := serverCA.Issue(t, "ratelimit", "ratelimit.local")
-	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
-	env["GRPC_SERVER_USE_TLS"] = "true"
-	env["GRPC_SERVER_TLS_CERT"] = tlstest.Write(t, dir, "tls.crt", sc)
-	env["GRPC_SERVER_TLS_KEY"] = tlstest.Write(t, dir, "tls.key", sk)
-	env["GRPC_CLIENT_TLS_CACERT"] = tlstest.Write(t, dir, "clients.pem", clientCA.PEM)
+	env := mtlsEnv(t, t.TempDir(), tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca"))
 	env["JSON_ENDPOINT_ENABLED"] = "true"
 	p := start(t, env)
 	if code, body := postJSON(t, p, jsonUser); code != http.StatusOK {

@@ -59,17 +59,9 @@ func fmtKeys(keys []string) string { return strings.Join(keys, " ") }
 // the per-minute limit is not consumed by requests the per-second limit
 // rejects.
 func TestSplitAllOrNothingAcrossStores(t *testing.T) {
-	s := limiter.Split{PerSecond: newMemory(t, limiter.MemoryOptions{}), Other: newMemory(t, limiter.MemoryOptions{})}
+	apply := splitApplier(t)
 	sec := limiter.Rule{Limit: 1, Period: time.Second}
 	min := limiter.Rule{Limit: 5, Period: time.Minute}
-	apply := func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
-		t.Helper()
-		outs, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits, AllOrNothing: allOrNothing})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return outs
-	}
 	both := []limiter.Hit{{Key: "m", Rule: min, Cost: 1}, {Key: "s", Rule: sec, Cost: 1}}
 	if outs := apply(true, both...); !outs[0].Allowed || !outs[1].Allowed || outs[0].Remaining != 4 {
 		t.Fatalf("first request = %+v, want both allowed, 4 left a minute", outs)
@@ -92,17 +84,9 @@ func TestSplitAllOrNothingAcrossStores(t *testing.T) {
 // Under AllOrNothing, an overdraft rejection on one side counts the
 // overdraft hit and nothing on the other side (limiter.Decide).
 func TestSplitAllOrNothingWithOverdraft(t *testing.T) {
-	s := limiter.Split{PerSecond: newMemory(t, limiter.MemoryOptions{}), Other: newMemory(t, limiter.MemoryOptions{})}
+	apply := splitApplier(t)
 	sec := limiter.Rule{Limit: 2, Period: time.Second, Overdraft: true}
 	min := limiter.Rule{Limit: 5, Period: time.Minute}
-	apply := func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
-		t.Helper()
-		outs, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits, AllOrNothing: allOrNothing})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return outs
-	}
 	outs := apply(true, limiter.Hit{Key: "m", Rule: min, Cost: 1}, limiter.Hit{Key: "s", Rule: sec, Cost: 3})
 	if !outs[0].Allowed || outs[0].Remaining != 5 || outs[1].Allowed {
 		t.Errorf("overdraft over on one side = %+v, want the minute allowed but not counted (5 left), the second rejected", outs)
@@ -113,5 +97,19 @@ func TestSplitAllOrNothingWithOverdraft(t *testing.T) {
 	}
 	if outs := apply(false, limiter.Hit{Key: "m", Rule: min}); outs[0].Remaining != 5 {
 		t.Errorf("minute counter: %d left, want 5", outs[0].Remaining)
+	}
+}
+
+// splitApplier returns a function applying hits at T0 to a fresh Split of
+// two memory stores.
+func splitApplier(t *testing.T) func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
+	s := limiter.Split{PerSecond: newMemory(t, limiter.MemoryOptions{}), Other: newMemory(t, limiter.MemoryOptions{})}
+	return func(allOrNothing bool, hits ...limiter.Hit) []limiter.Outcome {
+		t.Helper()
+		outs, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits, AllOrNothing: allOrNothing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
 	}
 }

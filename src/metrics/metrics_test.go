@@ -45,33 +45,13 @@ func TestDetailedSeriesAreCapped(t *testing.T) {
 }
 
 func TestStatsd(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
 	r := New(Options{})
 	rule := r.Rule("mongo_cps", "database_users", false, "database_users")
 	r.Hit(rule, 3, 3, 10, true, false)
 	r.Hit(rule, 1, 10, 10, false, false)
 	r.Request("ok", time.Millisecond)
 	r.Request("ok", time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- r.RunStatsd(ctx, StatsdOptions{Addr: pc.LocalAddr().String(), Interval: time.Hour, Tags: map[string]string{"env": "test"}})
-	}()
-	cancel() // flushes once on the way out
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 2048)
-	n, _, err := pc.ReadFrom(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := string(buf[:n])
+	got := flushOnce(t, r, map[string]string{"env": "test"})
 	for _, want := range []string{
 		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:4|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
@@ -158,23 +138,7 @@ func TestHostileValuesCannotForgeStats(t *testing.T) {
 				}
 			}
 
-			pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pc.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // RunStatsd flushes once on the way out
-			if err := r.RunStatsd(ctx, StatsdOptions{Addr: pc.LocalAddr().String(), Interval: time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-			_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 2048)
-			n, _, err := pc.ReadFrom(buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
+			for _, line := range strings.Split(flushOnce(t, r, nil), "\n") {
 				name, rest, ok := strings.Cut(line, ":")
 				if !ok || strings.Count(rest, "|") != 1 || !strings.HasSuffix(rest, "|c") {
 					t.Errorf("statsd line %q is not NAME:VALUE|c", line)
@@ -185,4 +149,27 @@ func TestHostileValuesCannotForgeStats(t *testing.T) {
 			}
 		})
 	}
+}
+
+// flushOnce runs RunStatsd against a loopback UDP socket until its one
+// flush on the way out and returns the packet.
+func flushOnce(t *testing.T, r *Registry, tags map[string]string) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // RunStatsd flushes once on the way out
+	if err := r.RunStatsd(ctx, StatsdOptions{Addr: pc.LocalAddr().String(), Interval: time.Hour, Tags: tags}); err != nil {
+		t.Fatal(err)
+	}
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 2048)
+	n, _, err := pc.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(buf[:n])
 }

@@ -2,12 +2,10 @@ package service
 
 import (
 	"context"
+	"github.com/openrls/ratelimit/src/limiter"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/openrls/ratelimit/src/config"
-	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // nowRecorder is a store that remembers the instant of the last batch.
@@ -22,16 +20,7 @@ func (r *nowRecorder) Apply(_ context.Context, b limiter.Batch) ([]limiter.Outco
 // service hands the store the zero instant, so the Redis store reads Redis's
 // clock; only an injected clock reaches the store as an instant.
 func TestStoreGetsItsOwnClockByDefault(t *testing.T) {
-	f, err := config.Parse("test.yaml", []byte(testConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Build([]*config.File{f}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cur atomic.Pointer[config.Config]
-	cur.Store(cfg)
+	cur := configs(t, "test.yaml", testConfig)
 	for _, tc := range []struct {
 		name string
 		now  func() time.Time
@@ -42,7 +31,7 @@ func TestStoreGetsItsOwnClockByDefault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &nowRecorder{}
-			s, err := New(Options{Store: rec, Configs: &cur, Now: tc.now, Logger: quietLogger()})
+			s, err := New(Options{Store: rec, Configs: cur, Now: tc.now, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -66,9 +66,10 @@ descriptors:
 // t0 is 10.5s into a minute, so reset times are not whole numbers.
 var t0 = time.Unix(1_699_999_200, 0).Add(10*time.Second + 500*time.Millisecond)
 
-func newTestServer(t testing.TB, opts Options) *Server {
+// configs parses and builds one config file and serves it.
+func configs(t testing.TB, name, yaml string) *atomic.Pointer[config.Config] {
 	t.Helper()
-	f, err := config.Parse("test.yaml", []byte(testConfig))
+	f, err := config.Parse(name, []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +79,18 @@ func newTestServer(t testing.TB, opts Options) *Server {
 	}
 	var cur atomic.Pointer[config.Config]
 	cur.Store(cfg)
+	return &cur
+}
+
+func newTestServer(t testing.TB, opts Options) *Server {
+	t.Helper()
+	cur := configs(t, "test.yaml", testConfig)
 	if opts.Store == nil {
 		mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 		t.Cleanup(mem.Close)
 		opts.Store = mem
 	}
-	opts.Configs = &cur
+	opts.Configs = cur
 	opts.Logger = quietLogger()
 	opts.Now = func() time.Time { return t0 }
 	s, err := New(opts)

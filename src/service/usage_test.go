@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 )
@@ -38,20 +36,10 @@ func usage(hits uint64, refund bool) *rlv3.RateLimitDescriptor {
 // gateway, on a descriptor with two overdraft limits: check (0), report the
 // real usage after the fact (counted even past the limit), refund.
 func TestUsageReportsThroughTheService(t *testing.T) {
-	f, err := config.Parse("ai.yaml", []byte(usageConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Build([]*config.File{f}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cur atomic.Pointer[config.Config]
-	cur.Store(cfg)
 	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	defer mem.Close()
 	reg := metrics.New(metrics.Options{})
-	s, err := New(Options{Store: mem, Configs: &cur, Now: func() time.Time { return t0 }, Metrics: reg, Logger: quietLogger()})
+	s, err := New(Options{Store: mem, Configs: configs(t, "ai.yaml", usageConfig), Now: func() time.Time { return t0 }, Metrics: reg, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
