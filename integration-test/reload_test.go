@@ -181,3 +181,22 @@ func TestFIFOInConfigDirectory(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 30)})
 	waitLimit(t, p, "a", 30)
 }
+
+// TestReloadThroughLinkedFile is make run's layout: the config directory
+// holds a link to a file elsewhere; editing that file reloads.
+func TestReloadThroughLinkedFile(t *testing.T) {
+	root := t.TempDir()
+	examples := filepath.Join(root, "examples")
+	writeFiles(t, examples, map[string]string{"a.yaml": limitYAML("a", 10)})
+	dir := filepath.Join(root, "run", "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(examples, "a.yaml"), filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "run"), "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_APPDIRECTORY": "config"})
+	waitLimit(t, p, "a", 10)
+	writeFiles(t, examples, map[string]string{"a.yaml": limitYAML("a", 20)})
+	waitLimit(t, p, "a", 20)
+}

@@ -17,6 +17,10 @@ type WatchOptions struct {
 	// Dir is the config directory; it and every directory below it are
 	// watched, Kubernetes' ..data links included, so writes, creates,
 	// renames, removes and ConfigMap swaps all trigger a reload.
+	//
+	// A file in it that is a link to a file elsewhere (make run links the
+	// example config) is followed: the target's directory is watched too, and
+	// a change to the target reloads.
 	Dir string
 	// Root, with WatchRoot, is RUNTIME_ROOT: its parent directory is watched
 	// too, so that swapping the root symlink triggers a reload.
@@ -32,8 +36,9 @@ type WatchOptions struct {
 
 // Watcher reloads the config when its files change.
 type Watcher struct {
-	o WatchOptions
-	w *fsnotify.Watcher
+	o       WatchOptions
+	w       *fsnotify.Watcher
+	targets map[string]bool // link targets outside Dir, as of the last arm
 }
 
 // NewWatcher starts watching at once: a change made after it returns is seen
@@ -46,8 +51,7 @@ func NewWatcher(o WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config watch: %w", err)
 	}
-	o.arm(w)
-	return &Watcher{o: o, w: w}, nil
+	return &Watcher{o: o, w: w, targets: o.arm(w)}, nil
 }
 
 // Run reloads after each burst of changes until ctx ends, then releases the
@@ -66,7 +70,7 @@ func (wt *Watcher) Run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if o.relevant(ev.Name) {
+			if o.relevant(ev.Name) || wt.targets[filepath.Clean(ev.Name)] {
 				timer.Reset(o.Debounce)
 			}
 		case _, ok := <-w.Errors:
@@ -76,7 +80,7 @@ func (wt *Watcher) Run(ctx context.Context) {
 			// An overflowed queue may have lost events: reload to be sure.
 			timer.Reset(o.Debounce)
 		case <-timer.C:
-			o.arm(w)
+			wt.targets = o.arm(w)
 			_ = o.Reload()
 		}
 	}
@@ -96,15 +100,17 @@ func (o WatchOptions) relevant(path string) bool {
 
 // arm replaces the watch list with the directories as they are now: the
 // root's parent (for a root symlink swap), the config directory and every
-// directory or directory link below it. A missing config directory is
-// covered by watching its nearest existing parent.
-func (o WatchOptions) arm(w *fsnotify.Watcher) {
+// directory or directory link below it, and the directory of every file
+// link's target outside it. A missing config directory is covered by
+// watching its nearest existing parent. It returns those link targets.
+func (o WatchOptions) arm(w *fsnotify.Watcher) map[string]bool {
 	for _, p := range w.WatchList() {
 		_ = w.Remove(p)
 	}
 	if o.WatchRoot && o.Root != "" {
 		_ = w.Add(filepath.Dir(filepath.Clean(o.Root)))
 	}
+	targets := map[string]bool{}
 	_ = filepath.WalkDir(o.Dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // vanished mid-walk: its removal is an event, which re-arms
@@ -113,16 +119,21 @@ func (o WatchOptions) arm(w *fsnotify.Watcher) {
 			_ = w.Add(path)
 		} else if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			_ = w.Add(path) // a link to a directory, such as ConfigMap's ..data
+		} else if err == nil && d.Type()&fs.ModeSymlink != 0 {
+			if target, err := filepath.EvalSymlinks(path); err == nil && !o.relevant(target) {
+				targets[target] = true
+				_ = w.Add(filepath.Dir(target))
+			}
 		}
 		return nil
 	})
 	for dir := filepath.Clean(o.Dir); ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(dir); err == nil {
 			_ = w.Add(dir)
-			return
+			return targets
 		}
 		if dir == filepath.Dir(dir) {
-			return
+			return targets
 		}
 	}
 }

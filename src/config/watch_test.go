@@ -111,6 +111,18 @@ func TestWatchReloads(t *testing.T) {
 				write(t, filepath.Join(base, "v2", "config", "a.yaml"), limitConfig("a", 2))
 				swapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
 			}},
+		{"edit of a linked file's target elsewhere (make run)", false,
+			func(t *testing.T, base string) (string, string) {
+				write(t, filepath.Join(base, "examples", "a.yaml"), limitConfig("a", 1))
+				if err := os.MkdirAll(filepath.Join(base, "cfg"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(base, "examples", "a.yaml"), filepath.Join(base, "cfg", "a.yaml")); err != nil {
+					t.Fatal(err)
+				}
+				return base, filepath.Join(base, "cfg")
+			},
+			func(t *testing.T, base string) { write(t, filepath.Join(base, "examples", "a.yaml"), limitConfig("a", 2)) }},
 		{"configmap ..data swap, watching the root", true,
 			func(t *testing.T, base string) (string, string) {
 				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
