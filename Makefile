@@ -1,8 +1,11 @@
 # The two commands of the README: `make run` and `make test`.
 GO ?= go
 BIN := bin
+# pipefail, so that a test failure is not hidden by the progress filter.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
-.PHONY: build run test fuzz bench pgo vet clean
+.PHONY: build run redis test fuzz bench pgo vet clean
 
 # The same steps as the Dockerfile's build stage.
 build:
@@ -10,20 +13,29 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/config-check ./cmd/config-check
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/client ./cmd/client
 
-# Runs the service on the embedded in-memory store with the example config.
-# The config directory holds a link to examples/ratelimit-config.yaml, so
-# edits to the example are what the service reads.
+# Runs the service with the example config: on the embedded in-memory store,
+# or on Redis with REDIS_URL=127.0.0.1:6379 make run (see make redis). The
+# config directory holds a link to examples/ratelimit-config.yaml, which the
+# service follows: editing the example reloads it.
 run: build
 	mkdir -p .run/ratelimit/config
 	ln -sf "$(CURDIR)/examples/ratelimit-config.yaml" .run/ratelimit/config/ratelimit-config.yaml
 	RUNTIME_ROOT="$(CURDIR)/.run" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
-	LOG_LEVEL=info BACKEND_TYPE=memory $(BIN)/server
+	LOG_LEVEL=info $(BIN)/server
+
+# A throwaway Redis on 127.0.0.1:6379 in the foreground (nothing saved), for
+# REDIS_URL=127.0.0.1:6379 make run in another terminal.
+redis:
+	scripts/ensure-redis.sh
+	redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 
 # Every test: unit tests, Redis-backed tests and the black-box integration
 # tests. Installs redis-server first if it is missing and can be installed.
 test: vet
 	scripts/ensure-redis.sh
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@echo "make test: every package with -race, packages listed as they finish, then fuzzing."
+	@echo "On a cold build cache this takes about 8 minutes and 3+ GB of cache on 2 cores; warm, about 2 minutes."
+	$(GO) test -race -count=1 -timeout 20m -json ./... | $(GO) run ./scripts/testreport
 	# A count, not a duration: Go 1.26's fuzz coordinator can report a
 	# spurious "context deadline exceeded" when a -fuzztime duration ends
 	# (golang/go#75804, fixed in Go 1.27). 20000 inputs take 2-6 s a target.
@@ -50,6 +62,7 @@ pgo:
 	scripts/pgo.sh $(BENCHFLAGS)
 
 vet:
+	@echo "vet: compiles every package first (silent for a few minutes on a cold build cache)"
 	$(GO) vet ./...
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 

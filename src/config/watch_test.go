@@ -122,7 +122,9 @@ func TestWatchReloads(t *testing.T) {
 				}
 				return base, filepath.Join(base, "cfg")
 			},
-			func(t *testing.T, base string) { write(t, filepath.Join(base, "examples", "a.yaml"), limitConfig("a", 2)) }},
+			func(t *testing.T, base string) {
+				write(t, filepath.Join(base, "examples", "a.yaml"), limitConfig("a", 2))
+			}},
 		{"configmap ..data swap, watching the root", true,
 			func(t *testing.T, base string) (string, string) {
 				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})

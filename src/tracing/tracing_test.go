@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -65,11 +66,20 @@ func TestSpanTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Flush, not Shutdown: the in-memory exporter forgets spans on shutdown.
-	if err := tr.provider.ForceFlush(context.Background()); err != nil {
-		t.Fatal(err)
+	// The server span ends when gRPC's stats handler sees the call end,
+	// which can be just after the client has its answer: flush until it is
+	// there, within a bound. Flush, not Shutdown: the in-memory exporter
+	// forgets spans on shutdown.
+	var spans tracetest.SpanStubs
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if err := tr.provider.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if spans = exp.GetSpans(); len(spans) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling the exporter
 	}
-	spans := exp.GetSpans()
 	if len(spans) != 2 {
 		t.Fatalf("got %d spans, want 2 (the call and its store round trip): %v", len(spans), spans)
 	}

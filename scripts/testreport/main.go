@@ -1,0 +1,114 @@
+// Command testreport turns `go test -json` into progress a person can
+// follow: one line per package as it finishes (the packages run in
+// parallel, so the order is the order they finish in), the whole output of
+// every failed test, build errors as they come, and a closing
+// "N passed, N failed" line. It exits 1 if anything failed.
+//
+//	go test -json ./... | go run ./scripts/testreport
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// event is the part of a test2json event this reads.
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+func main() {
+	os.Exit(report(os.Stdin, os.Stdout))
+}
+
+// report reads events from r and writes progress to w; it returns the exit
+// code.
+func report(r io.Reader, w io.Writer) int {
+	outputs := map[string]*strings.Builder{} // package or package/test → output
+	passedPkgs, failedPkgs, passedTests, failedTests := 0, 0, 0, 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if json.Unmarshal(line, &e) != nil {
+			fmt.Fprintln(w, string(line)) // not an event: pass it on
+			continue
+		}
+		id := e.Package + "/" + e.Test
+		switch e.Action {
+		case "build-output":
+			fmt.Fprint(w, e.Output)
+		case "output":
+			b := outputs[id]
+			if b == nil {
+				b = &strings.Builder{}
+				outputs[id] = b
+			}
+			b.WriteString(e.Output)
+		case "pass", "fail", "skip":
+			failed := e.Action == "fail"
+			switch {
+			case e.Test != "" && failed:
+				failedTests++
+				if b := outputs[id]; b != nil {
+					fmt.Fprint(w, b.String())
+				}
+			case e.Test != "" && e.Action == "pass":
+				passedTests++
+			case e.Test == "" && failed:
+				failedPkgs++
+				// The package's own lines and any test it never finished
+				// (a panic, a timeout, TestMain).
+				for _, o := range unfinished(outputs, e.Package) {
+					fmt.Fprint(w, o)
+				}
+				fmt.Fprintf(w, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
+			case e.Test == "" && e.Action == "pass":
+				passedPkgs++
+				fmt.Fprintf(w, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
+			}
+			delete(outputs, id)
+		}
+	}
+	fmt.Fprintf(w, "packages: %d passed, %d failed\n", passedPkgs, failedPkgs)
+	fmt.Fprintf(w, "%d passed, %d failed\n", passedTests, failedTests)
+	if failedPkgs > 0 || failedTests > 0 || sc.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// unfinished removes and returns, sorted by test, the output still held for
+// pkg: its own lines and those of tests that never ended.
+func unfinished(outputs map[string]*strings.Builder, pkg string) []string {
+	var ids []string
+	for id := range outputs {
+		if strings.HasPrefix(id, pkg+"/") {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		// go test's own closing line for the package; report writes its own.
+		var kept []string
+		for _, l := range strings.SplitAfter(outputs[id].String(), "\n") {
+			if !strings.HasPrefix(l, "FAIL\t"+pkg+"\t") {
+				kept = append(kept, l)
+			}
+		}
+		out[i] = strings.Join(kept, "")
+		delete(outputs, id)
+	}
+	return out
+}
