@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -171,14 +172,17 @@ type Redis struct {
 // variable.
 func Load() (Settings, error) {
 	var s Settings
-	if err := envconfig.Process("", &s); err != nil {
-		return s, cleanEnvconfigError(err)
-	}
-	if err := envconfig.Process("REDIS", &s.Redis); err != nil {
-		return s, cleanEnvconfigError(err)
-	}
-	if err := envconfig.Process("REDIS_PERSECOND", &s.RedisPerSecondConfig); err != nil {
-		return s, cleanEnvconfigError(err)
+	for _, p := range []struct {
+		prefix string
+		dst    any
+	}{{"", &s}, {"REDIS", &s.Redis}, {"REDIS_PERSECOND", &s.RedisPerSecondConfig}} {
+		if err := envconfig.Process(p.prefix, p.dst); err != nil {
+			// envconfig stops at the first bad variable; name them all.
+			if all := parseErrors(); all != nil {
+				return s, all
+			}
+			return s, cleanEnvconfigError(err)
+		}
 	}
 	if s.GostatsFlushIntervalSeconds > 0 {
 		s.StatsdFlushInterval = time.Duration(s.GostatsFlushIntervalSeconds) * time.Second
@@ -204,6 +208,56 @@ func Unsupported() []string {
 		}
 	}
 	return out
+}
+
+// parseErrors checks every set variable against its field's type, as
+// envconfig parses it, and returns one error per variable that does not
+// parse, in the order of Names.
+func parseErrors() error {
+	var errs []error
+	check := func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := f.Tag.Get("envconfig")
+			if name == "" {
+				continue
+			}
+			v, set := os.LookupEnv(prefix + name)
+			if !set || v == "" {
+				continue
+			}
+			if want := parses(f.Type, v); want != "" {
+				errs = append(errs, fmt.Errorf("%s: invalid value %q: want %s", prefix+name, v, want))
+			}
+		}
+	}
+	check(reflect.TypeOf(Settings{}), "")
+	check(reflect.TypeOf(Redis{}), "REDIS_")
+	check(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
+	return errors.Join(errs...)
+}
+
+// parses returns "" if v parses as a value of type t, else the type's name
+// as envconfig's errors give it.
+func parses(t reflect.Type, v string) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var err error
+	switch {
+	case t == reflect.TypeOf(time.Duration(0)):
+		_, err = time.ParseDuration(v)
+	case t.Kind() == reflect.Bool:
+		_, err = strconv.ParseBool(v)
+	case t.Kind() == reflect.Int:
+		_, err = strconv.ParseInt(v, 0, 64)
+	case t.Kind() == reflect.Float64:
+		_, err = strconv.ParseFloat(v, 64)
+	}
+	if err != nil {
+		return t.String()
+	}
+	return ""
 }
 
 // cleanEnvconfigError turns envconfig's "envconfig.Process: assigning PORT to
