@@ -13,7 +13,8 @@ import (
 
 // buildResponse turns a plan and its outcomes into the wire answer: one status
 // per request descriptor, in order. A descriptor with several limits reports
-// the rejected one that frees up last, or else the one closest to its limit.
+// the rejected one that frees up last, or else the one closest to its limit
+// (the smallest share of its capacity left: a token bucket's burst).
 // Shadow-mode descriptors (and everything under global shadow mode) answer OK;
 // quota-mode descriptors report OVER_LIMIT without rejecting the request.
 func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *rlsv3.RateLimitResponse {
@@ -72,15 +73,25 @@ func pick(hits []limiter.Hit, outs []limiter.Outcome) int {
 				best = i
 			}
 		default:
-			// Closest to its limit: smallest remaining/limit, compared
-			// without division (both factors fit in 32 bits).
-			la, lb := hits[i].Rule.Limit, hits[best].Rule.Limit
+			// Closest to its limit: smallest remaining/capacity, compared
+			// without division (both factors fit in 32 bits). A token
+			// bucket's capacity is its burst: with 5 a second and a burst
+			// of 20, 19 left is nearly full, not nearly four windows' worth.
+			la, lb := capacity(hits[i].Rule), capacity(hits[best].Rule)
 			if a.Remaining*lb < b.Remaining*la || a.Remaining*lb == b.Remaining*la && a.Remaining < b.Remaining {
 				best = i
 			}
 		}
 	}
 	return best
+}
+
+// capacity is how much of a rule's budget can be left at most.
+func capacity(r limiter.Rule) uint64 {
+	if r.Algorithm == limiter.TokenBucket && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
 }
 
 // ceilMillis rounds up to whole milliseconds, so that a client waiting the

@@ -80,3 +80,37 @@ func TestUsageReportsThroughTheService(t *testing.T) {
 		}
 	}
 }
+
+// TestReportedLimitIsTheOneThatBinds: with a token bucket of 5 a second
+// and a burst of 20 beside 5000 an hour (the example's user), the bucket
+// is the limit that will reject first, so it is the one reported from the
+// first hit on, not the hourly one.
+func TestReportedLimitIsTheOneThatBinds(t *testing.T) {
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+	defer mem.Close()
+	s, err := New(Options{Store: mem, Now: func() time.Time { return t0 }, Logger: quietLogger(),
+		Configs: configs(t, "u.yaml", `
+domain: u
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 20}
+      - {unit: hour, requests_per_unit: 5000}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 21; i++ {
+		resp, err := s.ShouldRateLimit(context.Background(), req("u", d("user=a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.GetStatuses()[0]
+		if got := st.GetCurrentLimit().GetUnit(); got != rlsv3.RateLimitResponse_RateLimit_SECOND {
+			t.Fatalf("hit %d reports the %v limit (%d left), want the token bucket's", i, got, st.GetLimitRemaining())
+		}
+		if want := uint32(max(20-i, 0)); st.GetLimitRemaining() != want {
+			t.Errorf("hit %d: %d left, want %d", i, st.GetLimitRemaining(), want)
+		}
+	}
+}
