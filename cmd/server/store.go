@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,9 +83,18 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 		return store, func() { _ = client.Close() }, nil
 	}
 	blog := log.WithField("redis", r.URL)
+	var isOpen atomic.Bool
+	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the Redis circuit breaker is open (answering by failure policy without calling Redis).",
+		prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 {
+			if isOpen.Load() {
+				return 1
+			}
+			return 0
+		})
 	br := limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
 		ProbeInterval: s.CircuitBreakerProbeInterval, Probe: store.Ping,
 		OnChange: func(open bool) {
+			isOpen.Store(open)
 			if open {
 				blog.Error("redis circuit breaker open: answering by failure policy without waiting for redis")
 			} else {

@@ -98,6 +98,11 @@ func New(o Options) *Registry {
 	for _, code := range outcomeCodes {
 		r.byOutcome[code] = r.requests.WithLabelValues(code)
 	}
+	// Every policy's series exists from the start, so that rate() and
+	// alerts see a failure from its first hit.
+	for _, p := range []string{"error", "allow", "deny", "local"} {
+		r.failurePolicy.WithLabelValues(p)
+	}
 	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy,
 		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
@@ -217,6 +222,11 @@ func (r *Registry) serviceStats() []serviceStat {
 	r.statsMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
+}
+
+// GaugeFunc registers a gauge read from fn at scrape time.
+func (r *Registry) GaugeFunc(name, help string, labels prometheus.Labels, fn func() float64) {
+	r.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, fn))
 }
 
 // CounterFunc registers a counter read from fn at scrape time (config loads,
