@@ -309,7 +309,7 @@ func TestStoreErrorsStayInTheLog(t *testing.T) {
 }
 
 // TestMemoryEvictionsAreExported: a full embedded store says so on
-// /metrics, as the README promises.
+// /metrics, as docs/stores.md promises.
 func TestMemoryEvictionsAreExported(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["MEMORY_MAX_KEYS"] = "64"

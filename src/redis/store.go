@@ -131,7 +131,7 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
 		// Slots cannot share a script: check every group first, count only
 		// if none rejects. A concurrent request can still slip in between
-		// the two round trips (see README, "Redis Cluster").
+		// the two round trips (see docs/stores.md, "Redis Cluster").
 		if err := s.run(ctx, deadline, now, modeDryRun, groups, outs); err != nil {
 			return nil, err
 		}
