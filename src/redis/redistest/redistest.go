@@ -45,11 +45,15 @@ func binary(tb testing.TB, name string) string {
 }
 
 // portPair finds a loopback port p such that p and p+10000 (the cluster bus)
-// are both free.
+// are both free. p is drawn from 20000-22767, so buses fall in 30000-32767:
+// the two ranges never overlap each other or the kernel's ephemeral ports
+// (32768 and up), where the other tests' listeners and every outgoing
+// connection live. A stopped node's ports then stay free for its Restart
+// unless another redistest server draws the very same port.
 func portPair(tb testing.TB) int {
 	tb.Helper()
 	for range 200 {
-		p := 20000 + rand.IntN(25000)
+		p := 20000 + rand.IntN(2768)
 		l1, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			continue
