@@ -57,6 +57,8 @@ type Node struct {
 	HashValue bool
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
+	literal  int      // a wildcard's literal characters (its precedence)
+	seq      int      // a wildcard's place among its key's, in config order
 	children level
 	// valueInPath is set when this node or an ancestor has value_to_metric.
 	valueInPath bool
@@ -65,7 +67,7 @@ type Node struct {
 // level is one list of descriptors, indexed for matching.
 type level struct {
 	exact   map[string]map[string]*Node // key → value → node
-	wild    map[string][]*Node          // key → wildcard nodes, most specific first
+	wild    map[string]*wildIndex       // key → wildcard nodes
 	keyOnly map[string]*Node
 }
 
@@ -95,7 +97,20 @@ func Build(files []*File, opts Options) (*Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	for _, d := range c.domains {
+		d.root.seal()
+	}
 	return c, nil
+}
+
+// seal finishes the level and every level below it once all nodes are in.
+func (lv *level) seal() {
+	for _, w := range lv.wild {
+		w.seal()
+	}
+	for _, n := range lv.nodes() {
+		n.children.seal()
+	}
 }
 
 func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
@@ -143,10 +158,8 @@ func (lv *level) lookup(key, value string) *Node {
 	if n := lv.exact[key][value]; n != nil {
 		return n
 	}
-	for _, n := range lv.wild[key] {
-		if n.Value == value {
-			return n
-		}
+	if w := lv.wild[key]; w != nil {
+		return w.byValue[value]
 	}
 	return nil
 }
@@ -159,14 +172,13 @@ func (lv *level) insert(n *Node) {
 		}
 		lv.keyOnly[n.Key] = n
 	case strings.Contains(n.Value, "*"):
-		n.wildcard = strings.Split(n.Value, "*")
 		if lv.wild == nil {
-			lv.wild = map[string][]*Node{}
+			lv.wild = map[string]*wildIndex{}
 		}
-		ws := append(lv.wild[n.Key], n)
-		// Most literal characters first; config order among equals.
-		sort.SliceStable(ws, func(i, j int) bool { return literalLen(ws[i]) > literalLen(ws[j]) })
-		lv.wild[n.Key] = ws
+		if lv.wild[n.Key] == nil {
+			lv.wild[n.Key] = &wildIndex{}
+		}
+		lv.wild[n.Key].add(n)
 	default:
 		if lv.exact == nil {
 			lv.exact = map[string]map[string]*Node{}
@@ -177,8 +189,6 @@ func (lv *level) insert(n *Node) {
 		lv.exact[n.Key][n.Value] = n
 	}
 }
-
-func literalLen(n *Node) int { return len(n.Value) - strings.Count(n.Value, "*") }
 
 // Domain returns the named domain, or nil.
 func (c *Config) Domain(name string) *Domain {

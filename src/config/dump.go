@@ -43,8 +43,8 @@ func (lv *level) nodes() []*Node {
 			out = append(out, n)
 		}
 	}
-	for _, ws := range lv.wild {
-		out = append(out, ws...)
+	for _, w := range lv.wild {
+		out = append(out, w.all...)
 	}
 	for _, n := range lv.keyOnly {
 		out = append(out, n)

@@ -53,8 +53,8 @@ func (lv *level) find(key, value string) *Node {
 	if n := lv.exact[key][value]; n != nil {
 		return n
 	}
-	for _, n := range lv.wild[key] {
-		if globMatch(n.wildcard, value) {
+	if w := lv.wild[key]; w != nil {
+		if n := w.match(value); n != nil {
 			return n
 		}
 	}

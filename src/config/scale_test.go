@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// scaleConfig is a multi-tenant config: one key with exact values, prefix
+// wildcards and a key-only default, as issue-size configs have.
+func scaleConfig(exact, wild int) []byte {
+	var b strings.Builder
+	b.WriteString("domain: scale\ndescriptors:\n")
+	for i := range exact {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: t-%d\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", i, 100+i%7)
+	}
+	for i := range wild {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: org-%d-*\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", i, 50+i%5)
+	}
+	b.WriteString("  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	return []byte(b.String())
+}
+
+func buildScale(tb testing.TB, exact, wild int) *Config {
+	tb.Helper()
+	f, err := Parse("scale.yaml", scaleConfig(exact, wild))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := Build([]*File{f}, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkLoadScale parses and builds 100,000 rules (20,000 wildcards).
+func BenchmarkLoadScale(b *testing.B) {
+	data := scaleConfig(80_000, 20_000)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		f, err := Parse("scale.yaml", data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Build([]*File{f}, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMatchScale matches exact hits, wildcard hits and values that
+// fall through every wildcard to the default, at 100 and 100,000 rules.
+func BenchmarkMatchScale(b *testing.B) {
+	for _, size := range []struct {
+		name        string
+		exact, wild int
+	}{{"rules=100", 80, 20}, {"rules=100k", 80_000, 20_000}} {
+		c := buildScale(b, size.exact, size.wild)
+		d := c.Domain("scale")
+		for _, req := range []struct{ name, value string }{
+			{"exact", "t-42"}, {"wildcard", "org-17-user-9"}, {"fallthrough", "nobody-at-all"},
+		} {
+			entries := desc("tenant=" + req.value).GetEntries()
+			b.Run(size.name+"/"+req.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if d.Match(entries) == nil {
+						b.Fatal("no match")
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestScaleMemory reports the heap a 100,000-rule config holds.
+func TestScaleMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 100,000-rule config")
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := buildScale(t, 80_000, 20_000)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	t.Logf("100,000 rules hold %d bytes of heap, %d per rule", after.HeapAlloc-before.HeapAlloc, (after.HeapAlloc-before.HeapAlloc)/100_000)
+	runtime.KeepAlive(c)
+}

@@ -1,0 +1,69 @@
+package config
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// linearFind is the matcher before the index: every wildcard of the key in
+// precedence order (most literal characters, then config order), the first
+// that matches wins. The index must agree with it everywhere.
+func linearFind(w *wildIndex, value string) *Node {
+	ns := slices.Clone(w.all)
+	slices.SortStableFunc(ns, func(a, b *Node) int { return b.literal - a.literal })
+	for _, n := range ns {
+		if globMatch(n.wildcard, value) {
+			return n
+		}
+	}
+	return nil
+}
+
+func randString(rng *rand.Rand, alphabet string, max int) string {
+	b := make([]byte, rng.IntN(max+1))
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// TestWildIndexMatchesLinearScan is the differential test: random patterns
+// with '*' anywhere (prefix, suffix, middle, several, alone) and random
+// values over a small alphabet, so that many of them match.
+func TestWildIndexMatchesLinearScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := range 300 {
+		w := &wildIndex{}
+		seen := map[string]bool{}
+		for range 1 + rng.IntN(40) {
+			p := randString(rng, "ab*", 6)
+			if !strings.Contains(p, "*") || seen[p] {
+				continue
+			}
+			seen[p] = true
+			w.add(&Node{Key: "k", Value: p})
+		}
+		w.seal()
+		for range 200 {
+			v := randString(rng, "ab", 8)
+			got, want := w.match(v), linearFind(w, v)
+			if got != want {
+				name := func(n *Node) string {
+					if n == nil {
+						return "nothing"
+					}
+					return n.Value
+				}
+				t.Fatalf("round %d: patterns %q, value %q: index matches %s, linear scan %s", round, slices.Sorted(func(yield func(string) bool) {
+					for p := range seen {
+						if !yield(p) {
+							return
+						}
+					}
+				}), v, name(got), name(want))
+			}
+		}
+	}
+}
