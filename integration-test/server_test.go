@@ -89,6 +89,13 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	if !strings.Contains(string(dump), "it.user: 2 per hour, fixed_window") {
 		t.Errorf("/rlconfig = %q, want the user limit", dump)
 	}
+	resp, err = http.Get("http://" + p.debugAddr + "/rlconfig?summary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(resp); !strings.HasPrefix(got, "it: 2 rules (0 wildcard), 2 limits, from ") {
+		t.Errorf("/rlconfig?summary = %q, want one line for domain it", got)
+	}
 
 	// The reference's debug port answers /stats with its statsd names, and
 	// lists its endpoints at /.

@@ -1,6 +1,6 @@
 // Command config-check validates descriptor config files before they ship:
 //
-//	config-check [-merge] [-ignore-dotfiles] [-dump] PATH...
+//	config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...
 //
 // Each PATH is a file or a directory (read as the service reads
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding a
@@ -44,11 +44,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	merge := fs.Bool("merge", false, "allow one domain in several files (MERGE_DOMAIN_CONFIG)")
 	ignoreDot := fs.Bool("ignore-dotfiles", false, "skip dotfiles in directories (RUNTIME_IGNOREDOTFILES)")
 	dump := fs.Bool("dump", false, "print the loaded config, one line per limit")
+	summary := fs.Bool("summary", false, "print one line per domain: rules, wildcards, limits")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump] PATH...")
+		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...")
 		return 2
 	}
 	var paths []string
@@ -96,7 +97,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "warning: "+w.Error())
 	}
 	if *dump {
-		fmt.Fprint(stdout, cfg.Dump())
+		_ = cfg.WriteDump(stdout)
+	}
+	if *summary {
+		fmt.Fprint(stdout, cfg.Summary())
 	}
 	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(files), strings.Join(cfg.Domains(), ", "))
 	return 0

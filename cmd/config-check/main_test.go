@@ -33,6 +33,7 @@ func TestRun(t *testing.T) {
 		wantErr  []string
 	}{
 		{"good file", []string{"-dump", good}, 0, "g.a: 1 per second", nil},
+		{"summary", []string{"-summary", "../../examples/ratelimit-config.yaml"}, 0, "example: 12 rules (4 wildcard), 13 limits, from ../../examples/ratelimit-config.yaml", nil},
 		{"example config", []string{"../../examples/ratelimit-config.yaml"}, 0, "OK: 1 files, domains example", nil},
 		{"every error, one per line", []string{filepath.Dir(bad)}, 1, "", []string{
 			bad + `:4: descriptors[0].rate_limit.unit: unknown unit "eon"`,

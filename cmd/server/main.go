@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -53,6 +54,14 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("invalid settings: %w", oneLine(err))
 	}
 	log := newLogger(s)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		// Near a container's limit the collector works harder instead of
+		// the process being killed (and the embedded store losing its keys).
+		if limit, ok := memtrim.CgroupLimit(os.DirFS("/")); ok {
+			debug.SetMemoryLimit(memtrim.SoftLimit(limit))
+			log.WithField("limit_mib", memtrim.SoftLimit(limit)>>20).Info("Go memory limit set to 90% of the container's")
+		}
+	}
 	if names := settings.Unsupported(); len(names) > 0 {
 		log.WithField("variables", names).Warn("ignoring envoyproxy/ratelimit settings for features this service does not have")
 	}
@@ -184,15 +193,21 @@ func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore)
 		prometheus.Labels{"store": store}, func() float64 { return float64(m.Evictions()) })
 }
 
+// rlconfig serves the loaded config one line per limit, streamed, or with
+// ?summary one line per domain.
 func rlconfig(current *config.Holder) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		cfg := current.Load()
 		if cfg == nil {
 			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte(cfg.Dump()))
+		if r.URL.Query().Has("summary") {
+			_, _ = io.WriteString(w, cfg.Summary())
+			return
+		}
+		_ = cfg.WriteDump(w)
 	})
 }
 

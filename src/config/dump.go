@@ -1,7 +1,9 @@
 package config
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 )
@@ -10,13 +12,47 @@ import (
 // in file order, for the debug endpoint and golden tests.
 func (c *Config) Dump() string {
 	var b strings.Builder
+	_ = c.WriteDump(&b)
+	return b.String()
+}
+
+// WriteDump writes Dump's lines to w as it goes, so that a config of
+// 100,000 rules is not first built as one string.
+func (c *Config) WriteDump(w io.Writer) error {
+	bw := bufio.NewWriter(w)
 	for _, name := range c.Domains() {
-		c.domains[name].root.dump(&b, name)
+		c.domains[name].root.dump(bw, name)
+	}
+	return bw.Flush()
+}
+
+// Summary describes the config in one line per domain: its files, rules
+// (descriptors with limits), wildcard rules and limits.
+func (c *Config) Summary() string {
+	var b strings.Builder
+	for _, name := range c.Domains() {
+		d := c.domains[name]
+		var rules, wild, limits int
+		var walk func(lv *level)
+		walk = func(lv *level) {
+			for _, n := range lv.nodes() {
+				if len(n.Limits) > 0 {
+					rules++
+					limits += len(n.Limits)
+					if n.wildcard != nil {
+						wild++
+					}
+				}
+				walk(&n.children)
+			}
+		}
+		walk(&d.root)
+		fmt.Fprintf(&b, "%s: %d rules (%d wildcard), %d limits, from %s\n", name, rules, wild, limits, strings.Join(d.Files, ", "))
 	}
 	return b.String()
 }
 
-func (lv *level) dump(b *strings.Builder, domain string) {
+func (lv *level) dump(b *bufio.Writer, domain string) {
 	for _, n := range lv.nodes() {
 		for _, l := range n.Limits {
 			fmt.Fprintf(b, "%s.%s: %s", domain, n.Path, l)
