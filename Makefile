@@ -54,7 +54,7 @@ fuzz:
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
-	$(GO) test ./integration-test -run '^$$' -bench Load -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|ConfigScale' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/default.pgo (profile-guided optimisation; every
 # `go build` of the server uses it) from the load benchmark's CPU profiles.

@@ -27,7 +27,7 @@ import (
 
 // memKB reads a line such as VmRSS or VmHWM (peak) of the server's
 // /proc status, in KiB.
-func memKB(t *testing.T, p *proc, field string) int {
+func memKB(t testing.TB, p *proc, field string) int {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {

@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// scaleYAML is a multi-tenant config: exact tenant values, prefix wildcards
+// (org-N-*) and a key-only default.
+func scaleYAML(exact, wild int) string {
+	var b strings.Builder
+	b.WriteString("domain: scale\ndescriptors:\n")
+	for i := range exact {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: t-%d\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", i, 1_000_000_000-i%7)
+	}
+	for i := range wild {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: org-%d-*\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", i, 1_000_000_000-i%5)
+	}
+	b.WriteString("  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n")
+	return b.String()
+}
+
+// scaleRequests are requests of one kind against a config of exact and
+// wild rules: exact hits, wildcard hits, or values that fall through every
+// wildcard to the default.
+func scaleRequests(kind string, exact, wild int) []*rlsv3.RateLimitRequest {
+	out := make([]*rlsv3.RateLimitRequest, 4096)
+	for i := range out {
+		var v string
+		switch kind {
+		case "exact":
+			v = fmt.Sprintf("t-%d", rand.IntN(exact))
+		case "wildcard":
+			v = fmt.Sprintf("org-%d-user-%d", rand.IntN(wild), rand.IntN(1000))
+		default:
+			v = fmt.Sprintf("nobody-%d", rand.IntN(10000))
+		}
+		out[i] = &rlsv3.RateLimitRequest{Domain: "scale", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: v}}}}}
+	}
+	return out
+}
+
+// BenchmarkConfigScale (part of make bench) compares the service on the
+// embedded store with a tiny config (100 rules) and a large one (100,000
+// rules, 20,000 of them wildcards): start-up time, resident memory, and
+// throughput for exact hits, wildcard hits and fall-through requests, the
+// two targets taking turns.
+func BenchmarkConfigScale(b *testing.B) {
+	for range b.N {
+		type cfg struct {
+			name        string
+			exact, wild int
+			tg          loadTarget
+		}
+		cfgs := []*cfg{{name: "100 rules", exact: 80, wild: 20}, {name: "100,000 rules", exact: 80_000, wild: 20_000}}
+		rows := []string{"| config | start-up | RSS after start-up | RSS when quiet | file |", "|---|---|---|---|---|"}
+		for _, c := range cfgs {
+			env := writeConfig(b, map[string]string{"scale.yaml": scaleYAML(c.exact, c.wild)})
+			info, _ := os.Stat(filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config", "scale.yaml"))
+			env["BACKEND_TYPE"], env["LOG_LEVEL"] = "memory", "warn"
+			began := time.Now()
+			p := start(b, env)
+			up := time.Since(began)
+			rss := memKB(b, p, "VmRSS")
+			time.Sleep(12 * time.Second) // a quiet spell: src/memtrim gives the load's garbage back
+			quiet := memKB(b, p, "VmRSS")
+			c.tg = loadTarget{name: c.name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid}
+			rows = append(rows, fmt.Sprintf("| %s | %v | %d MiB | %d MiB | %.1f MB |", c.name, up.Round(10*time.Millisecond), rss>>10, quiet>>10, float64(info.Size())/1e6))
+		}
+		rows = append(rows, "", "| requests | config | req/s | ratio to 100 rules (by turn) | p50 | p99 | CPU µs/req |", "|---|---|---|---|---|---|---|")
+		for _, kind := range []string{"exact", "wildcard", "fall-through"} {
+			sessions := make([]*loadSession, len(cfgs))
+			for i, c := range cfgs {
+				sessions[i] = newLoadSession(b, c.tg, loadSpec{name: kind})
+				sessions[i].reqs = scaleRequests(kind, c.exact, c.wild)
+			}
+			samples := make([]sample, len(cfgs))
+			turns := make([][]loadResult, len(cfgs))
+			rounds := max(1, *loadRounds)
+			slice := *loadDuration / time.Duration(rounds)
+			for round := range rounds {
+				for i, ls := range sessions {
+					warm := 300 * time.Millisecond
+					if round == 0 {
+						warm = *loadWarmup
+					}
+					ls.run(b, warm, false)
+					got := ls.run(b, slice, true)
+					turns[i] = append(turns[i], got.result())
+					samples[i].add(got)
+				}
+			}
+			base := samples[0].result()
+			for i, c := range cfgs {
+				r := samples[i].result()
+				spread := ""
+				if i > 0 {
+					spread = turnRange(turns[i], turns[0], func(x loadResult) float64 { return x.perSec })
+				}
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f%s | %v | %v | %.1f |", kind, c.name, r.perSec, r.perSec/base.perSec, spread,
+					r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpuTarget))
+				if r.errors > 0 {
+					b.Errorf("%s on %s: %d errors", kind, c.name, r.errors)
+				}
+			}
+		}
+		fmt.Fprintln(os.Stdout, strings.Join(rows, "\n"))
+	}
+}
