@@ -22,7 +22,6 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
-	"github.com/openrls/ratelimit/src/memtrim"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
@@ -54,20 +53,10 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("invalid settings: %w", oneLine(err))
 	}
 	log := newLogger(s)
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		// Near a container's limit the collector works harder instead of
-		// the process being killed (and the embedded store losing its keys).
-		if limit, ok := memtrim.CgroupLimit(os.DirFS("/")); ok {
-			debug.SetMemoryLimit(memtrim.SoftLimit(limit))
-			log.WithField("limit_mib", memtrim.SoftLimit(limit)>>20).Info("Go memory limit set to 90% of the container's")
-		}
-	}
+	manageMemory(ctx, log)
 	if names := settings.Unsupported(); len(names) > 0 {
 		log.WithField("variables", names).Warn("ignoring envoyproxy/ratelimit settings for features this service does not have")
 	}
-	go memtrim.Run(ctx, memtrim.Options{OnTrim: func(held uint64) {
-		log.WithField("held_mib", held>>20).Debug("returned memory to the OS after a quiet spell")
-	}})
 	health := &server.Health{}
 	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries})
 	if s.UseStatsd {
