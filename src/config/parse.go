@@ -313,6 +313,10 @@ func (l *Limit) finish() error {
 	if l.UnitMultiplier > uint32(limiter.MaxPeriod/l.Unit.Duration()) {
 		return fmt.Errorf("a window of %d %ss is longer than the longest supported (%v)", l.UnitMultiplier, l.Unit, limiter.MaxPeriod)
 	}
+	if l.Algorithm == limiter.SlidingLog && l.RequestsPerUnit > limiter.MaxLogLimit {
+		return fmt.Errorf("sliding_log keeps every counted request, so it allows at most %d requests per window, not %d; use sliding_window for larger limits",
+			limiter.MaxLogLimit, l.RequestsPerUnit)
+	}
 	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst),
 		Overdraft: l.Overdraft}
 	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
@@ -340,7 +344,7 @@ func (l *Limit) finish() error {
 // is shared: callers must not modify it.
 func (l *Limit) Response() *rlsv3.RateLimitResponse_RateLimit { return l.response }
 
-var algorithmCode = [...]string{"fw", "sw", "tb"}
+var algorithmCode = [...]string{"fw", "sw", "tb", "sl"}
 
 func periodString(u Unit, mult uint32) string {
 	if mult <= 1 {

@@ -20,9 +20,17 @@ const (
 	// TokenBucket refills continuously at Limit per Period up to Burst tokens,
 	// implemented as GCRA: one timestamp per key.
 	TokenBucket
+	// SlidingLog keeps the time of every counted hit: never more than Limit
+	// hits in any span of one Period, exactly. It costs memory per hit, so
+	// configs bound its Limit (MaxLogLimit).
+	SlidingLog
 )
 
-var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket"}
+// MaxLogLimit is the largest Limit a SlidingLog rule may carry: its state
+// holds up to one entry per counted request (16 bytes each).
+const MaxLogLimit = 10_000
+
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket", "sliding_log"}
 
 // String returns the algorithm's configuration name.
 func (a Algorithm) String() string {
@@ -43,7 +51,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window or token_bucket)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, token_bucket or sliding_log)", s)
 }
 
 // Rule is one limit as a store applies it. The zero Rule rejects everything
@@ -144,7 +152,8 @@ type Outcome struct {
 	Remaining uint64
 	// ResetAfter is the time until the counter is back to its empty state:
 	// the end of the window (FixedWindow), until every counted hit has aged
-	// out (SlidingWindow), or until the bucket is full (TokenBucket).
+	// out (SlidingWindow), or until the bucket is full (TokenBucket); for
+	// SlidingLog, until the oldest counted hit leaves the window.
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected hit, the earliest time after which the
 	// same hit could be allowed if nothing else arrives; 0 when allowed.

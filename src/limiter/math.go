@@ -30,6 +30,16 @@ const (
 type state struct {
 	w    int64
 	x, y uint64
+	// log is SlidingLog's state: the counted hits, oldest first, one entry
+	// per call that counted. Steps never modify it in place: a new state
+	// gets a new slice, so a stored state is never changed through another.
+	log []logEntry
+}
+
+// logEntry is n hits counted at t (µs).
+type logEntry struct {
+	t int64
+	n uint64
 }
 
 // maxCount caps a window's count. Only overdraft lets a count pass its
@@ -49,6 +59,8 @@ func step(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome
 		return slidingStep(st, now, r, cost, refund)
 	case TokenBucket:
 		return tokenStep(st, now, r, cost, refund)
+	case SlidingLog:
+		return logStep(st, now, r, cost, refund)
 	default:
 		return fixedStep(st, now, r, cost, refund)
 	}
@@ -251,4 +263,96 @@ func tokenStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Ou
 		out.Remaining = uint64(left / interval)
 	}
 	return state{w: tat}, out, tat, write
+}
+
+// logStep is SlidingLog. A hit at t counts while now-Period < t <= now, so
+// any half-open span of one Period holds at most Limit counted hits. The
+// log keeps at most 2*Limit hits: overdraft counts past the limit up to
+// there (an ever longer log would cost memory without changing any answer
+// but how long a debt lasts).
+func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
+	p := periodUS(r)
+	log := st.log
+	for len(log) > 0 && log[0].t <= now-p {
+		log = log[1:]
+	}
+	var used uint64
+	for _, e := range log {
+		used += e.n
+	}
+	out := Outcome{}
+	write := false
+	switch {
+	case refund && cost > 0:
+		// Give back the newest hits first.
+		give := min(cost, used)
+		write = give > 0
+		log = slicesClone(log)
+		for give > 0 {
+			last := &log[len(log)-1]
+			take := min(last.n, give)
+			last.n -= take
+			give -= take
+			used -= take
+			if last.n == 0 {
+				log = log[:len(log)-1]
+			}
+		}
+		out.Allowed = true
+	case admits(used, cost, r):
+		out.Allowed, write = true, true
+		log = logAppend(log, now, cost)
+		used += cost
+	case r.Overdraft:
+		if add := min(cost, 2*r.Limit-min(used, 2*r.Limit)); add > 0 {
+			log, write = logAppend(log, now, add), true
+			used += add
+		}
+		// Until a check passes: used under the limit.
+		out.RetryAfter = usToDuration(logRetry(log, now, p, used, 1, r.Limit))
+	default:
+		out.RetryAfter = usToDuration(logRetry(log, now, p, used, cost, r.Limit))
+	}
+	if used < r.Limit {
+		out.Remaining = r.Limit - used
+	}
+	exp := now
+	if len(log) > 0 {
+		out.ResetAfter = usToDuration(log[0].t + p - now)
+		exp = log[len(log)-1].t + p
+	}
+	return state{log: log}, out, exp, write
+}
+
+// logAppend returns log with n hits at now, in a new slice.
+func logAppend(log []logEntry, now int64, n uint64) []logEntry {
+	if n == 0 {
+		return log
+	}
+	out := make([]logEntry, len(log), len(log)+1)
+	copy(out, log)
+	if len(out) > 0 && out[len(out)-1].t == now {
+		out[len(out)-1].n += n
+		return out
+	}
+	return append(out, logEntry{t: now, n: n})
+}
+
+func slicesClone(log []logEntry) []logEntry { return append([]logEntry(nil), log...) }
+
+// logRetry is how long until cost more hits fit on top of the log's used
+// ones as the oldest leave the window: the instant the hit that must go
+// last leaves. It is a whole window when they never fit.
+func logRetry(log []logEntry, now, p int64, used, cost, limit uint64) int64 {
+	if limit == 0 || cost > limit {
+		return p
+	}
+	need := used + cost - limit // hits that must leave first (used <= 2*limit)
+	for _, e := range log {
+		if e.n >= need {
+			return e.t + p - now
+		}
+		need -= e.n
+	}
+	return p
 }

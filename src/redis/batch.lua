@@ -13,7 +13,8 @@
 --          sees, with its own decision.
 --   n      the decision's number of hits (and keys)
 --   hit*n  each hit's parameters as six little-endian doubles (48 bytes):
---          algorithm (0 fixed, 1 sliding, 2 token bucket), limit,
+--          algorithm (0 fixed, 1 sliding, 2 token bucket, 3 sliding
+--          log), limit,
 --          period (µs), burst, cost, flags (1 advisory + 2 refund +
 --          4 overdraft). One packed argument instead of six halves the
 --          script's cost per hit in Redis.
@@ -24,9 +25,10 @@
 -- alone, in order.
 --
 -- State per key is three little-endian doubles, {a, b, c} (see each
--- algorithm's st), written with SET ... PX so that it expires once it is
--- equivalent to no state: expiry only collects garbage, correctness never
--- depends on it. All values are integers below 2^53, exact as doubles.
+-- algorithm's st), or a sliding log's blob of (t, n) pairs, written with
+-- SET ... PX so that it expires once it is equivalent to no state: expiry
+-- only collects garbage, correctness never depends on it. All values are
+-- integers below 2^53, exact as doubles.
 --
 -- Returns one string: 4 little-endian doubles per hit, decision after
 -- decision: allowed (1/0), remaining, reset (µs), retry (µs). (One bulk
@@ -40,10 +42,17 @@
 -- in a decision then sees its own first hit, as in the other modes). Each
 -- table or redis.call here costs Redis about 0.1 to 1 µs per hit.
 
--- load reads a key's state: three doubles (zeros when absent) and whether
--- the key was there.
-local function load(key)
+-- load reads a key's state: three doubles (zeros when absent), or for a
+-- sliding log (alg 3) its blob ("" when absent), and whether the key was
+-- there.
+local function load(key, alg)
   local v = redis.call('GET', key)
+  if alg == 3 then
+    if v then
+      return v, 0, 0, true
+    end
+    return '', 0, 0, false
+  end
   if v and #v == 24 then
     local a, b, c = struct.unpack('<ddd', v)
     return a, b, c, true
@@ -56,6 +65,8 @@ local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdra
     return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
   elseif alg == 2 then
     return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
+  elseif alg == 3 then
+    return sliding_log(s1, now, limit, p, cost, refund, overdraft)
   end
   return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft)
 end
@@ -71,6 +82,17 @@ end
 -- set is kept: SET ... KEEPTTL costs Redis about half of SET ... PX. A
 -- token bucket's expiry moves with every hit.
 local function store(key, alg, found, old1, s1, s2, s3, exp, now)
+  if alg == 3 then
+    -- A sliding log's expiry moves with its newest hit; an empty one goes.
+    if s1 == '' then
+      if found then
+        redis.call('DEL', key)
+      end
+      return
+    end
+    redis.call('SET', key, s1, 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    return
+  end
   local v = struct.pack('<ddd', s1, s2, s3)
   if found and alg ~= 2 and old1 == s1 then
     redis.call('SET', key, v, 'KEEPTTL')
@@ -87,7 +109,7 @@ local function apply_each(now, k, n, a, results)
     local key = KEYS[k + i]
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
     local _, refund, overdraft = flags(f)
-    local s1, s2, s3, found = load(key)
+    local s1, s2, s3, found = load(key, alg)
     local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
     if write then
       store(key, alg, found, s1, n1, n2, n3, exp, now)
@@ -111,7 +133,7 @@ local function apply_all(now, mode, k, n, a, results)
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
     local advisory, refund, overdraft = flags(f)
     if stored[key] == nil then
-      stored[key] = {load(key)} -- {s1, s2, s3, found}
+      stored[key] = {load(key, alg)} -- {s1, s2, s3, found}
     end
     local st = latest[key] or stored[key]
     local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)

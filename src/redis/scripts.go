@@ -21,6 +21,8 @@ var (
 	slidingWindowSrc string
 	//go:embed token_bucket.lua
 	tokenBucketSrc string
+	//go:embed sliding_log.lua
+	slidingLogSrc string
 	//go:embed batch.lua
 	batchSrc string
 )
@@ -28,7 +30,7 @@ var (
 // batchScript is the one script the store runs: the algorithm files define
 // local functions that batch.lua, appended last, calls. Keeping them one file
 // each lets every algorithm sit beside its Go twin in src/limiter/math.go.
-var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + batchSrc)
+var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc)
 
 // keyVersion names the state format written by batch.lua.
 const keyVersion = "rl:v1:"

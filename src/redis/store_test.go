@@ -174,7 +174,7 @@ func TestScriptFlushIsRecovered(t *testing.T) {
 func TestEveryKeyHasTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{Prefix: "ttl_"})
-	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog} {
 		r := limiter.Rule{Algorithm: a, Limit: 5, Period: time.Hour}
 		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl" + a.String() + "}:k", Rule: r, Cost: 1}}}); err != nil {
 			t.Fatal(err)
@@ -185,8 +185,8 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := strings.Fields(keys)
-	if len(list) != 3 {
-		t.Fatalf("keys = %q, want 3 keys with the prefix and version", keys)
+	if len(list) != 4 {
+		t.Fatalf("keys = %q, want 4 keys with the prefix and version", keys)
 	}
 	for _, k := range list {
 		pttl, _ := srv.Do("PTTL", k)

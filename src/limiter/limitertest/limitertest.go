@@ -9,6 +9,7 @@ package limitertest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,8 @@ func Scenarios() []Scenario {
 	one := rule(limiter.FixedWindow, 1, time.Minute)
 	five := rule(limiter.FixedWindow, 5, time.Minute)
 	fixedOD, slidingOD, bucketOD := overdraft(fixed), overdraft(sliding), overdraft(bucket)
-	return append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), []Scenario{
+	scs := append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), logScenarios()...)
+	return append(scs, []Scenario{
 		{"fixed/window_and_boundary", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
 			{At: 10 * time.Second, Hits: []limiter.Hit{hit("k", fixed, 8)}, Want: []limiter.Outcome{ok(1, 50*time.Second)}},
@@ -162,6 +164,49 @@ func overdraft(r limiter.Rule) limiter.Rule {
 
 func refund(key string, r limiter.Rule, cost uint64) limiter.Hit {
 	return limiter.Hit{Key: key, Rule: r, Cost: cost, Refund: true}
+}
+
+// logScenarios are the sliding log's: exact spans, weighted hits, refunds
+// and overdraft.
+func logScenarios() []Scenario {
+	const s = time.Second
+	log3 := rule(limiter.SlidingLog, 3, time.Minute)
+	od := overdraft(log3)
+	return []Scenario{
+		{"sliding_log/never_more_than_the_limit_in_any_span", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{ok(2, 60*s)}},
+			{At: 10 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{ok(1, 50*s)}},
+			{At: 20 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{ok(0, 40*s)}},
+			// Free when the hit at 0 leaves the window.
+			{At: 30 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{no(0, 30*s, 30*s)}},
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{ok(0, 10*s)}},
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{no(0, 10*s, 10*s)}},
+			{At: 70*s - ms, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{no(0, ms, ms)}},
+			{At: 70 * s, Hits: []limiter.Hit{hit("k", log3, 1)}, Want: []limiter.Outcome{ok(0, 10*s)}},
+		}},
+		{"sliding_log/weighted_hits_and_refunds", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("w", log3, 2)}, Want: []limiter.Outcome{ok(1, 60*s)}},
+			{At: 1 * s, Hits: []limiter.Hit{hit("w", log3, 2)}, Want: []limiter.Outcome{no(1, 59*s, 59*s)}},
+			{At: 1 * s, Hits: []limiter.Hit{hit("w", log3, 4)}, Want: []limiter.Outcome{no(1, 59*s, 60*s)}},
+			{At: 2 * s, Hits: []limiter.Hit{refund("w", log3, 1)}, Want: []limiter.Outcome{ok(2, 58*s)}},
+			{At: 2 * s, Hits: []limiter.Hit{refund("u", log3, 3)}, Want: []limiter.Outcome{ok(3, 0)}},
+			{At: 2 * s, Hits: []limiter.Hit{refund("w", log3, 5)}, Want: []limiter.Outcome{ok(3, 0)}},
+			{At: 2 * s, Hits: []limiter.Hit{hit("w", log3, 3)}, Want: []limiter.Outcome{ok(0, 60*s)}},
+		}},
+		{"sliding_log/overdraft", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("o", od, 5)}, Want: []limiter.Outcome{no(0, 60*s, 60*s)}},
+			// Counted up to twice the limit.
+			{At: 10 * s, Hits: []limiter.Hit{hit("o", od, 4)}, Want: []limiter.Outcome{no(0, 50*s, 50*s)}},
+			{At: 10 * s, Hits: []limiter.Hit{refund("o", od, 4)}, Want: []limiter.Outcome{ok(1, 50*s)}},
+			{At: 10 * s, Hits: []limiter.Hit{hit("o", od, 0)}, Want: []limiter.Outcome{ok(1, 50*s)}},
+		}},
+		{"sliding_log/all_or_nothing", []Step{
+			{Hits: []limiter.Hit{hit("a", rule(limiter.FixedWindow, 1, time.Minute), 1)}, Want: []limiter.Outcome{ok(0, 60*s)}},
+			{AllOrNothing: true, Hits: []limiter.Hit{hit("l", log3, 2), hit("a", rule(limiter.FixedWindow, 1, time.Minute), 1)},
+				Want: []limiter.Outcome{ok(3, 0), no(0, 60*s, 60*s)}},
+			{Hits: []limiter.Hit{hit("l", log3, 2), hit("l", log3, 2)}, Want: []limiter.Outcome{ok(1, 60*s), no(1, 60*s, 60*s)}},
+		}},
+	}
 }
 
 // usageScenarios are refunds (is_negative_hits) and overdraft (usage
@@ -278,6 +323,64 @@ func Run(t *testing.T, newStore func(t *testing.T) limiter.Store) {
 	t.Run("concurrent/limit_never_exceeded", func(t *testing.T) {
 		testConcurrent(t, newStore(t), keyPrefix(t))
 	})
+	t.Run("sliding_log/worst_span_random", func(t *testing.T) {
+		testWorstSpan(t, newStore(t), keyPrefix(t))
+	})
+}
+
+// testWorstSpan offers a sliding log random hits (weights 1 to 3, gaps of
+// 0 to 3 s, some at the very same instant) for several windows and checks
+// the log's promise: in no half-open span of one window are more hits
+// allowed than the limit, and a hit is rejected only when it would not
+// have fit.
+func testWorstSpan(t *testing.T, st limiter.Store, prefix string) {
+	const limit, period = 7, 10 * time.Second
+	r := limiter.Rule{Algorithm: limiter.SlidingLog, Limit: limit, Period: period}
+	rng := rand.New(rand.NewPCG(3, 5))
+	type allowed struct {
+		at   time.Duration
+		cost uint64
+	}
+	var got []allowed
+	at := time.Duration(0)
+	for i := range 600 {
+		if rng.IntN(4) > 0 {
+			at += time.Duration(rng.IntN(3000)) * time.Millisecond
+		}
+		cost := uint64(1 + rng.IntN(3))
+		out, err := st.Apply(context.Background(), limiter.Batch{Now: T0.Add(at), Hits: []limiter.Hit{{Key: prefix + "log", Rule: r, Cost: cost}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inSpan uint64 // allowed hits in (at-period, at]
+		for _, a := range got {
+			if a.at > at-period {
+				inSpan += a.cost
+			}
+		}
+		if fits := inSpan+cost <= limit; out[0].Allowed != fits {
+			t.Fatalf("hit %d (cost %d at %v, %d in the span): allowed %v, want %v", i, cost, at, inSpan, out[0].Allowed, fits)
+		}
+		if out[0].Allowed {
+			got = append(got, allowed{at, cost})
+		}
+	}
+	worst := uint64(0)
+	for _, end := range got { // every span (end-period, end] that ends on a hit
+		var n uint64
+		for _, a := range got {
+			if a.at > end.at-period && a.at <= end.at {
+				n += a.cost
+			}
+		}
+		worst = max(worst, n)
+	}
+	if worst > limit {
+		t.Errorf("worst span of %v held %d hits, over the limit of %d", period, worst, limit)
+	}
+	if len(got) == 0 {
+		t.Error("no hit allowed at all")
+	}
 }
 
 func keyPrefix(t *testing.T) string {
