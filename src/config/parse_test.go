@@ -39,6 +39,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"alias_bomb.yaml", []string{`alias_bomb.yaml:7: aliases expand this file past 10000 nodes (64 times the 116 written, at least 10000) at alias *d`}},
 		{"alias_cycle.yaml", []string{`alias_cycle.yaml:5: alias *all refers to a node that contains it (anchored at line 2)`}},
 		{"overdraft_without_limit.yaml", []string{`overdraft_without_limit.yaml:4: descriptors[0].overdraft: overdraft applies to this descriptor's own limits, and it has none (it is not inherited)`}},
+		{"sliding_log_too_large.yaml", []string{`sliding_log_too_large.yaml:5: descriptors[0].rate_limit: sliding_log keeps every counted request, so it allows at most 1000 requests per window, not 20000`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
 			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,

@@ -1,94 +1,107 @@
 -- sliding_log(blob, now, limit, p, cost, refund, overdraft)
---   state: blob, the counted hits oldest first as pairs of little-endian
---   doubles (t µs, n hits), one pair per call that counted ("" when none).
+--   state: blob, "" when empty, else the number of hits in it (a
+--   little-endian double) and then the counted hits oldest first as pairs
+--   of little-endian doubles (t µs, n hits), one pair per call that counted.
 -- Returns: the new state (blob, 0, 0), allowed, remaining, reset (µs: until
 -- the oldest counted hit leaves the window), retry (µs), expire_at (µs),
 -- write (whether to store the new state).
--- Mirrors limiter.logStep, logAppend and logRetry in src/limiter/math.go
--- line for line: a hit at t counts while now - p < t <= now, and the log
--- keeps at most 2 * limit hits (overdraft).
+-- Mirrors limiter.logStep, logAppend and logRetry in src/limiter/math.go:
+-- a hit at t counts while now - p < t <= now, and the log keeps at most
+-- 2 * limit hits (overdraft). The count in front lets a call read only the
+-- pairs that left the window, the ones a retry or refund walks, and the
+-- last one, instead of every pair: a full log of 1,000 pairs costs Redis
+-- about as much as a short one.
 
-local function log_retry(ts, ns, now, p, used, cost, limit)
+-- log_at returns the pair at (1-based) index i of body.
+local function log_at(body, i)
+  local t, n = struct.unpack('<dd', body, (i - 1) * 16 + 1)
+  return t, n
+end
+
+local function log_retry(body, now, p, used, cost, limit)
   if limit == 0 or cost > limit then
     return p
   end
   local need = used + cost - limit
-  for i = 1, #ts do
-    if ns[i] >= need then
-      return ts[i] + p - now
+  for i = 1, #body / 16 do
+    local t, n = log_at(body, i)
+    if n >= need then
+      return t + p - now
     end
-    need = need - ns[i]
+    need = need - n
   end
   return p
 end
 
-local function log_append(ts, ns, now, n)
+-- log_append returns body with n more hits at now.
+local function log_append(body, now, n)
   if n == 0 then
-    return
+    return body
   end
-  local last = #ts
-  if last > 0 and ts[last] == now then
-    ns[last] = ns[last] + n
-    return
+  local count = #body / 16
+  if count > 0 then
+    local t, m = log_at(body, count)
+    if t == now then
+      return body:sub(1, #body - 16) .. struct.pack('<dd', t, m + n)
+    end
   end
-  ts[last + 1], ns[last + 1] = now, n
+  return body .. struct.pack('<dd', now, n)
 end
 
 local function sliding_log(blob, now, limit, p, cost, refund, overdraft)
-  local ts, ns = {}, {}
-  local used = 0
-  local pos = 1
-  while pos + 15 <= #blob do
-    local t, n, nxt = struct.unpack('<dd', blob, pos)
-    if t > now - p then
-      ts[#ts + 1], ns[#ns + 1] = t, n
-      used = used + n
-    end
-    pos = nxt
+  local used, first = 0, 9
+  if #blob >= 8 then
+    used = struct.unpack('<d', blob)
   end
+  while first + 15 <= #blob do
+    local t, n = struct.unpack('<dd', blob, first)
+    if t > now - p then
+      break
+    end
+    used = used - n
+    first = first + 16
+  end
+  local body = blob:sub(first)
   local allowed, write, retry = false, false, 0
   if refund and cost > 0 then
     -- Give back the newest hits first.
     local give = math.min(cost, used)
     write = give > 0
     while give > 0 do
-      local last = #ts
-      local take = math.min(ns[last], give)
-      ns[last] = ns[last] - take
+      local count = #body / 16
+      local t, n = log_at(body, count)
+      local take = math.min(n, give)
       give = give - take
       used = used - take
-      if ns[last] == 0 then
-        ts[last], ns[last] = nil, nil
+      body = body:sub(1, #body - 16)
+      if n > take then
+        body = body .. struct.pack('<dd', t, n - take)
       end
     end
     allowed = true
   elseif admits(used, cost, limit, overdraft) then
     allowed, write = true, true
-    log_append(ts, ns, now, cost)
+    body = log_append(body, now, cost)
     used = used + cost
   elseif overdraft then
     local add = math.min(cost, 2 * limit - math.min(used, 2 * limit))
     if add > 0 then
-      log_append(ts, ns, now, add)
+      body = log_append(body, now, add)
       used = used + add
       write = true
     end
-    retry = log_retry(ts, ns, now, p, used, 1, limit)
+    retry = log_retry(body, now, p, used, 1, limit)
   else
-    retry = log_retry(ts, ns, now, p, used, cost, limit)
+    retry = log_retry(body, now, p, used, cost, limit)
   end
   local rem = 0
   if used < limit then
     rem = limit - used
   end
-  local reset, exp = 0, now
-  local parts = {}
-  for i = 1, #ts do
-    parts[i] = struct.pack('<dd', ts[i], ns[i])
+  if #body == 0 then
+    return '', 0, 0, allowed, rem, 0, retry, now, write
   end
-  if #ts > 0 then
-    reset = ts[1] + p - now
-    exp = ts[#ts] + p
-  end
-  return table.concat(parts), 0, 0, allowed, rem, reset, retry, exp, write
+  local oldest = log_at(body, 1)
+  local newest = log_at(body, #body / 16)
+  return struct.pack('<d', used) .. body, 0, 0, allowed, rem, oldest + p - now, retry, newest + p, write
 end
