@@ -48,12 +48,14 @@ FUZZTIME ?= 1m
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
-# The load benchmark: starts redis-server, the service (embedded and Redis
-# stores) and a no-op server, and prints the table of docs/performance.md.
+# The benchmarks of docs/performance.md: every algorithm's accuracy (virtual
+# time, both stores), then the load benchmark (starts redis-server, the
+# service on both stores and a no-op server) and the config-scale rows.
 # BENCHFLAGS=-load.duration=5s shortens it.
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
+	$(GO) test ./src/redis -run '^$$' -bench Accuracy -benchtime 1x -timeout 10m
 	$(GO) test ./integration-test -run '^$$' -bench 'Load|ConfigScale' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/default.pgo (profile-guided optimisation; every
