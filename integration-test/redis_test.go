@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -194,6 +195,48 @@ descriptors:
 			}
 			if !strings.Contains(metricsBody(t, p), `ratelimit_service_rate_limit_refunded_hits{domain="ai",key="tenant.fw60"} 150`) {
 				t.Errorf("/metrics does not count the refund")
+			}
+		})
+	}
+}
+
+// TestSlidingLogThroughTheBinary: algorithm: sliding_log from a config
+// file, on the embedded store and on Redis, with hits_addend weights.
+func TestSlidingLogThroughTheBinary(t *testing.T) {
+	cfg := map[string]string{"log.yaml": `
+domain: log
+descriptors:
+  - key: login
+    rate_limit: {unit: minute, unit_multiplier: 15, requests_per_unit: 5, algorithm: sliding_log}
+`}
+	for _, backend := range []string{"memory", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			env := writeConfig(t, cfg)
+			env["BACKEND_TYPE"] = backend
+			if backend == "redis" {
+				env["REDIS_URL"] = redistest.Start(t).Addr
+			}
+			p := start(t, env)
+			weighted := desc("login=alice")
+			weighted.HitsAddend = wrapperspb.UInt64(3)
+			for i, want := range []struct {
+				d    *rlv3.RateLimitDescriptor
+				code rlsv3.RateLimitResponse_Code
+				left uint32
+			}{
+				{desc("login=alice"), rlsv3.RateLimitResponse_OK, 4},
+				{weighted, rlsv3.RateLimitResponse_OK, 1},
+				{weighted, rlsv3.RateLimitResponse_OVER_LIMIT, 1},
+				{desc("login=alice"), rlsv3.RateLimitResponse_OK, 0},
+				{desc("login=alice"), rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+			} {
+				st := p.should(t, "log", want.d).GetStatuses()[0]
+				if st.GetCode() != want.code || st.GetLimitRemaining() != want.left {
+					t.Errorf("call %d: %v with %d left, want %v with %d left", i, st.GetCode(), st.GetLimitRemaining(), want.code, want.left)
+				}
+				if reset := st.GetDurationUntilReset().AsDuration(); reset <= 14*time.Minute || reset > 15*time.Minute {
+					t.Errorf("call %d: duration_until_reset %v, want when the first hit leaves the 15-minute window", i, reset)
+				}
 			}
 		})
 	}
