@@ -10,9 +10,10 @@ import (
 // to PerSecond and all others to Other (REDIS_PERSECOND). Each side applies
 // its part as one batch, concurrently. Under AllOrNothing with hits on both
 // sides, both are first checked (DryRun) and counted only if neither
-// rejects (or, if only overdraft hits do, only those and the refunds are): two stores share no atomic step, so, as across Redis Cluster
-// slots, a concurrent request can slip in between check and count. It is
-// safe for concurrent use if both stores are.
+// rejects (or, if only overdraft hits do, only those and the refunds are):
+// two stores share no atomic step, so, as across Redis Cluster slots, a
+// concurrent request can slip in between check and count. It is safe for
+// concurrent use if both stores are.
 type Split struct {
 	PerSecond, Other Store
 }
