@@ -146,3 +146,31 @@ func TestComposeExample(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerignore: the image's build context leaves out history, local
+// builds and run state (they would bloat the context and could leak into a
+// layer), but keeps what the Dockerfile copies.
+func TestDockerignore(t *testing.T) {
+	data, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	var patterns []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	for _, want := range []string{".git", "bin", ".run"} {
+		if !slices.Contains(patterns, want) {
+			t.Errorf(".dockerignore does not leave out %s", want)
+		}
+	}
+	for _, keep := range []string{"go.mod", "go.sum", "cmd", "src", "examples", "examples/ratelimit-config.yaml"} {
+		for _, p := range patterns {
+			if ok, _ := filepath.Match(p, keep); ok || p == keep || p == "*" {
+				t.Errorf(".dockerignore pattern %q leaves out %s, which the Dockerfile needs", p, keep)
+			}
+		}
+	}
+}
