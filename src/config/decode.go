@@ -54,13 +54,12 @@ func (d *decoder) fields(n *yaml.Node, path string, allowed []string) map[string
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		p := join(path, k.Value)
 		if !contains(allowed, k.Value) {
-			d.errf(k, p, "unknown field %q", k.Value)
+			d.errf(k, join(path, k.Value), "unknown field %q", k.Value)
 			continue
 		}
 		if _, dup := out[k.Value]; dup {
-			d.errf(k, p, "field %q given twice", k.Value)
+			d.errf(k, join(path, k.Value), "field %q given twice", k.Value)
 			continue
 		}
 		if v.Kind == yaml.AliasNode {
@@ -71,38 +70,46 @@ func (d *decoder) fields(n *yaml.Node, path string, allowed []string) map[string
 	return out
 }
 
-// str reads a scalar as text; numbers are accepted as written, since values
-// such as 500 or 10.0.0.1 are strings to the matcher.
-func (d *decoder) str(n *yaml.Node, path string) string {
+// str reads the scalar at path.field as text; numbers are accepted as
+// written, since values such as 500 or 10.0.0.1 are strings to the matcher.
+// (The path is joined only for an error: 100,000 rules would otherwise make
+// a million strings nobody reads.)
+func (d *decoder) str(n *yaml.Node, path, field string) string {
 	if n == nil || isNull(n) {
 		return ""
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.errf(n, path, "want a string, got %s", kindName(n))
+		d.errf(n, join(path, field), "want a string, got %s", kindName(n))
 		return ""
 	}
 	return n.Value
 }
 
-func (d *decoder) boolean(n *yaml.Node, path string) bool {
+func (d *decoder) boolean(n *yaml.Node, path, field string) bool {
 	if n == nil || isNull(n) {
 		return false
 	}
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
-		d.errf(n, path, "want true or false, got %s", describe(n))
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		if b, err := strconv.ParseBool(n.Value); err == nil {
+			return b
+		}
+		var b bool
+		if n.Decode(&b) == nil { // YAML's other spellings
+			return b
+		}
 	}
-	return b
+	d.errf(n, join(path, field), "want true or false, got %s", describe(n))
+	return false
 }
 
-func (d *decoder) uint(n *yaml.Node, path string, max uint64) uint64 {
+func (d *decoder) uint(n *yaml.Node, path, field string, max uint64) uint64 {
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		d.errf(n, path, "want a whole number, got %s", describe(n))
+		d.errf(n, join(path, field), "want a whole number, got %s", describe(n))
 		return 0
 	}
 	v, err := strconv.ParseUint(n.Value, 0, 64)
 	if err != nil || v > max {
-		d.errf(n, path, "want a whole number from 0 to %d, got %s", max, n.Value)
+		d.errf(n, join(path, field), "want a whole number from 0 to %d, got %s", max, n.Value)
 		return 0
 	}
 	return v

@@ -107,7 +107,7 @@ func Parse(name string, data []byte) (*File, error) {
 	if n := fields["domain"]; n == nil {
 		d.errf(root, "", "missing domain")
 	} else {
-		f.Domain, f.Line = d.str(n, "domain"), n.Line
+		f.Domain, f.Line = d.str(n, "", "domain"), n.Line
 		if f.Domain == "" {
 			d.errf(n, "domain", "domain is empty")
 		}
@@ -155,21 +155,21 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	desc := &Descriptor{Line: n.Line, Path: path}
 	if f["key"] == nil {
 		d.errf(n, path, "missing key")
-	} else if desc.Key = d.str(f["key"], path+".key"); desc.Key == "" {
+	} else if desc.Key = d.str(f["key"], path, "key"); desc.Key == "" {
 		d.errf(f["key"], path+".key", "key is empty")
 	}
-	desc.Value = d.str(f["value"], path+".value")
-	desc.ShadowMode = d.boolean(f["shadow_mode"], path+".shadow_mode")
-	desc.QuotaMode = d.boolean(f["quota_mode"], path+".quota_mode")
-	desc.DetailedMetric = d.boolean(f["detailed_metric"], path+".detailed_metric")
-	desc.ValueToMetric = d.boolean(f["value_to_metric"], path+".value_to_metric")
-	desc.ShareThreshold = d.boolean(f["share_threshold"], path+".share_threshold")
-	desc.HashValue = d.boolean(f["hash_value"], path+".hash_value")
+	desc.Value = d.str(f["value"], path, "value")
+	desc.ShadowMode = d.boolean(f["shadow_mode"], path, "shadow_mode")
+	desc.QuotaMode = d.boolean(f["quota_mode"], path, "quota_mode")
+	desc.DetailedMetric = d.boolean(f["detailed_metric"], path, "detailed_metric")
+	desc.ValueToMetric = d.boolean(f["value_to_metric"], path, "value_to_metric")
+	desc.ShareThreshold = d.boolean(f["share_threshold"], path, "share_threshold")
+	desc.HashValue = d.boolean(f["hash_value"], path, "hash_value")
 	if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
 		d.errf(f["share_threshold"], path+".share_threshold", "share_threshold needs a wildcard value (one with *)")
 	}
 	if n := f["failure_policy"]; n != nil {
-		desc.FailurePolicy = d.str(n, path+".failure_policy")
+		desc.FailurePolicy = d.str(n, path, "failure_policy")
 		if !ValidFailurePolicy(desc.FailurePolicy) {
 			d.errf(n, path+".failure_policy", "unknown failure policy %q (want error, allow, deny or local)", desc.FailurePolicy)
 		}
@@ -198,7 +198,7 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 		}
 	}
 	if n := f["overdraft"]; n != nil {
-		desc.Overdraft = d.boolean(n, path+".overdraft")
+		desc.Overdraft = d.boolean(n, path, "overdraft")
 		d.applyOverdraft(desc, n, path)
 	}
 	d.checkLimitSet(desc)
@@ -248,8 +248,8 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		return nil
 	}
 	l := &Limit{Line: n.Line, UnitMultiplier: 1}
-	l.Name = d.str(f["name"], path+".name")
-	l.Unlimited = d.boolean(f["unlimited"], path+".unlimited")
+	l.Name = d.str(f["name"], path, "name")
+	l.Unlimited = d.boolean(f["unlimited"], path, "unlimited")
 	l.Replaces = d.replaces(f["replaces"], path+".replaces")
 	for _, r := range l.Replaces {
 		if r != "" && r == l.Name {
@@ -266,7 +266,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 	}
 	if n := f["unit"]; n == nil {
 		d.errAt(l.Line, path, "missing unit")
-	} else if u, err := ParseUnit(d.str(n, path+".unit")); err != nil {
+	} else if u, err := ParseUnit(d.str(n, path, "unit")); err != nil {
 		d.errf(n, path+".unit", "%v", err)
 	} else {
 		l.Unit = u
@@ -274,24 +274,24 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 	if n := f["requests_per_unit"]; n == nil {
 		d.errAt(l.Line, path, "missing requests_per_unit (use 0 to reject everything, or unlimited: true)")
 	} else {
-		l.RequestsPerUnit = uint32(d.uint(n, path+".requests_per_unit", math.MaxUint32))
+		l.RequestsPerUnit = uint32(d.uint(n, path, "requests_per_unit", math.MaxUint32))
 	}
 	if n := f["unit_multiplier"]; n != nil {
-		l.UnitMultiplier = uint32(d.uint(n, path+".unit_multiplier", math.MaxUint32))
+		l.UnitMultiplier = uint32(d.uint(n, path, "unit_multiplier", math.MaxUint32))
 		if l.UnitMultiplier == 0 {
 			d.errf(n, path+".unit_multiplier", "unit_multiplier must be at least 1")
 			l.UnitMultiplier = 1
 		}
 	}
 	if n := f["algorithm"]; n != nil {
-		a, err := limiter.ParseAlgorithm(d.str(n, path+".algorithm"))
+		a, err := limiter.ParseAlgorithm(d.str(n, path, "algorithm"))
 		if err != nil {
 			d.errf(n, path+".algorithm", "%v", err)
 		}
 		l.Algorithm = a
 	}
 	if n := f["burst"]; n != nil {
-		l.Burst = uint32(d.uint(n, path+".burst", math.MaxUint32))
+		l.Burst = uint32(d.uint(n, path, "burst", math.MaxUint32))
 		if l.Algorithm != limiter.TokenBucket {
 			d.errf(n, path+".burst", "burst applies only to algorithm: token_bucket")
 		} else if l.Burst == 0 {
@@ -368,7 +368,7 @@ func (d *decoder) replaces(n *yaml.Node, path string) []string {
 		if f == nil {
 			continue
 		}
-		name := d.str(f["name"], p+".name")
+		name := d.str(f["name"], p, "name")
 		if name == "" {
 			d.errf(c, p+".name", "replaces needs a non-empty name")
 			continue
