@@ -2,7 +2,7 @@ package limiter
 
 import "time"
 
-// This file is the reference arithmetic of the three algorithms. The Redis
+// This file is the reference arithmetic of the four algorithms. The Redis
 // scripts in src/redis/*.lua mirror it line for line (same integer steps, same
 // rounding) so both stores give identical answers; change them together.
 //
@@ -27,6 +27,7 @@ const (
 //	FixedWindow:   w = window number (now / period), x = hits counted in it
 //	SlidingWindow: w = current window number, x = its count, y = previous window's count
 //	TokenBucket:   w = theoretical arrival time (GCRA's TAT) in microseconds
+//	SlidingLog:    log = the counted hits (see logStep)
 type state struct {
 	w    int64
 	x, y uint64
