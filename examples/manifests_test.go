@@ -126,6 +126,13 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 				env[e.Name] = e.Value
 			}
+			// The debug port listens on loopback unless DEBUG_HOST says
+			// otherwise: exposing it in the pod would promise what it is not.
+			for _, port := range rl.Ports {
+				if port.ContainerPort == 6070 && (env["DEBUG_HOST"] == "" || env["DEBUG_HOST"] == "127.0.0.1") {
+					t.Errorf("container port 6070 is declared, but the debug port listens on loopback (set DEBUG_HOST)")
+				}
+			}
 			want := path.Join(env["RUNTIME_ROOT"], env["RUNTIME_SUBDIRECTORY"], env["RUNTIME_APPDIRECTORY"])
 			checkConfigMount(t, m, rl, pod, want)
 		})
