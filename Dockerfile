@@ -20,6 +20,7 @@ COPY --from=build /out/ /usr/local/bin/
 # image answers out of the box; mount your own (a ConfigMap) over it.
 COPY examples/ratelimit-config.yaml /srv/runtime_data/current/config/ratelimit-config.yaml
 USER 65532:65532
-# 8080: HTTP (/healthcheck, /json, /metrics); 8081: gRPC (RLS); 6070: debug.
-EXPOSE 8080 8081 6070
+# 8080: HTTP (/healthcheck, /json, /metrics); 8081: gRPC (RLS). The debug
+# port (6070) listens on loopback unless DEBUG_HOST is set.
+EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/server"]
