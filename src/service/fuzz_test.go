@@ -26,6 +26,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 			Limit:      &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(1 << 30)},
 		}}},
 		req("", d("=")),
+		// A refund of everything, beside a hit.
+		{Domain: "web", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: d("ip=1").Entries, HitsAddend: wrapperspb.UInt64(1<<64 - 1), IsNegativeHits: true},
+			{Entries: d("multi=1").Entries}}},
 	}
 	for _, r := range seeds {
 		b, err := proto.Marshal(r)
