@@ -148,6 +148,8 @@ func TestStartupFailures(t *testing.T) {
 		{"bad config file", writeConfig(t, map[string]string{"bad.yaml": "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"}),
 			`bad.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
 		{"bad setting", map[string]string{"PORT": "eighty"}, `ratelimit: invalid settings: PORT: invalid value "eighty"`},
+		{"every bad setting at once", map[string]string{"PORT": "eighty", "GRPC_PORT": "x"},
+			`ratelimit: invalid settings: PORT: invalid value "eighty": want int; GRPC_PORT: invalid value "x": want int`},
 		{"missing config dir", map[string]string{"RUNTIME_ROOT": "/nonexistent-dir-for-test"}, "load config from /nonexistent-dir-for-test/config"},
 		{"duplicate domain", writeConfig(t, map[string]string{"a.yaml": "domain: x\n", "b.yaml": "domain: x\n"}), `duplicate domain "x"`},
 	}
@@ -159,6 +161,9 @@ func TestStartupFailures(t *testing.T) {
 			}
 			if strings.Contains(out, "goroutine ") {
 				t.Errorf("output has a stack trace:\n%s", out)
+			}
+			if strings.Contains(out, "last good config") {
+				t.Errorf("at start-up there is no last good config, but the log says so:\n%s", out)
 			}
 		})
 	}
