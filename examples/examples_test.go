@@ -145,7 +145,7 @@ func TestEnvoyTokenUsageExample(t *testing.T) {
 		}
 		for _, p := range cfg.Domain(rl.GetDomain()).Reach(actionShape(t, e)) {
 			for _, l := range cfg.Domain(rl.GetDomain()).LimitsAt(p) {
-				if !l.Overdraft {
+				if !l.Rule.Overdraft {
 					t.Errorf("rate_limits[%d] reaches %s, whose limit %s has no overdraft: reports past it would be dropped", i, p, l)
 				}
 			}

@@ -89,17 +89,11 @@ func (d *decoder) boolean(n *yaml.Node, path, field string) bool {
 	if n == nil || isNull(n) {
 		return false
 	}
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
-		if b, err := strconv.ParseBool(n.Value); err == nil {
-			return b
-		}
-		var b bool
-		if n.Decode(&b) == nil { // YAML's other spellings
-			return b
-		}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+		d.errf(n, join(path, field), "want true or false, got %s", describe(n))
 	}
-	d.errf(n, join(path, field), "want true or false, got %s", describe(n))
-	return false
+	return b
 }
 
 func (d *decoder) uint(n *yaml.Node, path, field string, max uint64) uint64 {

@@ -103,7 +103,7 @@ func (l *Limit) String() string {
 	if l.Burst > 0 {
 		s += fmt.Sprintf(", burst %d", l.Burst)
 	}
-	if l.Overdraft {
+	if l.Rule.Overdraft {
 		s += ", overdraft"
 	}
 	return s + l.nameString()

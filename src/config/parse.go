@@ -55,7 +55,6 @@ type Limit struct {
 	Unlimited       bool
 	Algorithm       limiter.Algorithm
 	Burst           uint32 // token bucket capacity; 0 means RequestsPerUnit
-	Overdraft       bool   // its descriptor's overdraft
 	Replaces        []string
 	Line            int
 
@@ -215,7 +214,7 @@ func (d *decoder) applyOverdraft(desc *Descriptor, n *yaml.Node, path string) {
 	counted := false
 	for _, l := range desc.Limits {
 		if !l.Unlimited {
-			l.Overdraft, l.Rule.Overdraft, counted = true, true, true
+			l.Rule.Overdraft, counted = true, true
 		}
 	}
 	if !counted {
@@ -317,8 +316,7 @@ func (l *Limit) finish() error {
 		return fmt.Errorf("sliding_log keeps every counted request, so it allows at most %d requests per window, not %d; use sliding_window for larger limits",
 			limiter.MaxLogLimit, l.RequestsPerUnit)
 	}
-	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst),
-		Overdraft: l.Overdraft}
+	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst)}
 	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
 		interval := (period + time.Duration(l.RequestsPerUnit)*time.Microsecond - 1) / time.Duration(l.RequestsPerUnit)
 		if period/time.Microsecond < time.Duration(l.RequestsPerUnit) {

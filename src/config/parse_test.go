@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 func TestParseBadFiles(t *testing.T) {
@@ -197,5 +200,17 @@ d.tenant.model: 10 per minute, fixed_window (od.yaml:10)
 		if !l.Rule.Overdraft {
 			t.Errorf("limit at line %d: Rule.Overdraft not set", l.Line)
 		}
+	}
+	// A per-request override keeps the matched descriptor's overdraft, as it
+	// keeps its algorithm.
+	override := desc("tenant=a")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{override, desc("tenant=a", "model=m")}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	if len(p.Hits) != 2 || !p.Hits[0].Rule.Overdraft || p.Hits[0].Rule.Limit != 5 || p.Hits[1].Rule.Overdraft {
+		t.Errorf("Plan hits = %+v, want the override with overdraft and the child without", p.Hits)
 	}
 }

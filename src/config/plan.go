@@ -153,10 +153,11 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 		l.MetricKey = n.Path + "._override"
 	}
 	if n != nil && len(n.Limits) > 0 && !n.Limits[0].Unlimited {
-		l.Algorithm, l.Overdraft = n.Limits[0].Algorithm, n.Limits[0].Overdraft
+		l.Algorithm = n.Limits[0].Algorithm
 		if err := l.finish(); err != nil {
 			return nil, err
 		}
+		l.Rule.Overdraft = n.Limits[0].Rule.Overdraft
 	}
 	start := len(p.limits)
 	p.limits = append(p.limits, l)

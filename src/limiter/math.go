@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // This file is the reference arithmetic of the four algorithms. The Redis
 // scripts in src/redis/*.lua mirror it line for line (same integer steps, same
@@ -293,7 +296,7 @@ func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outc
 		// Give back the newest hits first.
 		give := min(cost, used)
 		write = give > 0
-		log = slicesClone(log)
+		log = slices.Clone(log)
 		for give > 0 {
 			last := &log[len(log)-1]
 			take := min(last.n, give)
@@ -343,8 +346,6 @@ func logAppend(log []logEntry, now int64, n uint64) []logEntry {
 	}
 	return append(out, logEntry{t: now, n: n})
 }
-
-func slicesClone(log []logEntry) []logEntry { return append([]logEntry(nil), log...) }
 
 // logRetry is how long until cost more hits fit on top of the log's used
 // ones as the oldest leave the window: the instant the hit that must go
