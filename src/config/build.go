@@ -105,11 +105,13 @@ func Build(files []*File, opts Options) (*Config, error) {
 
 // seal finishes the level and every level below it once all nodes are in.
 func (lv *level) seal() {
+	lv.sealWild()
+	lv.visit(func(n *Node) { n.children.sealWild() })
+}
+
+func (lv *level) sealWild() {
 	for _, w := range lv.wild {
 		w.seal()
-	}
-	for _, n := range lv.nodes() {
-		n.children.seal()
 	}
 }
 

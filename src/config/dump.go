@@ -33,20 +33,15 @@ func (c *Config) Summary() string {
 	for _, name := range c.Domains() {
 		d := c.domains[name]
 		var rules, wild, limits int
-		var walk func(lv *level)
-		walk = func(lv *level) {
-			for _, n := range lv.nodes() {
-				if len(n.Limits) > 0 {
-					rules++
-					limits += len(n.Limits)
-					if n.wildcard != nil {
-						wild++
-					}
+		d.visit(func(n *Node) {
+			if len(n.Limits) > 0 {
+				rules++
+				limits += len(n.Limits)
+				if n.wildcard != nil {
+					wild++
 				}
-				walk(&n.children)
 			}
-		}
-		walk(&d.root)
+		})
 		fmt.Fprintf(&b, "%s: %d rules (%d wildcard), %d limits, from %s\n", name, rules, wild, limits, strings.Join(d.Files, ", "))
 	}
 	return b.String()

@@ -47,37 +47,37 @@ func (d *Domain) Reach(shape []ShapeEntry) []string {
 // LimitPaths returns the paths of every rule with a limit in the domain.
 func (d *Domain) LimitPaths() []string {
 	var out []string
-	var walk func(lv *level)
-	walk = func(lv *level) {
-		for _, n := range lv.nodes() {
-			if len(n.Limits) > 0 {
-				out = append(out, n.Path)
-			}
-			walk(&n.children)
+	d.visit(func(n *Node) {
+		if len(n.Limits) > 0 {
+			out = append(out, n.Path)
 		}
-	}
-	if d != nil {
-		walk(&d.root)
-	}
+	})
 	return out
+}
+
+// visit calls fn for every node of the domain, parents before children,
+// each level in file order.
+func (d *Domain) visit(fn func(*Node)) {
+	if d != nil {
+		d.root.visit(fn)
+	}
+}
+
+func (lv *level) visit(fn func(*Node)) {
+	for _, n := range lv.nodes() {
+		fn(n)
+		n.children.visit(fn)
+	}
 }
 
 // LimitsAt returns the limits of the rule at path (a metric path, as Reach
 // and LimitPaths return), or nil. For tools that check configs.
 func (d *Domain) LimitsAt(path string) []*Limit {
 	var found []*Limit
-	var walk func(lv *level)
-	walk = func(lv *level) {
-		for _, n := range lv.nodes() {
-			if n.Path == path {
-				found = n.Limits
-				return
-			}
-			walk(&n.children)
+	d.visit(func(n *Node) {
+		if n.Path == path && found == nil {
+			found = n.Limits
 		}
-	}
-	if d != nil {
-		walk(&d.root)
-	}
+	})
 	return found
 }

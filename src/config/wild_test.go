@@ -67,3 +67,47 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 		}
 	}
 }
+
+// TestWildcardPrecedenceAtEveryLevel: Build puts wildcards in precedence
+// order on nested levels too (a level left unsealed matched in config
+// order), here with two patterns of one prefix written less specific first.
+func TestWildcardPrecedenceAtEveryLevel(t *testing.T) {
+	f, err := Parse("w.yaml", []byte(`domain: w
+descriptors:
+  - key: x
+    value: "a*"
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: x
+    value: "a*c"
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: org
+    descriptors:
+      - key: x
+        value: "a*"
+        rate_limit: {unit: second, requests_per_unit: 4}
+      - key: x
+        value: "a*c"
+        rate_limit: {unit: second, requests_per_unit: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Build([]*File{f}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entries []string
+		want    uint32
+	}{
+		{[]string{"x=abc"}, 3},
+		{[]string{"x=abd"}, 2},
+		{[]string{"org=o", "x=abc"}, 5},
+		{[]string{"org=o", "x=abd"}, 4},
+	} {
+		n := c.Domain("w").Match(desc(tc.entries...).GetEntries())
+		if n == nil || n.Limits[0].RequestsPerUnit != tc.want {
+			t.Errorf("Match(%v) = %v, want the rule of %d", tc.entries, n, tc.want)
+		}
+	}
+}
