@@ -166,37 +166,44 @@ descriptors:
 			for k, v := range tc.env(t) {
 				env[k] = v
 			}
-			env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] = "true"
-			p := start(t, env)
-			call := func(hits uint64, refund bool) (rlsv3.RateLimitResponse_Code, uint32) {
-				d := desc("tenant=t")
-				d.HitsAddend = wrapperspb.UInt64(hits)
-				d.IsNegativeHits = refund
-				resp := p.should(t, "ai", d)
-				return resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining()
-			}
-			for _, st := range []struct {
-				name   string
-				hits   uint64
-				refund bool
-				code   rlsv3.RateLimitResponse_Code
-				left   uint32
-			}{
-				{"check", 0, false, rlsv3.RateLimitResponse_OK, 100},
-				{"report 70", 70, false, rlsv3.RateLimitResponse_OK, 30},
-				{"report 130: counted past the limit", 130, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
-				{"check while over", 0, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
-				{"refund 150", 150, true, rlsv3.RateLimitResponse_OK, 50},
-				{"check under the limit again", 0, false, rlsv3.RateLimitResponse_OK, 50},
-			} {
-				if code, left := call(st.hits, st.refund); code != st.code || left != st.left {
-					t.Errorf("%s: %v with %d left, want %v with %d left", st.name, code, left, st.code, st.left)
-				}
-			}
-			if !strings.Contains(metricsBody(t, p), `ratelimit_service_rate_limit_refunded_hits{domain="ai",key="tenant.fw60"} 150`) {
-				t.Errorf("/metrics does not count the refund")
+			// The default, and with the option overdraft must win over.
+			for _, stop := range []string{unset, "true"} {
+				env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] = stop
+				env["CACHE_KEY_PREFIX"] = "stop" + strings.Trim(stop, "\x00") + "_" // a fresh counter per run
+				usageFlow(t, start(t, env))
 			}
 		})
+	}
+}
+
+// usageFlow checks, on p, a check, two reports (the second past the limit)
+// and a refund of tenant t on the ai domain.
+func usageFlow(t *testing.T, p *proc) {
+	t.Helper()
+	for _, st := range []struct {
+		name   string
+		hits   uint64
+		refund bool
+		code   rlsv3.RateLimitResponse_Code
+		left   uint32
+	}{
+		{"check", 0, false, rlsv3.RateLimitResponse_OK, 100},
+		{"report 70", 70, false, rlsv3.RateLimitResponse_OK, 30},
+		{"report 130: counted past the limit", 130, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+		{"check while over", 0, false, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+		{"refund 150", 150, true, rlsv3.RateLimitResponse_OK, 50},
+		{"check under the limit again", 0, false, rlsv3.RateLimitResponse_OK, 50},
+	} {
+		d := desc("tenant=t")
+		d.HitsAddend = wrapperspb.UInt64(st.hits)
+		d.IsNegativeHits = st.refund
+		resp := p.should(t, "ai", d)
+		if code, left := resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining(); code != st.code || left != st.left {
+			t.Errorf("%s: %v with %d left, want %v with %d left", st.name, code, left, st.code, st.left)
+		}
+	}
+	if !strings.Contains(metricsBody(t, p), `ratelimit_service_rate_limit_refunded_hits{domain="ai",key="tenant.fw60"} 150`) {
+		t.Errorf("/metrics does not count the refund")
 	}
 }
 
