@@ -171,7 +171,7 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 }
 
 func TestOverdraftAppliesToEachLimit(t *testing.T) {
-	f, err := Parse("od.yaml", []byte(`domain: d
+	f := mustParse(t, "od.yaml", `domain: d
 descriptors:
   - key: tenant
     overdraft: true
@@ -181,10 +181,7 @@ descriptors:
     descriptors:
       - key: model
         rate_limit: {unit: minute, requests_per_unit: 10}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	c, err := Build([]*File{f}, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -24,15 +24,7 @@ func scaleConfig(exact, wild int) []byte {
 
 func buildScale(tb testing.TB, exact, wild int) *Config {
 	tb.Helper()
-	f, err := Parse("scale.yaml", scaleConfig(exact, wild))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c, err := Build([]*File{f}, Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c
+	return mustBuild(tb, string(scaleConfig(exact, wild)))
 }
 
 // BenchmarkLoadScale parses and builds 100,000 rules (20,000 wildcards).

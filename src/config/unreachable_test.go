@@ -22,11 +22,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := Parse("f.yaml", []byte(tc.yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := Unreachable([]*File{f}, RequestBounds{MaxStringBytes: 16, MaxEntries: 2, MaxRequestBytes: 32})
+			got := Unreachable([]*File{mustParse(t, "f.yaml", tc.yaml)}, RequestBounds{MaxStringBytes: 16, MaxEntries: 2, MaxRequestBytes: 32})
 			if len(got) != len(tc.want) {
 				t.Fatalf("Unreachable() = %v, want %d warnings %q", got, len(tc.want), tc.want)
 			}

@@ -72,7 +72,7 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 // order on nested levels too (a level left unsealed matched in config
 // order), here with two patterns of one prefix written less specific first.
 func TestWildcardPrecedenceAtEveryLevel(t *testing.T) {
-	f, err := Parse("w.yaml", []byte(`domain: w
+	c := mustBuild(t, `domain: w
 descriptors:
   - key: x
     value: "a*"
@@ -88,14 +88,7 @@ descriptors:
       - key: x
         value: "a*c"
         rate_limit: {unit: second, requests_per_unit: 5}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Build([]*File{f}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	for _, tc := range []struct {
 		entries []string
 		want    uint32
