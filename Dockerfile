@@ -6,16 +6,25 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/server ./cmd/server \
- && CGO_ENABLED=0 go build -trimpath -o /out/config-check ./cmd/config-check \
- && CGO_ENABLED=0 go build -trimpath -o /out/client ./cmd/client
+# The server is /bin/ratelimit, where envoyproxy/ratelimit's image has it:
+# Envoy Gateway's generated Deployment, Istio's sample and most Helm charts
+# set `command: [/bin/ratelimit]`, which replaces the entrypoint, and
+# distroless has no shell to add a link at run time. /usr/local/bin/server
+# stays, as a link, for what was written against this image's older path.
+RUN CGO_ENABLED=0 go build -trimpath -o /out/bin/ratelimit ./cmd/server \
+ && mkdir -p /out/usr/local/bin \
+ && CGO_ENABLED=0 go build -trimpath -o /out/usr/local/bin/config-check ./cmd/config-check \
+ && CGO_ENABLED=0 go build -trimpath -o /out/usr/local/bin/client ./cmd/client \
+ && ln -s /bin/ratelimit /out/usr/local/bin/server
 
 # Static binaries on distroless, as its unprivileged "nonroot" user, named by
 # number: a pod with runAsNonRoot can only check a numeric user, and the
 # kubelet refuses to start an image whose USER is a name. The manifests'
 # runAsUser must match (examples/manifests_test.go checks it).
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/ /usr/local/bin/
+# Directories, so that the link is copied as a link.
+COPY --from=build /out/bin/ /bin/
+COPY --from=build /out/usr/local/bin/ /usr/local/bin/
 # The example config at the default RUNTIME_ROOT/RUNTIME_APPDIRECTORY, so the
 # image answers out of the box; mount your own (a ConfigMap) over it.
 COPY examples/ratelimit-config.yaml /srv/runtime_data/current/config/ratelimit-config.yaml
@@ -23,4 +32,4 @@ USER 65532:65532
 # 8080: HTTP (/healthcheck, /json, /metrics); 8081: gRPC (RLS). The debug
 # port (6070) listens on loopback unless DEBUG_HOST is set.
 EXPOSE 8080 8081
-ENTRYPOINT ["/usr/local/bin/server"]
+ENTRYPOINT ["/bin/ratelimit"]
