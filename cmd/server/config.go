@@ -50,6 +50,9 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
 		xo := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,
+			Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandomFactor,
+				Jitter: s.XDSBackoffJitter},
+			NodeMetadata: s.XDSMetadata(), Headers: s.XDSHeaders(), MaxMsgSize: s.XDSMaxMsgSize,
 			Install: holder.Install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)}
 		if s.XDSServerUseTLS {
 			dial, err := xds.TLSDialOption(xds.TLSOptions{CAFile: s.XDSServerTLSCA, CertFile: s.XDSClientTLSCert,

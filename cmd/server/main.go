@@ -54,18 +54,14 @@ func run(ctx context.Context) error {
 	}
 	log := newLogger(s)
 	manageMemory(ctx, log)
-	if names := settings.Unsupported(); len(names) > 0 {
-		log.WithField("variables", names).Warn("ignoring envoyproxy/ratelimit settings for features this service does not have")
+	for _, w := range settings.Warnings() {
+		log.Warn(w)
 	}
 	health := &server.Health{}
-	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries})
-	if s.UseStatsd {
-		go func() {
-			addr := hostPort(s.StatsdHost, s.StatsdPort)
-			if err := reg.RunStatsd(ctx, metrics.StatsdOptions{Addr: addr, Interval: s.StatsdFlushInterval, Tags: s.Tags()}); err != nil {
-				log.WithError(err).Error("statsd disabled")
-			}
-		}()
+	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries,
+		Reference: s.UsePrometheus && !s.DisableStats, ReferenceMillis: s.PrometheusResponseTimeAsMilliseconds})
+	if s.UseStatsd && !s.DisableStats {
+		go runStatsd(ctx, s, reg, log)
 	}
 
 	tr, err := tracing.Setup(ctx, tracing.Options{Enabled: s.TracingEnabled, Protocol: s.TracingExporterProtocol,
@@ -102,6 +98,7 @@ func run(ctx context.Context) error {
 		Fallback:                   fallback,
 		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,
+		QuotaMode:                  s.QuotaMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
 		Headers: service.Headers{Enabled: s.LimitResponseHeadersEnabled, Limit: s.LimitLimitHeader,
 			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
@@ -121,6 +118,7 @@ func run(ctx context.Context) error {
 	return server.Run(ctx, server.Options{
 		TLS:                   tlsCfg,
 		GRPCAddr:              hostPort(s.GRPCHost, s.GRPCPort),
+		GRPCUnixSocket:        s.GRPCUDS,
 		HTTPAddr:              hostPort(s.Host, s.Port),
 		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
 		Service:               svc,
@@ -133,6 +131,7 @@ func run(ctx context.Context) error {
 		GRPCOptions:           tr.ServerOptions(),
 		MetricsAddr:           prometheusAddr(s),
 		MetricsPath:           s.PrometheusPath,
+		MetricsAddrHandler:    prometheusHandler(s, reg),
 		MaxConnectionAge:      s.GRPCMaxConnectionAge,
 		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
 		Logger:                log,
@@ -209,6 +208,33 @@ func newLogger(s settings.Settings) *logrus.Logger {
 			logrus.FieldKeyTime: "@timestamp", logrus.FieldKeyMsg: "@message"}})
 	}
 	return log
+}
+
+// runStatsd sends statsd until ctx ends, reporting an unreachable
+// collector once per outage.
+func runStatsd(ctx context.Context, s settings.Settings, reg *metrics.Registry, log logrus.FieldLogger) {
+	addr := hostPort(s.StatsdHost, s.StatsdPort)
+	slog := log.WithFields(logrus.Fields{"statsd": addr, "protocol": s.StatsdProtocol})
+	reg.CounterFunc("ratelimit_statsd_dropped_timings_total",
+		"Response times not sent to statsd because its buffer was full (a slow or absent collector).", nil,
+		func() float64 { return float64(reg.StatsdDropped()) })
+	err := reg.RunStatsd(ctx, metrics.StatsdOptions{Network: s.StatsdProtocol, Addr: addr, Interval: s.StatsFlushInterval, Tags: s.Tags(),
+		OnError: func(err error) {
+			slog.WithError(err).Warn("statsd collector unreachable; counts are kept and sent when it answers")
+		},
+		OnRecover: func() { slog.Info("statsd collector reachable again") }})
+	if err != nil {
+		slog.WithError(err).Error("statsd disabled")
+	}
+}
+
+// prometheusHandler is what PROMETHEUS_ADDR serves: the reference's series
+// beside this service's, unless DISABLE_STATS.
+func prometheusHandler(s settings.Settings, reg *metrics.Registry) http.Handler {
+	if !s.UsePrometheus || s.DisableStats {
+		return nil
+	}
+	return reg.ReferenceHandler()
 }
 
 func prometheusAddr(s settings.Settings) string {

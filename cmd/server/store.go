@@ -45,6 +45,9 @@ func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
+	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
+		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
+	}
 	if r.TLS {
 		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
 		if err != nil {

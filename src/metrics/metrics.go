@@ -29,6 +29,10 @@ type Options struct {
 	NearLimitRatio float64
 	// MaxDetailedSeries caps the rules named by request values; 0 means 1000.
 	MaxDetailedSeries int
+	// Reference keeps the reference's response time histogram for
+	// ReferenceHandler (USE_PROMETHEUS); ReferenceMillis reports it in
+	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
+	Reference, ReferenceMillis bool
 }
 
 // Registry holds every counter. It is safe for concurrent use.
@@ -42,6 +46,8 @@ type Registry struct {
 	requests        *prometheus.CounterVec
 	byOutcome       map[string]prometheus.Counter // resolved once: no label hashing per call
 	requestDuration prometheus.Histogram
+	refDuration     prometheus.Histogram // nil unless Options.Reference
+	refMillis       bool
 	backendErrors   prometheus.Counter
 	backendDuration prometheus.Histogram
 	shadowOverrides prometheus.Counter
@@ -49,6 +55,10 @@ type Registry struct {
 
 	statsMu    sync.Mutex
 	extraStats []serviceStat // added by StatFunc
+
+	// timings queues response times for statsd's timer, once RunStatsd
+	// runs.
+	timings atomic.Pointer[timingQueue]
 }
 
 // serviceStat is one service-level counter as statsd and /stats name it.
@@ -94,6 +104,9 @@ func New(o Options) *Registry {
 		Help: "OVER_LIMIT answers turned into OK by SHADOW_MODE."})
 	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
 		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
+	if o.Reference {
+		r.refDuration, r.refMillis = newReferenceDuration(o.ReferenceMillis), o.ReferenceMillis
+	}
 	r.byOutcome = map[string]prometheus.Counter{}
 	for _, code := range outcomeCodes {
 		r.byOutcome[code] = r.requests.WithLabelValues(code)
@@ -171,6 +184,16 @@ func (r *Registry) Request(code string, d time.Duration) {
 		r.requests.WithLabelValues(code).Inc()
 	}
 	r.requestDuration.Observe(d.Seconds())
+	if r.refDuration != nil {
+		if r.refMillis {
+			r.refDuration.Observe(float64(d) / float64(time.Millisecond))
+		} else {
+			r.refDuration.Observe(d.Seconds())
+		}
+	}
+	if q := r.timings.Load(); q != nil {
+		q.observe(d)
+	}
 }
 
 // Backend records one store call.

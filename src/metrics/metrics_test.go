@@ -162,7 +162,7 @@ func flushOnce(t *testing.T, r *Registry, tags map[string]string) string {
 	defer pc.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // RunStatsd flushes once on the way out
-	if err := r.RunStatsd(ctx, StatsdOptions{Addr: pc.LocalAddr().String(), Interval: time.Hour, Tags: tags}); err != nil {
+	if err := r.RunStatsd(ctx, StatsdOptions{Network: "udp", Addr: pc.LocalAddr().String(), Interval: time.Hour, Tags: tags}); err != nil {
 		t.Fatal(err)
 	}
 	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))

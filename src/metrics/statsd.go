@@ -5,46 +5,240 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // StatsdOptions configures RunStatsd.
 type StatsdOptions struct {
-	Addr     string        // host:port of the statsd server (UDP)
-	Interval time.Duration // flush period; 0 means 10s
+	// Network is "tcp" (the default, as envoyproxy/ratelimit sends) or
+	// "udp".
+	Network  string
+	Addr     string        // host:port of the statsd server
+	Interval time.Duration // counter flush period; 0 means 10s
 	// Tags are appended to every stat name in the gostats form
 	// ".__key=value", as envoyproxy/ratelimit's EXTRA_TAGS are.
 	Tags map[string]string
+	// OnError hears about the collector becoming unreachable (once per
+	// outage, not per flush) and OnRecover about it answering again.
+	OnError   func(error)
+	OnRecover func()
 }
 
-// RunStatsd sends the per-rule counters (ratelimit.service.rate_limit.
-// DOMAIN.KEY.STAT) and the service-level ones (see serviceStats) to statsd
-// as counter deltas, named like envoyproxy/ratelimit's, every interval until
-// ctx ends (and once more then).
+// timingBuffer bounds the response times waiting to be sent: what arrives
+// while it is full is dropped (and counted), so a slow or absent collector
+// never holds a request or grows memory.
+const timingBuffer = 16384
+
+// timingFlush is how often response times are sent, at most.
+const timingFlush = time.Second
+
+// writeTimeout bounds one write to the collector.
+const writeTimeout = time.Second
+
+// RunStatsd sends, until ctx ends (and once more then), the per-rule
+// counters (ratelimit.service.rate_limit.DOMAIN.KEY.STAT) and the
+// service-level ones (see serviceStats) as counter deltas every interval,
+// and every ShouldRateLimit's response time as the timer
+// ratelimit_server.ShouldRateLimit.response_time (ms) within a second, all
+// named like envoyproxy/ratelimit's. Over TCP the connection is dialled
+// when needed and redialled after a failure; counts that could not be sent
+// are sent with the next flush, nothing is lost while the collector is
+// away except response times past the buffer.
 func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
 	}
-	conn, err := net.Dial("udp", o.Addr)
-	if err != nil {
-		return fmt.Errorf("statsd: %w", err)
+	if o.Network == "" {
+		o.Network = "tcp"
 	}
-	defer conn.Close()
-	suffix := tagSuffix(o.Tags)
-	sent := map[*Rule][6]uint64{}
-	sentService := map[string]uint64{}
-	t := time.NewTicker(o.Interval)
-	defer t.Stop()
+	if o.Network != "tcp" && o.Network != "udp" {
+		return fmt.Errorf("statsd: unknown network %q", o.Network)
+	}
+	r.timings.Store(&timingQueue{c: make(chan time.Duration, timingBuffer)})
+	sk := &statsdSink{o: o, suffix: tagSuffix(o.Tags), sent: map[*Rule][6]uint64{}, sentService: map[string]uint64{}}
+	defer sk.close()
+	counters := time.NewTicker(o.Interval)
+	defer counters.Stop()
+	timers := time.NewTicker(timingFlush)
+	defer timers.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			r.flushStatsd(conn, sent, sentService, suffix)
+			sk.flush(r, true)
 			return nil
-		case <-t.C:
-			r.flushStatsd(conn, sent, sentService, suffix)
+		case <-counters.C:
+			sk.flush(r, true)
+		case <-timers.C:
+			sk.flush(r, false)
 		}
 	}
+}
+
+// timingQueue carries response times from requests to the statsd flusher.
+type timingQueue struct {
+	c       chan time.Duration
+	dropped atomic.Uint64
+}
+
+// observe queues d without ever blocking.
+func (q *timingQueue) observe(d time.Duration) {
+	select {
+	case q.c <- d:
+	default:
+		q.dropped.Add(1)
+	}
+}
+
+// StatsdDropped is how many response times statsd dropped because its
+// buffer was full (a slow or absent collector).
+func (r *Registry) StatsdDropped() uint64 {
+	if q := r.timings.Load(); q != nil {
+		return q.dropped.Load()
+	}
+	return 0
+}
+
+// statsdSink is the flusher's state: the connection, and what the
+// collector has been sent so far.
+type statsdSink struct {
+	o           StatsdOptions
+	suffix      string
+	conn        net.Conn
+	down        bool
+	sent        map[*Rule][6]uint64
+	sentService map[string]uint64
+}
+
+func (sk *statsdSink) close() {
+	if sk.conn != nil {
+		_ = sk.conn.Close()
+	}
+}
+
+// maxPacket keeps UDP datagrams under a typical MTU; over TCP lines are
+// written in chunks of this size too.
+const maxPacket = 1400
+
+// flush sends the queued response times and, with counters, the counter
+// deltas. Deltas are only marked sent once the write succeeded.
+func (sk *statsdSink) flush(r *Registry, counters bool) {
+	var lines []string
+	if q := r.timings.Load(); q != nil {
+	drain:
+		for {
+			select {
+			case d := <-q.c:
+				lines = append(lines, fmt.Sprintf("ratelimit_server.ShouldRateLimit.response_time%s:%s|ms", sk.suffix,
+					strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)))
+			default:
+				break drain
+			}
+		}
+	}
+	var commit func()
+	if counters {
+		var more []string
+		more, commit = sk.counterLines(r)
+		lines = append(lines, more...)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	err := sk.write(lines)
+	if err != nil && sk.o.Network == "tcp" {
+		if !sk.down && sk.o.OnError != nil {
+			sk.o.OnError(err)
+		}
+		sk.down = true
+		return // counts go again with the next flush
+	}
+	if sk.down && sk.o.OnRecover != nil {
+		sk.o.OnRecover()
+	}
+	sk.down = false
+	if commit != nil {
+		commit()
+	}
+}
+
+// counterLines returns the changed counters' delta lines and a function
+// that marks them sent.
+func (sk *statsdSink) counterLines(r *Registry) ([]string, func()) {
+	var lines []string
+	rules := map[*Rule][6]uint64{}
+	for _, rule := range r.Rules() {
+		now := rule.values()
+		prev := sk.sent[rule]
+		rules[rule] = now
+		for i, v := range now {
+			if v != prev[i] {
+				lines = append(lines, fmt.Sprintf("%s.%s%s:%d|c", rule.stat, ruleStatNames[i], sk.suffix, v-prev[i]))
+			}
+		}
+	}
+	service := map[string]uint64{}
+	for _, st := range r.serviceStats() {
+		v := st.value()
+		service[st.name] = v
+		if prev := sk.sentService[st.name]; v != prev {
+			lines = append(lines, fmt.Sprintf("%s%s:%d|c", st.name, sk.suffix, v-prev))
+		}
+	}
+	return lines, func() {
+		for k, v := range rules {
+			sk.sent[k] = v
+		}
+		for k, v := range service {
+			sk.sentService[k] = v
+		}
+	}
+}
+
+// write sends lines in packets of at most maxPacket bytes, dialling first
+// if needed. Over UDP a lost packet is not an error (statsd over UDP is
+// best effort); over TCP any failure closes the connection, to be redialled
+// next time.
+func (sk *statsdSink) write(lines []string) error {
+	if sk.conn == nil {
+		c, err := net.DialTimeout(sk.o.Network, sk.o.Addr, writeTimeout)
+		if err != nil {
+			return fmt.Errorf("statsd: %w", err)
+		}
+		sk.conn = c
+	}
+	var pkt []byte
+	send := func() error {
+		if len(pkt) == 0 {
+			return nil
+		}
+		if sk.o.Network == "tcp" {
+			pkt = append(pkt, '\n')
+		}
+		_ = sk.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := sk.conn.Write(pkt)
+		pkt = pkt[:0]
+		if err != nil && sk.o.Network == "tcp" {
+			_ = sk.conn.Close()
+			sk.conn = nil
+			return fmt.Errorf("statsd: %w", err)
+		}
+		return nil
+	}
+	for _, line := range lines {
+		if len(pkt)+len(line)+1 > maxPacket {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		if len(pkt) > 0 {
+			pkt = append(pkt, '\n')
+		}
+		pkt = append(pkt, line...)
+	}
+	return send()
 }
 
 func tagSuffix(tags map[string]string) string {
@@ -58,43 +252,6 @@ func tagSuffix(tags map[string]string) string {
 		fmt.Fprintf(&b, ".__%s=%s", k, tags[k])
 	}
 	return b.String()
-}
-
-// maxPacket keeps datagrams under a typical MTU.
-const maxPacket = 1400
-
-func (r *Registry) flushStatsd(conn net.Conn, sent map[*Rule][6]uint64, sentService map[string]uint64, suffix string) {
-	var pkt []byte
-	add := func(line string) {
-		if len(pkt)+len(line)+1 > maxPacket && len(pkt) > 0 {
-			_, _ = conn.Write(pkt) // statsd is best effort by design
-			pkt = pkt[:0]
-		}
-		if len(pkt) > 0 {
-			pkt = append(pkt, '\n')
-		}
-		pkt = append(pkt, line...)
-	}
-	for _, rule := range r.Rules() {
-		now := rule.values()
-		prev := sent[rule]
-		sent[rule] = now
-		for i, v := range now {
-			if v != prev[i] {
-				add(fmt.Sprintf("%s.%s%s:%d|c", rule.stat, ruleStatNames[i], suffix, v-prev[i]))
-			}
-		}
-	}
-	for _, st := range r.serviceStats() {
-		v := st.value()
-		if prev := sentService[st.name]; v != prev {
-			add(fmt.Sprintf("%s%s:%d|c", st.name, suffix, v-prev))
-			sentService[st.name] = v
-		}
-	}
-	if len(pkt) > 0 {
-		_, _ = conn.Write(pkt)
-	}
 }
 
 // ruleStatPrefix is a rule's statsd name prefix,

@@ -25,6 +25,9 @@ type ClientOptions struct {
 	SentinelAuth string // the same, for the sentinels
 	TLS          *tls.Config
 	PoolSize     int
+	// PoolTimeout is how long a call waits for a free connection when all
+	// PoolSize are busy (REDIS_POOL_ON_EMPTY_*); 0 means Timeout.
+	PoolTimeout time.Duration
 	// Timeout bounds dialing and every read and write.
 	Timeout time.Duration
 }
@@ -39,7 +42,10 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("redis: empty URL")
 	}
-	t := o.Timeout
+	t, pt := o.Timeout, o.PoolTimeout
+	if pt <= 0 {
+		pt = t
+	}
 	switch o.Type {
 	case "", "single":
 		if len(addrs) != 1 {
@@ -50,7 +56,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			network = "tcp"
 		}
 		return goredis.NewClient(&goredis.Options{Network: network, Addr: addrs[0], Username: user, Password: pass,
-			TLSConfig: o.TLS, PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			TLSConfig: o.TLS, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "sentinel":
 		if len(addrs) < 2 {
@@ -59,11 +65,11 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		suser, spass := splitAuth(o.SentinelAuth)
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: addrs[0], SentinelAddrs: addrs[1:],
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: o.TLS,
-			PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "cluster":
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, Username: user, Password: pass,
-			TLSConfig: o.TLS, PoolSize: o.PoolSize, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			TLSConfig: o.TLS, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	}
 	return nil, fmt.Errorf("redis: unknown type %q", o.Type)

@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +40,9 @@ type Service interface {
 // Options configures Run.
 type Options struct {
 	GRPCAddr, HTTPAddr, DebugAddr string
+	// GRPCUnixSocket, when set, serves gRPC on this Unix socket path
+	// instead of GRPCAddr (GRPC_UDS).
+	GRPCUnixSocket string
 	Service                       Service
 	// JSON serves POST /json on the HTTP port; nil leaves it unmounted.
 	JSON   http.Handler
@@ -49,6 +54,9 @@ type Options struct {
 	// is set, at MetricsPath on a listener of its own (USE_PROMETHEUS).
 	Metrics                  http.Handler
 	MetricsAddr, MetricsPath string
+	// MetricsAddrHandler, when set, is served on MetricsAddr instead of
+	// Metrics (the reference's series, for USE_PROMETHEUS).
+	MetricsAddrHandler http.Handler
 	// TLS, when not nil, serves gRPC over TLS (see NewTLSConfig).
 	TLS *tls.Config
 	// GRPCOptions are extra gRPC server options (tracing's stats handler).
@@ -144,12 +152,19 @@ func Run(ctx context.Context, o Options) error {
 			_ = l.Close()
 		}
 	}()
-	addrs := []struct{ name, addr string }{{"gRPC", o.GRPCAddr}, {"HTTP", o.HTTPAddr}, {"debug", o.DebugAddr}}
+	type addr struct{ name, network, addr string }
+	addrs := []addr{{"gRPC", "tcp", o.GRPCAddr}, {"HTTP", "tcp", o.HTTPAddr}, {"debug", "tcp", o.DebugAddr}}
+	if o.GRPCUnixSocket != "" {
+		if err := removeStaleSocket(o.GRPCUnixSocket); err != nil {
+			return err
+		}
+		addrs[0] = addr{"gRPC", "unix", o.GRPCUnixSocket}
+	}
 	if o.MetricsAddr != "" {
-		addrs = append(addrs, struct{ name, addr string }{"metrics", o.MetricsAddr})
+		addrs = append(addrs, addr{"metrics", "tcp", o.MetricsAddr})
 	}
 	for _, a := range addrs {
-		l, err := net.Listen("tcp", a.addr)
+		l, err := net.Listen(a.network, a.addr)
 		if err != nil {
 			return fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
 		}
@@ -175,7 +190,11 @@ func Run(ctx context.Context, o Options) error {
 	metricsSrv := httpServer(nil, o.Timeouts, true)
 	if o.MetricsAddr != "" {
 		mm := http.NewServeMux()
-		mm.Handle(o.MetricsPath, o.Metrics)
+		h := o.Metrics
+		if o.MetricsAddrHandler != nil {
+			h = o.MetricsAddrHandler
+		}
+		mm.Handle(o.MetricsPath, h)
 		metricsSrv.Handler = mm
 	}
 
@@ -247,6 +266,26 @@ func Run(ctx context.Context, o Options) error {
 		o.Logger.Warnf("closed the connections still open after the %v shutdown grace", o.ShutdownTimeout)
 	}
 	return runErr
+}
+
+// removeStaleSocket removes a socket file left by a process that did not
+// exit cleanly, which would otherwise fail the listen with "address already
+// in use". Anything else at the path is left alone and reported.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("GRPC_UDS %s: %w", path, err)
+	case fi.Mode()&fs.ModeSocket == 0:
+		return fmt.Errorf("GRPC_UDS %s: exists and is not a socket", path)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return fmt.Errorf("GRPC_UDS %s: another process is listening on it", path)
+	}
+	return os.Remove(path)
 }
 
 // grpcOptions are the gRPC server's options: the caller's, TLS, bounds on

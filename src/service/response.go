@@ -16,8 +16,10 @@ import (
 // the rejected one that frees up last, or else the one closest to its limit
 // (the smallest share of its capacity left: a token bucket's burst).
 // Shadow-mode descriptors (and everything under global shadow mode) answer OK;
-// quota-mode descriptors report OVER_LIMIT without rejecting the request.
-func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *rlsv3.RateLimitResponse {
+// quota-mode descriptors (every descriptor under global quota mode) report
+// OVER_LIMIT and reject the request only when all of them are past their
+// budget, as the reference's quota mode does (see rejects).
+func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQuota bool) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs)),
@@ -51,11 +53,38 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow bool) *r
 			continue
 		}
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		if d.Node == nil || !d.Node.QuotaMode {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
+	}
+	if !globalShadow && rejects(p, outs, globalQuota) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return resp
+}
+
+// rejects reports whether a request is OVER_LIMIT, global shadow mode
+// aside: when a descriptor in rate limit mode is past a limit, or when
+// every descriptor in quota mode (quota_mode, or all under QUOTA_MODE) is:
+// quota mode admits while some quota is left. Shadow-mode descriptors never
+// reject.
+func rejects(p *config.Plan, outs []limiter.Outcome, globalQuota bool) bool {
+	quotas, quotasOver := 0, 0
+	for _, d := range p.Descs {
+		if d.Count == 0 || d.Node != nil && d.Node.ShadowMode {
+			continue
+		}
+		over := false
+		for _, o := range outs[d.First : d.First+d.Count] {
+			over = over || !o.Allowed
+		}
+		if globalQuota || d.Node != nil && d.Node.QuotaMode {
+			quotas++
+			if over {
+				quotasOver++
+			}
+		} else if over {
+			return true
+		}
+	}
+	return quotas > 0 && quotasOver == quotas
 }
 
 // pick chooses which of one descriptor's limits its status reports.

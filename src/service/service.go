@@ -36,6 +36,9 @@ type Options struct {
 	Now func() time.Time
 	// ShadowMode answers OK whatever the outcome (SHADOW_MODE), still counting.
 	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE): a request
+	// is rejected only when all its limited descriptors are past a limit.
+	QuotaMode bool
 	// StopIncrementWhenOverLimit makes a rejected request count nothing on
 	// any of its descriptors (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 	StopIncrementWhenOverLimit bool
@@ -145,8 +148,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		s.record(req.GetDomain(), plan, outcomes)
 	}
-	resp := buildResponse(plan, outcomes, s.opts.ShadowMode)
-	if s.opts.ShadowMode && wouldReject(plan, outcomes) {
+	resp := buildResponse(plan, outcomes, s.opts.ShadowMode, s.opts.QuotaMode)
+	if s.opts.ShadowMode && rejects(plan, outcomes, s.opts.QuotaMode) {
 		s.opts.Metrics.ShadowOverride()
 	}
 	if s.opts.Headers.Enabled {
@@ -186,18 +189,6 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode
 		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
 	}
-}
-
-// wouldReject reports whether the request would be OVER_LIMIT without
-// global shadow mode.
-func wouldReject(p *config.Plan, outs []limiter.Outcome) bool {
-	for j, ref := range p.Refs {
-		n := p.Descs[ref.Desc].Node
-		if !outs[j].Allowed && (n == nil || !n.ShadowMode && !n.QuotaMode) {
-			return true
-		}
-	}
-	return false
 }
 
 // noteStoreError logs a store failure: once when the store starts failing,

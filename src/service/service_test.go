@@ -152,9 +152,27 @@ func TestShouldRateLimit(t *testing.T) {
 			{req("web", d("shadow=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
 			{req("web", d("shadow=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
 		}},
-		{"quota mode reports but does not reject", Options{}, []call{
+		{"quota mode reports, and rejects only when every quota is spent", Options{}, []call{
 			{req("web", d("quota=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(1, minute), 0, reset)}}},
-			{req("web", d("quota=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(1, minute), 0, reset)}}},
+			{req("web", d("quota=1"), d("quota=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(over, limit(1, minute), 0, reset), st(ok, limit(1, minute), 0, reset)}}},
+			{req("web", d("quota=1"), d("quota=2")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(over, limit(1, minute), 0, reset), st(over, limit(1, minute), 0, reset)}}},
+		}},
+		{"quota mode beside a rate limit that rejects", Options{}, []call{
+			{req("web", d("quota=4"), d("ip=20")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("quota=5"), d("ip=20")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("quota=6"), d("ip=20")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(over, limit(2, minute), 0, reset)}}},
+		}},
+		{"global quota mode", Options{QuotaMode: true}, []call{
+			{req("web", d("ip=7"), d("ip=8")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(2, minute), 1, reset), st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("ip=7"), d("ip=7"), d("ip=9")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(2, minute), 0, reset), st(over, limit(2, minute), 0, reset), st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("ip=7")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(2, minute), 0, reset)}}},
 		}},
 		{"global shadow mode", Options{ShadowMode: true}, []call{
 			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 1, reset)}}},

@@ -28,6 +28,9 @@ type Settings struct {
 	Port     int    `envconfig:"PORT" default:"8080"`
 	GRPCHost string `envconfig:"GRPC_HOST" default:"0.0.0.0"`
 	GRPCPort int    `envconfig:"GRPC_PORT" default:"8081"`
+	// GRPCUDS, when set, serves gRPC on this Unix socket path instead of
+	// GRPC_HOST:GRPC_PORT.
+	GRPCUDS string `envconfig:"GRPC_UDS"`
 	// DebugHost is loopback by default (the reference binds every
 	// interface): the debug port serves pprof and the config.
 	DebugHost string `envconfig:"DEBUG_HOST" default:"127.0.0.1"`
@@ -38,10 +41,12 @@ type Settings struct {
 	GRPCServerTLSKey    string `envconfig:"GRPC_SERVER_TLS_KEY"`
 	GRPCClientTLSCACert string `envconfig:"GRPC_CLIENT_TLS_CACERT"`
 	GRPCClientTLSSAN    string `envconfig:"GRPC_CLIENT_TLS_SAN"`
-	// GRPCMaxConnectionAge closes client connections after this age so that
-	// clients re-resolve (0: never).
-	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"0"`
-	GRPCMaxConnectionAgeGrace time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE_GRACE" default:"0"`
+	// GRPCMaxConnectionAge closes client connections after this age (with
+	// GOAWAY, grpc-go adding +/-10% jitter) so that clients re-resolve and
+	// spread over new replicas; the grace is how long calls in flight then
+	// get. 0 means never.
+	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"24h"`
+	GRPCMaxConnectionAgeGrace time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE_GRACE" default:"1h"`
 	// GRPCMaxConcurrentStreams bounds the calls in flight on one gRPC
 	// connection (ours).
 	GRPCMaxConcurrentStreams int `envconfig:"GRPC_MAX_CONCURRENT_STREAMS" default:"1000"`
@@ -71,6 +76,20 @@ type Settings struct {
 	XDSServerURL            string        `envconfig:"CONFIG_GRPC_XDS_SERVER_URL" default:"localhost:18000"`
 	XDSNodeID               string        `envconfig:"CONFIG_GRPC_XDS_NODE_ID" default:"default"`
 	XDSConnectRetryInterval time.Duration `envconfig:"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" default:"3s"`
+	// XDSNodeMetadata is the node's metadata, "k1:v1,k2=v2" (either
+	// separator, as the reference reads it).
+	XDSNodeMetadata string `envconfig:"CONFIG_GRPC_XDS_NODE_METADATA"`
+	// XDSAdditionalHeaders are gRPC metadata sent on the xDS stream,
+	// "k1:v1,k2:v2".
+	XDSAdditionalHeaders string `envconfig:"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"`
+	// The xDS stream's reconnect backoff: the first wait, the most, the
+	// random share of each wait (0.5: +/-50%), and whether to randomise.
+	XDSBackoffInitial      time.Duration `envconfig:"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL" default:"10s"`
+	XDSBackoffMax          time.Duration `envconfig:"XDS_CLIENT_BACKOFF_MAX_INTERVAL" default:"60s"`
+	XDSBackoffRandomFactor float64       `envconfig:"XDS_CLIENT_BACKOFF_RANDOM_FACTOR" default:"0.5"`
+	XDSBackoffJitter       bool          `envconfig:"XDS_CLIENT_BACKOFF_JITTER" default:"true"`
+	// XDSMaxMsgSize bounds one xDS response (0: gRPC's 4 MiB).
+	XDSMaxMsgSize int `envconfig:"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES" default:"0"`
 	// TLS to the xDS server: CA of its certificate, optional client
 	// certificate, optional name to verify instead of the URL's host.
 	XDSServerUseTLS  bool   `envconfig:"CONFIG_GRPC_XDS_SERVER_USE_TLS" default:"false"`
@@ -90,7 +109,11 @@ type Settings struct {
 	RequestMaxBytes int `envconfig:"REQUEST_MAX_BYTES" default:"262144"`
 
 	// Decisions.
-	ShadowMode                         bool `envconfig:"SHADOW_MODE" default:"false"`
+	ShadowMode bool `envconfig:"SHADOW_MODE" default:"false"`
+	// QuotaMode treats every descriptor as quota_mode: a limit past its
+	// budget is reported, and only rejects the request when every limited
+	// descriptor is past its budget (as the reference's quota mode).
+	QuotaMode                          bool `envconfig:"QUOTA_MODE" default:"false"`
 	StopCacheKeyIncrementWhenOverlimit bool `envconfig:"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" default:"false"`
 
 	// BackendFailurePolicy answers descriptors without their own
@@ -113,14 +136,23 @@ type Settings struct {
 	UsePrometheus           bool          `envconfig:"USE_PROMETHEUS" default:"false"`
 	PrometheusAddr          string        `envconfig:"PROMETHEUS_ADDR" default:":9090"`
 	PrometheusPath          string        `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
-	UseStatsd               bool          `envconfig:"USE_STATSD" default:"false"`
-	StatsdHost              string        `envconfig:"STATSD_HOST" default:"localhost"`
-	StatsdPort              int           `envconfig:"STATSD_PORT" default:"8125"`
-	StatsdFlushInterval     time.Duration `envconfig:"STATSD_FLUSH_INTERVAL" default:"10s"`
-	// GostatsFlushIntervalSeconds is the reference's name for the flush
-	// period; when set it wins over STATSD_FLUSH_INTERVAL.
-	GostatsFlushIntervalSeconds int    `envconfig:"GOSTATS_FLUSH_INTERVAL_SECONDS" default:"0"`
-	ExtraTags                   string `envconfig:"EXTRA_TAGS"`
+	// PrometheusResponseTimeAsMilliseconds reports the reference's
+	// ratelimit_service_response_time_seconds histogram in milliseconds.
+	PrometheusResponseTimeAsMilliseconds bool   `envconfig:"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" default:"false"`
+	UseStatsd                            bool   `envconfig:"USE_STATSD" default:"true"`
+	StatsdHost                           string `envconfig:"STATSD_HOST" default:"localhost"`
+	StatsdPort                           int    `envconfig:"STATSD_PORT" default:"8125"`
+	// StatsdProtocol is tcp, as the reference sends, or udp (ours).
+	StatsdProtocol     string        `envconfig:"STATSD_PROTOCOL" default:"tcp"`
+	StatsFlushInterval time.Duration `envconfig:"STATS_FLUSH_INTERVAL" default:"10s"`
+	// StatsdFlushInterval and GostatsFlushIntervalSeconds are older names of
+	// the flush period, used only while STATS_FLUSH_INTERVAL is unset.
+	StatsdFlushInterval         time.Duration `envconfig:"STATSD_FLUSH_INTERVAL" default:"0"`
+	GostatsFlushIntervalSeconds int           `envconfig:"GOSTATS_FLUSH_INTERVAL_SECONDS" default:"0"`
+	// DisableStats sends no statsd and serves none of the reference's
+	// series on PROMETHEUS_ADDR; /metrics on the HTTP port stays.
+	DisableStats bool   `envconfig:"DISABLE_STATS" default:"false"`
+	ExtraTags    string `envconfig:"EXTRA_TAGS"`
 	// Tracing (OpenTelemetry, OTLP; endpoint from OTEL_EXPORTER_OTLP_*).
 	TracingEnabled           bool    `envconfig:"TRACING_ENABLED" default:"false"`
 	TracingExporterProtocol  string  `envconfig:"TRACING_EXPORTER_PROTOCOL" default:"http"`
@@ -151,8 +183,11 @@ type Settings struct {
 // REDIS_PERSECOND_ groups share this shape.
 type Redis struct {
 	URL                         string        `envconfig:"URL"`
+	// Type and SocketType are read case-insensitively, as the reference
+	// reads them ("SINGLE" is its default's spelling). SocketType unset:
+	// unix for a URL that is a path, else tcp.
 	Type                        string        `envconfig:"TYPE" default:"single"`
-	SocketType                  string        `envconfig:"SOCKET_TYPE" default:"tcp"`
+	SocketType                  string        `envconfig:"SOCKET_TYPE"`
 	Auth                        string        `envconfig:"AUTH"`
 	SentinelAuth                string        `envconfig:"SENTINEL_AUTH"`
 	TLS                         bool          `envconfig:"TLS" default:"false"`
@@ -161,6 +196,13 @@ type Redis struct {
 	TLSClientKey                string        `envconfig:"TLS_CLIENT_KEY"`
 	TLSSkipHostnameVerify       bool          `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
 	PoolSize                    int           `envconfig:"POOL_SIZE" default:"10"`
+	// PoolOnEmptyBehavior is what a call does when every pooled connection
+	// is busy: WAIT or ERROR wait up to PoolOnEmptyWaitDuration for one
+	// (then fail); CREATE (the reference's default) is not supported by
+	// go-redis, whose pool never grows past PoolSize, and waits up to
+	// TIMEOUT.
+	PoolOnEmptyBehavior     string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"CREATE"`
+	PoolOnEmptyWaitDuration time.Duration `envconfig:"POOL_ON_EMPTY_WAIT_DURATION" default:"1s"`
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
 	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
@@ -184,29 +226,132 @@ func Load() (Settings, error) {
 			return s, cleanEnvconfigError(err)
 		}
 	}
-	if s.GostatsFlushIntervalSeconds > 0 {
-		s.StatsdFlushInterval = time.Duration(s.GostatsFlushIntervalSeconds) * time.Second
-	}
+	s.normalize()
 	return s, s.Validate()
 }
 
-// unsupported are envoyproxy/ratelimit variables for features this service
-// does not have.
-var unsupported = []string{
-	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML", "MEMCACHE_HOST_PORT",
-	"MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "EXPIRATION_JITTER_MAX_SECONDS",
-}
+// referenceRedisURL and referenceRedisPerSecondURL are the reference's
+// defaults (a twemproxy socket), used when BACKEND_TYPE=redis is set
+// without a URL, as the reference uses them.
+const (
+	referenceRedisURL          = "/var/run/nutcracker/ratelimit.sock"
+	referenceRedisPerSecondURL = "/var/run/nutcracker/ratelimitpersecond.sock"
+)
 
-// Unsupported lists the set environment variables that envoyproxy/ratelimit
-// reads but this service ignores, so start-up can say so instead of
-// ignoring them silently.
-func Unsupported() []string {
-	var out []string
-	for _, name := range unsupported {
-		if _, set := os.LookupEnv(name); set {
-			out = append(out, name)
+// normalize applies what depends on other variables: the older names of
+// the flush period, the reference's case-insensitive enums, the socket type
+// inferred from the URL, the reference's Redis URL defaults, and the
+// per-second Redis's TLS files defaulting to the main ones (the reference
+// has one set of TLS files for both).
+func (s *Settings) normalize() {
+	if _, set := os.LookupEnv("STATS_FLUSH_INTERVAL"); !set {
+		switch {
+		case s.GostatsFlushIntervalSeconds > 0:
+			s.StatsFlushInterval = time.Duration(s.GostatsFlushIntervalSeconds) * time.Second
+		case s.StatsdFlushInterval > 0:
+			s.StatsFlushInterval = s.StatsdFlushInterval
 		}
 	}
+	s.StatsdProtocol = strings.ToLower(s.StatsdProtocol)
+	if strings.EqualFold(s.BackendType, "redis") {
+		if s.Redis.URL == "" {
+			s.Redis.URL = referenceRedisURL
+		}
+		if s.RedisPerSecond && s.RedisPerSecondConfig.URL == "" {
+			s.RedisPerSecondConfig.URL = referenceRedisPerSecondURL
+		}
+	}
+	s.Redis.normalize()
+	s.RedisPerSecondConfig.normalize()
+	ps := &s.RedisPerSecondConfig
+	if ps.TLSCACert == "" && ps.TLSClientCert == "" && ps.TLSClientKey == "" {
+		ps.TLSCACert, ps.TLSClientCert, ps.TLSClientKey = s.Redis.TLSCACert, s.Redis.TLSClientCert, s.Redis.TLSClientKey
+		if _, set := os.LookupEnv("REDIS_PERSECOND_TLS_SKIP_HOSTNAME_VERIFICATION"); !set {
+			ps.TLSSkipHostnameVerify = s.Redis.TLSSkipHostnameVerify
+		}
+	}
+}
+
+func (r *Redis) normalize() {
+	r.Type = strings.ToLower(r.Type)
+	r.SocketType = strings.ToLower(r.SocketType)
+	r.PoolOnEmptyBehavior = strings.ToUpper(r.PoolOnEmptyBehavior)
+	if r.SocketType == "" {
+		r.SocketType = "tcp"
+		if r.Type == "single" && isSocketPath(r.URL) {
+			r.SocketType = "unix"
+		}
+	}
+}
+
+// isSocketPath tells a Unix socket path from host:port: a path has a slash
+// or no port.
+func isSocketPath(url string) bool {
+	if strings.Contains(url, "/") {
+		return true
+	}
+	_, port, found := strings.Cut(url, ":")
+	if !found {
+		return url != ""
+	}
+	_, err := strconv.Atoi(port)
+	return err != nil
+}
+
+// ignored are envoyproxy/ratelimit variables for what this service does
+// not do, with why: setting one is reported at start-up, never silently
+// ignored. None of them changes a decision.
+var ignored = map[string]string{
+	"USE_DOG_STATSD":                         "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
+	"USE_DOG_STATSD_MOGRIFIERS":              "DogStatsD is not supported",
+	"PROMETHEUS_MAPPER_YAML":                 "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
+	"EXPIRATION_JITTER_MAX_SECONDS":          "counters expire when their window ends, without jitter (expiry here only collects garbage)",
+	"MEMCACHE_HOST_PORT":                     "memcache is not supported (BACKEND_TYPE=memcache is refused)",
+	"MEMCACHE_MAX_IDLE_CONNS":                "memcache is not supported",
+	"MEMCACHE_SRV":                           "memcache is not supported",
+	"MEMCACHE_SRV_REFRESH":                   "memcache is not supported",
+	"MEMCACHE_TLS":                           "memcache is not supported",
+	"MEMCACHE_TLS_CLIENT_CERT":               "memcache is not supported",
+	"MEMCACHE_TLS_CLIENT_KEY":                "memcache is not supported",
+	"MEMCACHE_TLS_CACERT":                    "memcache is not supported",
+	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "memcache is not supported",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
+		"(REDIS_PIPELINE_MAX_IN_FLIGHT bounds them)",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
+		"(REDIS_PERSECOND_PIPELINE_MAX_IN_FLIGHT bounds them)",
+}
+
+// ignoredPrefixes are families of the reference's variables handled as
+// ignored is.
+var ignoredPrefixes = map[string]string{
+	"REDIS_STARTUP_": "this service never stops or waits at start-up for Redis: it serves at once (answering by " +
+		"failure policy) and connects as soon as Redis answers, retrying for as long as it runs",
+	"REDIS_PERSECOND_STARTUP_": "this service never stops or waits at start-up for Redis",
+}
+
+// Warnings describes, one line each, the set variables of
+// envoyproxy/ratelimit that this service does not honour as the reference
+// does, so that start-up can say so instead of ignoring them silently.
+func Warnings() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		if why, ok := ignored[name]; ok {
+			out = append(out, name+": ignored: "+why)
+			continue
+		}
+		for prefix, why := range ignoredPrefixes {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name+": ignored: "+why)
+			}
+		}
+		if (name == "REDIS_POOL_ON_EMPTY_BEHAVIOR" || name == "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR") &&
+			strings.EqualFold(value, "CREATE") {
+			out = append(out, name+"=CREATE: the pool never grows past its size here; a call waits for a free "+
+				"connection up to the Redis timeout instead")
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -345,6 +490,8 @@ func (s Settings) Validate() error {
 			}
 			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
 		}
+	case "memcache":
+		bad("BACKEND_TYPE", "memcache is not supported by this service (want memory or redis)")
 	default:
 		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
 	}
@@ -359,6 +506,33 @@ func (s Settings) Validate() error {
 	if s.XDSConnectRetryInterval <= 0 {
 		bad("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "must be positive, got %v", s.XDSConnectRetryInterval)
 	}
+	if s.XDSBackoffInitial <= 0 {
+		bad("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "must be positive, got %v", s.XDSBackoffInitial)
+	}
+	if s.XDSBackoffMax < s.XDSBackoffInitial {
+		bad("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL (%v), got %v", s.XDSBackoffInitial, s.XDSBackoffMax)
+	}
+	if s.XDSBackoffRandomFactor < 0 || s.XDSBackoffRandomFactor > 1 {
+		bad("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "must be in [0, 1], got %v", s.XDSBackoffRandomFactor)
+	}
+	if s.XDSMaxMsgSize < 0 {
+		bad("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "must not be negative, got %d", s.XDSMaxMsgSize)
+	}
+	if _, err := pairs(s.XDSNodeMetadata, ":="); err != nil {
+		bad("CONFIG_GRPC_XDS_NODE_METADATA", "%v (want k1:v1,k2:v2)", err)
+	}
+	if _, err := pairs(s.XDSAdditionalHeaders, ":"); err != nil {
+		bad("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "%v (want k1:v1,k2:v2)", err)
+	}
+	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 {
+		bad("GRPC_MAX_CONNECTION_AGE", "and GRPC_MAX_CONNECTION_AGE_GRACE must not be negative")
+	}
+	if s.StatsdProtocol != "tcp" && s.StatsdProtocol != "udp" {
+		bad("STATSD_PROTOCOL", "unknown protocol %q (want tcp or udp)", s.StatsdProtocol)
+	}
+	if s.StatsFlushInterval <= 0 {
+		bad("STATS_FLUSH_INTERVAL", "must be positive, got %v", s.StatsFlushInterval)
+	}
 	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
 		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
 	}
@@ -371,7 +545,7 @@ func (s Settings) Validate() error {
 	if s.StatsdPort < 1 || s.StatsdPort > 65535 {
 		bad("STATSD_PORT", "port %d out of range 1-65535", s.StatsdPort)
 	}
-	if _, err := metricsTags(s.ExtraTags); err != nil {
+	if _, err := pairs(s.ExtraTags, ":"); err != nil {
 		bad("EXTRA_TAGS", "%v (want k1:v1,k2:v2)", err)
 	}
 	if !strings.HasPrefix(s.PrometheusPath, "/") {
@@ -428,6 +602,14 @@ func (r Redis) validate(prefix string, bad func(name, format string, args ...any
 	if r.Type == "sentinel" && len(strings.Split(r.URL, ",")) < 2 {
 		bad(prefix+"URL", "sentinel wants master-name,host:port[,host:port...], got %q", r.URL)
 	}
+	switch r.PoolOnEmptyBehavior {
+	case "CREATE", "ERROR", "WAIT":
+	default:
+		bad(prefix+"POOL_ON_EMPTY_BEHAVIOR", "unknown behavior %q (want CREATE, ERROR or WAIT)", r.PoolOnEmptyBehavior)
+	}
+	if r.PoolOnEmptyWaitDuration <= 0 {
+		bad(prefix+"POOL_ON_EMPTY_WAIT_DURATION", "must be positive, got %v", r.PoolOnEmptyWaitDuration)
+	}
 	if r.PoolSize < 1 {
 		bad(prefix+"POOL_SIZE", "must be at least 1, got %d", r.PoolSize)
 	}
@@ -448,26 +630,41 @@ func (r Redis) validate(prefix string, bad func(name, format string, args ...any
 	}
 }
 
-// metricsTags checks EXTRA_TAGS without importing the metrics package.
-func metricsTags(s string) (map[string]string, error) {
-	tags := map[string]string{}
+// pairs parses "k1:v1,k2:v2" (EXTRA_TAGS, xDS headers and metadata; seps
+// are the separators a pair may use between key and value).
+func pairs(s, seps string) (map[string]string, error) {
+	out := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
 			continue
 		}
-		k, v, ok := strings.Cut(kv, ":")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("tag %q is not key:value", kv)
+		i := strings.IndexAny(kv, seps)
+		if i <= 0 {
+			return nil, fmt.Errorf("%q is not key:value", kv)
 		}
-		tags[k] = v
+		out[strings.TrimSpace(kv[:i])] = strings.TrimSpace(kv[i+1:])
 	}
-	return tags, nil
+	return out, nil
 }
 
 // Tags returns EXTRA_TAGS as a map (validated by Load).
 func (s Settings) Tags() map[string]string {
-	t, _ := metricsTags(s.ExtraTags)
+	t, _ := pairs(s.ExtraTags, ":")
 	return t
+}
+
+// XDSMetadata returns CONFIG_GRPC_XDS_NODE_METADATA as a map (validated by
+// Load); the reference takes "k:v" and "k=v" alike.
+func (s Settings) XDSMetadata() map[string]string {
+	m, _ := pairs(s.XDSNodeMetadata, ":=")
+	return m
+}
+
+// XDSHeaders returns CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS as a map
+// (validated by Load).
+func (s Settings) XDSHeaders() map[string]string {
+	m, _ := pairs(s.XDSAdditionalHeaders, ":")
+	return m
 }
 
 // Names lists every environment variable the service reads, for tools that

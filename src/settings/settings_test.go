@@ -44,8 +44,34 @@ func TestLoad(t *testing.T) {
 		{"port range", map[string]string{"GRPC_PORT": "70000"}, "GRPC_PORT: port 70000 out of range", nil},
 		{"bad bool", map[string]string{"SHADOW_MODE": "maybe"}, `SHADOW_MODE: invalid value "maybe": want bool`, nil},
 		{"bad duration", map[string]string{"REDIS_TIMEOUT": "soon"}, `REDIS_TIMEOUT: invalid value "soon"`, nil},
-		{"bad backend", map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE: unknown backend "memcache"`, nil},
-		{"redis without url", map[string]string{"BACKEND_TYPE": "redis"}, "REDIS_URL: required with BACKEND_TYPE=redis", nil},
+		{"bad backend", map[string]string{"BACKEND_TYPE": "etcd"}, `BACKEND_TYPE: unknown backend "etcd"`, nil},
+		{"redis without url takes the reference's socket", map[string]string{"BACKEND_TYPE": "redis"}, "",
+			func(s Settings) bool {
+				return s.Redis.URL == "/var/run/nutcracker/ratelimit.sock" && s.Redis.SocketType == "unix"
+			}},
+		{"memcache named", map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE: memcache is not supported", nil},
+		{"reference spellings", map[string]string{"REDIS_URL": "a:1", "REDIS_TYPE": "SINGLE", "REDIS_SOCKET_TYPE": "TCP", "CONFIG_TYPE": "grpc_xds_sotw", "LOG_LEVEL": "Info"}, "",
+			func(s Settings) bool { return s.Redis.Type == "single" && s.Redis.SocketType == "tcp" }},
+		{"socket path infers unix", map[string]string{"REDIS_URL": "/run/redis.sock"}, "",
+			func(s Settings) bool { return s.Redis.SocketType == "unix" }},
+		{"host:port infers tcp", map[string]string{"REDIS_URL": "redis.svc:6379"}, "",
+			func(s Settings) bool { return s.Redis.SocketType == "tcp" }},
+		{"cluster stays tcp", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "Cluster"}, "",
+			func(s Settings) bool { return s.Redis.Type == "cluster" && s.Redis.SocketType == "tcp" }},
+		{"per-second TLS files default to the main ones", map[string]string{"REDIS_URL": "a:1", "REDIS_TLS_CACERT": "ca.pem", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "b:2", "REDIS_PERSECOND_TLS": "true"}, "",
+			func(s Settings) bool { return s.RedisPerSecondConfig.TLSCACert == "ca.pem" }},
+		{"connection age as the reference", nil, "",
+			func(s Settings) bool { return s.GRPCMaxConnectionAge == 24*time.Hour && s.GRPCMaxConnectionAgeGrace == time.Hour }},
+		{"statsd on over tcp by default", nil, "", func(s Settings) bool { return s.UseStatsd && s.StatsdProtocol == "tcp" }},
+		{"bad statsd protocol", map[string]string{"STATSD_PROTOCOL": "quic"}, `STATSD_PROTOCOL: unknown protocol "quic"`, nil},
+		{"pool on empty", map[string]string{"REDIS_URL": "a:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "wait", "REDIS_POOL_ON_EMPTY_WAIT_DURATION": "20ms"}, "",
+			func(s Settings) bool { return s.Redis.PoolOnEmptyBehavior == "WAIT" && s.Redis.PoolOnEmptyWaitDuration == 20*time.Millisecond }},
+		{"bad pool on empty", map[string]string{"REDIS_URL": "a:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "grow"}, `REDIS_POOL_ON_EMPTY_BEHAVIOR: unknown behavior "GROW"`, nil},
+		{"xds metadata either separator", map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "zone:a, tier=gold"}, "",
+			func(s Settings) bool { m := s.XDSMetadata(); return m["zone"] == "a" && m["tier"] == "gold" }},
+		{"bad xds headers", map[string]string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token"}, `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: "x-token" is not key:value`, nil},
+		{"bad xds backoff", map[string]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "20s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "5s"}, "XDS_CLIENT_BACKOFF_MAX_INTERVAL: must be at least", nil},
+		{"bad xds random factor", map[string]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR: must be in [0, 1]", nil},
 		{"bad redis type", map[string]string{"REDIS_URL": "x:1", "REDIS_TYPE": "ring"}, `REDIS_TYPE: unknown type "ring"`, nil},
 		{"sentinel url", map[string]string{"REDIS_URL": "onlymaster", "REDIS_TYPE": "sentinel"}, "REDIS_URL: sentinel wants master-name,host:port", nil},
 		{"prefix braces", map[string]string{"CACHE_KEY_PREFIX": "a{b}"}, "CACHE_KEY_PREFIX: must not contain { or }", nil},
@@ -53,7 +79,7 @@ func TestLoad(t *testing.T) {
 		{"bad tracing protocol", map[string]string{"TRACING_EXPORTER_PROTOCOL": "udp"}, `TRACING_EXPORTER_PROTOCOL: unknown protocol "udp"`, nil},
 		{"bad sampling rate", map[string]string{"TRACING_SAMPLING_RATE": "2"}, "TRACING_SAMPLING_RATE: must be in [0, 1]", nil},
 		{"bad near limit ratio", map[string]string{"NEAR_LIMIT_RATIO": "0"}, "NEAR_LIMIT_RATIO: must be in (0, 1]", nil},
-		{"bad extra tags", map[string]string{"EXTRA_TAGS": "a:1,b"}, `EXTRA_TAGS: tag "b" is not key:value`, nil},
+		{"bad extra tags", map[string]string{"EXTRA_TAGS": "a:1,b"}, `EXTRA_TAGS: "b" is not key:value`, nil},
 		{"extra tags", map[string]string{"EXTRA_TAGS": "env:prod, team:rl"}, "", func(s Settings) bool { return s.Tags()["team"] == "rl" && len(s.Tags()) == 2 }},
 		{"bad failure policy", map[string]string{"BACKEND_FAILURE_POLICY": "retry"}, `BACKEND_FAILURE_POLICY: unknown policy "retry"`, nil},
 		{"negative pipeline window", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_WINDOW": "-1ms"}, "REDIS_PIPELINE_WINDOW: must not be negative", nil},
@@ -106,17 +132,30 @@ func TestNames(t *testing.T) {
 	}
 }
 
-func TestUnsupportedAndAliases(t *testing.T) {
+func TestWarningsAndFlushAliases(t *testing.T) {
 	t.Setenv("USE_DOG_STATSD", "true")
+	t.Setenv("REDIS_STARTUP_RETRY_ENABLED", "true")
+	t.Setenv("REDIS_POOL_ON_EMPTY_BEHAVIOR", "create")
 	t.Setenv("GOSTATS_FLUSH_INTERVAL_SECONDS", "3")
-	if got := Unsupported(); len(got) != 1 || got[0] != "USE_DOG_STATSD" {
-		t.Errorf("Unsupported() = %v, want [USE_DOG_STATSD]", got)
+	got := Warnings()
+	want := []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE:", "REDIS_STARTUP_RETRY_ENABLED: ignored:", "USE_DOG_STATSD: ignored:"}
+	if len(got) != len(want) {
+		t.Fatalf("Warnings() = %q, want %d lines", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("Warnings()[%d] = %q, want it to start with %q", i, got[i], want[i])
+		}
 	}
 	s, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.StatsdFlushInterval != 3*time.Second {
-		t.Errorf("StatsdFlushInterval = %v, want 3s from GOSTATS_FLUSH_INTERVAL_SECONDS", s.StatsdFlushInterval)
+	if s.StatsFlushInterval != 3*time.Second {
+		t.Errorf("StatsFlushInterval = %v, want 3s from GOSTATS_FLUSH_INTERVAL_SECONDS", s.StatsFlushInterval)
+	}
+	t.Setenv("STATS_FLUSH_INTERVAL", "7s")
+	if s, _ = Load(); s.StatsFlushInterval != 7*time.Second {
+		t.Errorf("StatsFlushInterval = %v, want STATS_FLUSH_INTERVAL's 7s to win", s.StatsFlushInterval)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -23,10 +24,13 @@ import (
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
@@ -36,9 +40,20 @@ import (
 type Options struct {
 	ServerURL string
 	NodeID    string
-	// RetryInterval is the first wait before reconnecting; it doubles on each
-	// failure in a row up to ten times itself.
+	// RetryInterval paces NACKs of a config the server keeps resending;
+	// without Backoff it is also the first wait before reconnecting,
+	// doubling on each failure in a row up to ten times itself.
 	RetryInterval time.Duration
+	// Backoff, when its Initial is set, paces reconnects (of the stream and
+	// of gRPC's connection) instead (XDS_CLIENT_BACKOFF_*).
+	Backoff Backoff
+	// NodeMetadata is sent as the node's metadata
+	// (CONFIG_GRPC_XDS_NODE_METADATA); Headers as gRPC metadata on the
+	// stream (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	NodeMetadata, Headers map[string]string
+	// MaxMsgSize bounds one response (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES);
+	// 0 keeps gRPC's 4 MiB.
+	MaxMsgSize int
 	// Install serves what build returns if it succeeds (config.Holder's
 	// Install); every response goes through it, bad ones included, so that
 	// load errors are counted and logged in one place.
@@ -48,6 +63,28 @@ type Options struct {
 	Logger logrus.FieldLogger
 	// DialOptions default to a plaintext connection.
 	DialOptions []grpc.DialOption
+}
+
+// Backoff is an exponential backoff: waits start at Initial and double up
+// to Max; with Jitter each is spread by +/-RandomFactor of itself.
+type Backoff struct {
+	Initial, Max time.Duration
+	RandomFactor float64
+	Jitter       bool
+}
+
+// wait returns the wait after attempt failures in a row (1 for the first);
+// rnd is uniform in [0, 1).
+func (b Backoff) wait(attempt int, rnd float64) time.Duration {
+	d := b.Initial
+	for i := 1; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if b.Jitter && b.RandomFactor > 0 {
+		d = time.Duration(float64(d) * (1 + b.RandomFactor*(2*rnd-1)))
+	}
+	return d
 }
 
 // TLSOptions configure a TLS connection to the xDS server.
@@ -85,35 +122,62 @@ func Run(ctx context.Context, o Options) error {
 	if len(o.DialOptions) == 0 {
 		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	conn, err := grpc.NewClient(o.ServerURL, o.DialOptions...)
+	dopts := slices.Clone(o.DialOptions)
+	if o.Backoff.Initial > 0 {
+		cfg := backoff.Config{BaseDelay: o.Backoff.Initial, Multiplier: 2, MaxDelay: o.Backoff.Max}
+		if o.Backoff.Jitter {
+			cfg.Jitter = o.Backoff.RandomFactor
+		}
+		dopts = append(dopts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: cfg, MinConnectTimeout: 20 * time.Second}))
+	} else {
+		o.Backoff = Backoff{Initial: o.RetryInterval, Max: 10 * o.RetryInterval}
+	}
+	if o.MaxMsgSize > 0 {
+		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMsgSize)))
+	}
+	conn, err := grpc.NewClient(o.ServerURL, dopts...)
 	if err != nil {
 		return fmt.Errorf("xds: %s: %w", o.ServerURL, err)
 	}
 	defer conn.Close()
-	wait := o.RetryInterval
+	node := &corev3.Node{Id: o.NodeID}
+	if len(o.NodeMetadata) > 0 {
+		md := map[string]any{}
+		for k, v := range o.NodeMetadata {
+			md[k] = v
+		}
+		if node.Metadata, err = structpb.NewStruct(md); err != nil {
+			return fmt.Errorf("xds: node metadata: %w", err)
+		}
+	}
+	failures := 0
 	for {
-		received, err := session(ctx, conn, o)
+		received, err := session(ctx, conn, node, o)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if received {
-			wait = o.RetryInterval
+			failures = 0
 		}
+		failures++
+		wait := o.Backoff.wait(failures, rand.Float64())
 		o.Logger.WithError(err).WithField("retry_in", wait).Warn("xds config stream ended; reconnecting")
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 10*o.RetryInterval)
 	}
 }
 
 // session runs one stream; it reports whether any response arrived.
-func session(ctx context.Context, conn *grpc.ClientConn, o Options) (bool, error) {
+func session(ctx context.Context, conn *grpc.ClientConn, node *corev3.Node, o Options) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := sotw.NewADSClient(sctx, &corev3.Node{Id: o.NodeID}, resource.RateLimitConfigType)
+	for k, v := range o.Headers {
+		sctx = metadata.AppendToOutgoingContext(sctx, k, v)
+	}
+	c := sotw.NewADSClient(sctx, node, resource.RateLimitConfigType)
 	if err := c.InitConnect(conn); err != nil {
 		return false, err
 	}

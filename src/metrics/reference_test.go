@@ -1,0 +1,56 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReferenceSeries: with USE_PROMETHEUS, PROMETHEUS_ADDR serves the
+// reference's series (names, labels, units as its statsd-exporter mapping
+// makes them) beside this service's own, whose per-rule series give way
+// to the reference's of the same name.
+func TestReferenceSeries(t *testing.T) {
+	for _, millis := range []bool{false, true} {
+		r := New(Options{Reference: true, ReferenceMillis: millis})
+		r.Hit(r.Rule("mongo_cps", "database_users", false, "database_users"), 4, 4, 10, true, false)
+		r.Hit(r.Rule("messaging", "message_type_marketing.to_number", false, "x"), 1, 6, 5, false, true)
+		r.Hit(r.Rule("deep", "a.b.c", false, "a.b.c"), 1, 1, 5, true, false)
+		r.Request("ok", 2*time.Millisecond)
+		r.Request("over_limit", 2*time.Millisecond)
+		r.StatFunc("ratelimit.service.config_load_success", func() uint64 { return 3 })
+		rec := httptest.NewRecorder()
+		r.ReferenceHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		body, _ := io.ReadAll(rec.Body)
+		got := string(body)
+		want := []string{
+			`ratelimit_service_rate_limit_total_hits{domain="mongo_cps",key1="database_users",key2=""} 4`,
+			`ratelimit_service_rate_limit_within_limit{domain="mongo_cps",key1="database_users",key2=""} 4`,
+			`ratelimit_service_rate_limit_over_limit{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
+			`ratelimit_service_rate_limit_shadow_mode{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
+			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
+			`ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0`,
+			`ratelimit_service_should_rate_limit_error{err_type="service_error"} 0`,
+			`ratelimit_service_config_load_success 3`,
+			`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`,
+			`ratelimit_requests_total{code="ok"} 1`, // ours, beside
+		}
+		if millis {
+			want = append(want, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="5"} 2`)
+		} else {
+			want = append(want, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"} 2`)
+		}
+		for _, w := range want {
+			if !strings.Contains(got, w+"\n") {
+				t.Errorf("millis=%v: no line %s", millis, w)
+			}
+		}
+		for _, bad := range []string{`key="`, `domain="deep"`} {
+			if strings.Contains(got, bad) {
+				t.Errorf("millis=%v: %s appears; the reference has no such series", millis, bad)
+			}
+		}
+	}
+}
