@@ -211,6 +211,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
 `})
 	env["USE_STATSD"] = "true"
+	env["STATSD_PROTOCOL"] = "udp"
 	env["STATSD_HOST"] = "127.0.0.1"
 	env["STATSD_PORT"] = strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
 	env["STATSD_FLUSH_INTERVAL"] = "100ms"
@@ -228,8 +229,8 @@ descriptors:
 		}
 		for _, line := range strings.Split(string(buf[:n]), "\n") {
 			name, rest, ok := strings.Cut(line, ":")
-			if !ok || !regexp.MustCompile(`^-?\d+\|c$`).MatchString(rest) {
-				t.Errorf("statsd line %q is not NAME:N|c", line)
+			if !ok || !regexp.MustCompile(`^(-?\d+\|c|\d+(\.\d+)?\|ms)$`).MatchString(rest) {
+				t.Errorf("statsd line %q is not NAME:N|c or NAME:T|ms", line)
 			}
 			if strings.Contains(name, "injected") && !strings.HasPrefix(name, "ratelimit.service.rate_limit.it.user_evil_5_c_ratelimit.injected_999999_c.") {
 				t.Errorf("statsd line %q: the request value escaped its name", line)

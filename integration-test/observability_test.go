@@ -97,8 +97,9 @@ func TestHeadersAndDynamicMetadataPerAlgorithm(t *testing.T) {
 			}
 			md := resp.GetDynamicMetadata().AsMap()
 			d0 := md["descriptors"].([]any)[0].(map[string]any)
-			if md["domain"] != "obs" || d0["code"] != "OVER_LIMIT" {
-				t.Errorf("dynamic_metadata = %v", md)
+			s0 := md["statuses"].([]any)[0].(map[string]any)
+			if md["domain"] != "obs" || d0["entries"].([]any)[0] != key+"=x" || s0["code"] != "OVER_LIMIT" {
+				t.Errorf("dynamic_metadata = %v, want the reference's shape and our statuses", md)
 			}
 		})
 	}

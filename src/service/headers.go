@@ -66,24 +66,65 @@ func ceilSeconds(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
-// dynamicMetadata describes the decision for Envoy's dynamic metadata:
-// the domain, and per descriptor its entries, code, remaining quota and, for
-// descriptors that passed, the config's metadata.
-func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse) *structpb.Struct {
+// dynamicMetadata describes the decision for Envoy's dynamic metadata in
+// envoyproxy/ratelimit's shape, so that access-log formats built on it
+// (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:...)%) keep printing:
+//
+//	domain               the request's domain
+//	descriptors[i]       entries as "key=value" strings, and, when the
+//	                     request set them, limit {requestsPerUnit, unit} and
+//	                     hitsAddend; for a descriptor that passed, the
+//	                     config's metadata
+//	hitsAddend           the request's, when set
+//	quotaModeEnabled     whether any descriptor is in quota mode
+//	quotaModeViolations  the indices of quota-mode descriptors past a limit
+//
+// and this service's own fields beside them:
+//
+//	statuses[i]          {code, limitRemaining} of descriptor i
+func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse, globalQuota bool) *structpb.Struct {
 	descs := make([]any, len(req.GetDescriptors()))
+	statuses := make([]any, len(req.GetDescriptors()))
+	quota := false
+	var violations []any
 	for i, d := range req.GetDescriptors() {
 		entries := make([]any, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			entries[j] = map[string]any{"key": e.GetKey(), "value": e.GetValue()}
+			entries[j] = e.GetKey() + "=" + e.GetValue()
+		}
+		m := map[string]any{"entries": entries}
+		if l := d.GetLimit(); l != nil {
+			m["limit"] = map[string]any{"requestsPerUnit": float64(l.GetRequestsPerUnit()), "unit": l.GetUnit().String()}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			m["hitsAddend"] = float64(h.GetValue())
 		}
 		st := resp.GetStatuses()[i]
-		m := map[string]any{"entries": entries, "code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
-		if n := p.Descs[i].Node; n != nil && st.GetCode() == rlsv3.RateLimitResponse_OK && len(n.Metadata) > 0 {
+		n := p.Descs[i].Node
+		if n != nil && st.GetCode() == rlsv3.RateLimitResponse_OK && len(n.Metadata) > 0 {
 			m["metadata"] = n.Metadata
 		}
+		if inQuota := globalQuota || n != nil && n.QuotaMode; inQuota {
+			quota = true
+			if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+				violations = append(violations, float64(i))
+			}
+		}
 		descs[i] = m
+		statuses[i] = map[string]any{"code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
 	}
-	s, err := structpb.NewStruct(map[string]any{"domain": req.GetDomain(), "descriptors": descs})
+	fields := map[string]any{"domain": req.GetDomain(), "descriptors": descs, "statuses": statuses}
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = float64(h)
+	}
+	if quota {
+		fields["quotaModeEnabled"] = true
+		if violations == nil {
+			violations = []any{}
+		}
+		fields["quotaModeViolations"] = violations
+	}
+	s, err := structpb.NewStruct(fields)
 	if err != nil {
 		// Metadata from YAML can hold values structpb cannot (e.g. dates);
 		// the decision matters more than its description.

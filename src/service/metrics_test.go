@@ -2,14 +2,17 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/openrls/ratelimit/src/metrics"
 )
@@ -124,18 +127,29 @@ func TestResponseHeaders(t *testing.T) {
 
 func TestDynamicMetadata(t *testing.T) {
 	s := newTestServer(t, Options{DynamicMetadata: true})
-	resp, err := s.ShouldRateLimit(context.Background(), req("web", d("quota=m"), d("nope=x")))
+	r := req("web", d("quota=m"), d("quota=m"), d("nope=x"), d("ip=1"))
+	r.HitsAddend = 1
+	r.Descriptors[3].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	resp, err := s.ShouldRateLimit(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := resp.GetDynamicMetadata().AsMap()
-	descs := got["descriptors"].([]any)
-	first := descs[0].(map[string]any)
-	if got["domain"] != "web" || first["code"] != "OK" || first["metadata"].(map[string]any)["team"] != "growth" ||
-		first["entries"].([]any)[0].(map[string]any)["value"] != "m" {
-		t.Errorf("dynamic_metadata = %v", got)
+	got, err := protojson.Marshal(resp.GetDynamicMetadata())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, has := descs[1].(map[string]any)["metadata"]; has {
-		t.Errorf("unmatched descriptor carries metadata: %v", descs[1])
+	// The reference's fields (domain, descriptors with "key=value" entries,
+	// limit and hitsAddend as the request set them, quota mode) and ours
+	// (statuses, metadata), exactly.
+	want := `{"descriptors":[{"entries":["quota=m"],"metadata":{"team":"growth"}},{"entries":["quota=m"]},{"entries":["nope=x"]},` +
+		`{"entries":["ip=1"],"limit":{"requestsPerUnit":1,"unit":"HOUR"}}],"domain":"web","hitsAddend":1,` +
+		`"quotaModeEnabled":true,"quotaModeViolations":[1],` +
+		`"statuses":[{"code":"OK","limitRemaining":0},{"code":"OVER_LIMIT","limitRemaining":0},{"code":"OK","limitRemaining":0},` +
+		`{"code":"OK","limitRemaining":0}]}`
+	var a, b any
+	_ = json.Unmarshal(got, &a)
+	_ = json.Unmarshal([]byte(want), &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("dynamic_metadata =\n%s\nwant\n%s", got, want)
 	}
 }

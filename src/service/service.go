@@ -156,7 +156,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp)
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, plan, resp)
+		resp.DynamicMetadata = dynamicMetadata(req, plan, resp, s.opts.QuotaMode)
 	}
 	return resp, nil
 }

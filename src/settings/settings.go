@@ -326,7 +326,6 @@ var ignored = map[string]string{
 var ignoredPrefixes = map[string]string{
 	"REDIS_STARTUP_": "this service never stops or waits at start-up for Redis: it serves at once (answering by " +
 		"failure policy) and connects as soon as Redis answers, retrying for as long as it runs",
-	"REDIS_PERSECOND_STARTUP_": "this service never stops or waits at start-up for Redis",
 }
 
 // Warnings describes, one line each, the set variables of
