@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// TestGRPCUnixSocket: with GRPC_UDS the RLS is served on that Unix socket
+// (Envoy's pipe cluster), and a stale socket file left by a killed process
+// does not stop start-up.
+func TestGRPCUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ratelimit.sock")
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_UDS"] = sock
+	p := start(t, env)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit over %s: %v\n%s", sock, err, p.stderr)
+	}
+	if resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Errorf("answer over the socket = %v", resp)
+	}
+}
+
+// TestGlobalQuotaMode: QUOTA_MODE=true puts every descriptor in quota mode:
+// a request passes while one of its limited descriptors has budget left.
+func TestGlobalQuotaMode(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["QUOTA_MODE"] = "true"
+	p := start(t, env)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := p.should(t, "it", desc("user=a")).GetOverallCode(); got != want {
+			t.Errorf("call %d with user=a alone: %v, want %v", i+1, got, want)
+		}
+	}
+	resp := p.should(t, "it", desc("user=a"), desc("user=b"))
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("user=a spent, user=b not: %v, want OK overall with user=a OVER_LIMIT", resp)
+	}
+}
+
+// TestReferencePrometheusSeries: USE_PROMETHEUS=true serves the reference's
+// series on PROMETHEUS_ADDR, in milliseconds when asked; DISABLE_STATS=true
+// takes them away (this service's /metrics stays).
+func TestReferencePrometheusSeries(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+		not  []string
+	}{
+		{"on", map[string]string{}, []string{
+			`ratelimit_service_rate_limit_total_hits{domain="it",key1="user",key2=""} 1`,
+			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 1`,
+			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
+			`ratelimit_service_config_load_success 1`,
+			`ratelimit_requests_total{code="ok"} 1`,
+		}, []string{`key="user"`}},
+		{"milliseconds", map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, []string{
+			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="5"}`,
+		}, nil},
+		{"disabled", map[string]string{"DISABLE_STATS": "true"}, []string{`ratelimit_requests_total{code="ok"} 1`},
+			[]string{"ratelimit_service_total_requests"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+			addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
+			env["USE_PROMETHEUS"] = "true"
+			env["PROMETHEUS_ADDR"] = addr
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			p := start(t, env)
+			p.should(t, "it", desc("user=a"))
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBody(resp)
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("PROMETHEUS_ADDR lacks %s", w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(body, n) {
+					t.Errorf("PROMETHEUS_ADDR has %s", n)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisReferenceSpellings: the reference's spellings and defaults work
+// as they do there: REDIS_TYPE=SINGLE, and REDIS_URL a socket path without
+// REDIS_SOCKET_TYPE (the reference defaults the socket type to unix).
+func TestRedisReferenceSpellings(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.Start(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	env := redisEnv(t, map[string]string{"REDIS_URL": sock, "REDIS_TYPE": "SINGLE", "REDIS_SOCKET_TYPE": unset})
+	p := start(t, env)
+	if got := hammer(t, []*proc{p}, 48); got != 40 {
+		t.Errorf("48 requests on a limit of 40 over the socket: allowed %d, want 40\n%s", got, p.stderr)
+	}
+}
+
+// TestRolloutBound is docs/migrating.md's rollout arithmetic, on the binary:
+// while the reference and this service both serve, each counts in keys of
+// its own. Two fleets stand for them here, their counters apart by
+// CACHE_KEY_PREFIX as the reference's keys are apart from ours. A load over
+// both admits exactly twice the limit; with the procedure's halved limit,
+// exactly the limit.
+func TestRolloutBound(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit string
+		want  int
+	}{{"full limit on both: the bound", "40", 80}, {"halved on both: the procedure", "20", 40}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			cfg := strings.Replace(sharedConfig, "requests_per_unit: 40", "requests_per_unit: "+tc.limit, 1)
+			fleet := func(prefix string) *proc {
+				env := writeConfig(t, map[string]string{"shared.yaml": cfg})
+				env["REDIS_URL"] = srv.Addr
+				env["CACHE_KEY_PREFIX"] = prefix
+				return start(t, env)
+			}
+			procs := []*proc{fleet("reference_"), fleet("")}
+			if got := hammer(t, procs, 80); got != tc.want {
+				t.Errorf("160 requests over both fleets on a limit of %s: allowed %d, want %d", tc.limit, got, tc.want)
+			}
+		})
+	}
+}
