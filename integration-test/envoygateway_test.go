@@ -183,7 +183,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "USE_STATSD": "true", "STATSD_PORT": strconv.Itoa(statsdPort),
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": lis.Addr().String(),
 		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": certs["tls.crt"], "GRPC_SERVER_TLS_KEY": certs["tls.key"],
+		"GRPC_SERVER_USE_TLS":     "true", "GRPC_SERVER_TLS_CERT": certs["tls.crt"], "GRPC_SERVER_TLS_KEY": certs["tls.key"],
 		"GRPC_SERVER_TLS_CA_CERT":        certs["ca.crt"],
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": certs["tls.crt"],
 		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": certs["tls.key"], "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": certs["ca.crt"],

@@ -43,7 +43,7 @@ type Options struct {
 	// GRPCUnixSocket, when set, serves gRPC on this Unix socket path
 	// instead of GRPCAddr (GRPC_UDS).
 	GRPCUnixSocket string
-	Service                       Service
+	Service        Service
 	// JSON serves POST /json on the HTTP port; nil leaves it unmounted.
 	JSON   http.Handler
 	Health *Health

@@ -131,11 +131,11 @@ type Settings struct {
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
 
 	// Observability.
-	NearLimitRatio          float64       `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
-	MaxDetailedMetricSeries int           `envconfig:"MAX_DETAILED_METRIC_SERIES" default:"1000"`
-	UsePrometheus           bool          `envconfig:"USE_PROMETHEUS" default:"false"`
-	PrometheusAddr          string        `envconfig:"PROMETHEUS_ADDR" default:":9090"`
-	PrometheusPath          string        `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
+	NearLimitRatio          float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
+	MaxDetailedMetricSeries int     `envconfig:"MAX_DETAILED_METRIC_SERIES" default:"1000"`
+	UsePrometheus           bool    `envconfig:"USE_PROMETHEUS" default:"false"`
+	PrometheusAddr          string  `envconfig:"PROMETHEUS_ADDR" default:":9090"`
+	PrometheusPath          string  `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
 	// PrometheusResponseTimeAsMilliseconds reports the reference's
 	// ratelimit_service_response_time_seconds histogram in milliseconds.
 	PrometheusResponseTimeAsMilliseconds bool   `envconfig:"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" default:"false"`
@@ -182,27 +182,27 @@ type Settings struct {
 // Redis is one Redis connection's settings; the REDIS_ and
 // REDIS_PERSECOND_ groups share this shape.
 type Redis struct {
-	URL                         string        `envconfig:"URL"`
+	URL string `envconfig:"URL"`
 	// Type and SocketType are read case-insensitively, as the reference
 	// reads them ("SINGLE" is its default's spelling). SocketType unset:
 	// unix for a URL that is a path, else tcp.
-	Type                        string        `envconfig:"TYPE" default:"single"`
-	SocketType                  string        `envconfig:"SOCKET_TYPE"`
-	Auth                        string        `envconfig:"AUTH"`
-	SentinelAuth                string        `envconfig:"SENTINEL_AUTH"`
-	TLS                         bool          `envconfig:"TLS" default:"false"`
-	TLSCACert                   string        `envconfig:"TLS_CACERT"`
-	TLSClientCert               string        `envconfig:"TLS_CLIENT_CERT"`
-	TLSClientKey                string        `envconfig:"TLS_CLIENT_KEY"`
-	TLSSkipHostnameVerify       bool          `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
-	PoolSize                    int           `envconfig:"POOL_SIZE" default:"10"`
+	Type                  string `envconfig:"TYPE" default:"single"`
+	SocketType            string `envconfig:"SOCKET_TYPE"`
+	Auth                  string `envconfig:"AUTH"`
+	SentinelAuth          string `envconfig:"SENTINEL_AUTH"`
+	TLS                   bool   `envconfig:"TLS" default:"false"`
+	TLSCACert             string `envconfig:"TLS_CACERT"`
+	TLSClientCert         string `envconfig:"TLS_CLIENT_CERT"`
+	TLSClientKey          string `envconfig:"TLS_CLIENT_KEY"`
+	TLSSkipHostnameVerify bool   `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
+	PoolSize              int    `envconfig:"POOL_SIZE" default:"10"`
 	// PoolOnEmptyBehavior is what a call does when every pooled connection
 	// is busy: WAIT or ERROR wait up to PoolOnEmptyWaitDuration for one
 	// (then fail); CREATE (the reference's default) is not supported by
 	// go-redis, whose pool never grows past PoolSize, and waits up to
 	// TIMEOUT.
-	PoolOnEmptyBehavior     string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"CREATE"`
-	PoolOnEmptyWaitDuration time.Duration `envconfig:"POOL_ON_EMPTY_WAIT_DURATION" default:"1s"`
+	PoolOnEmptyBehavior         string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"CREATE"`
+	PoolOnEmptyWaitDuration     time.Duration `envconfig:"POOL_ON_EMPTY_WAIT_DURATION" default:"1s"`
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
 	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
@@ -302,18 +302,18 @@ func isSocketPath(url string) bool {
 // not do, with why: setting one is reported at start-up, never silently
 // ignored. None of them changes a decision.
 var ignored = map[string]string{
-	"USE_DOG_STATSD":                         "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
-	"USE_DOG_STATSD_MOGRIFIERS":              "DogStatsD is not supported",
-	"PROMETHEUS_MAPPER_YAML":                 "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
-	"EXPIRATION_JITTER_MAX_SECONDS":          "counters expire when their window ends, without jitter (expiry here only collects garbage)",
-	"MEMCACHE_HOST_PORT":                     "memcache is not supported (BACKEND_TYPE=memcache is refused)",
-	"MEMCACHE_MAX_IDLE_CONNS":                "memcache is not supported",
-	"MEMCACHE_SRV":                           "memcache is not supported",
-	"MEMCACHE_SRV_REFRESH":                   "memcache is not supported",
-	"MEMCACHE_TLS":                           "memcache is not supported",
-	"MEMCACHE_TLS_CLIENT_CERT":               "memcache is not supported",
-	"MEMCACHE_TLS_CLIENT_KEY":                "memcache is not supported",
-	"MEMCACHE_TLS_CACERT":                    "memcache is not supported",
+	"USE_DOG_STATSD":                          "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
+	"USE_DOG_STATSD_MOGRIFIERS":               "DogStatsD is not supported",
+	"PROMETHEUS_MAPPER_YAML":                  "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
+	"EXPIRATION_JITTER_MAX_SECONDS":           "counters expire when their window ends, without jitter (expiry here only collects garbage)",
+	"MEMCACHE_HOST_PORT":                      "memcache is not supported (BACKEND_TYPE=memcache is refused)",
+	"MEMCACHE_MAX_IDLE_CONNS":                 "memcache is not supported",
+	"MEMCACHE_SRV":                            "memcache is not supported",
+	"MEMCACHE_SRV_REFRESH":                    "memcache is not supported",
+	"MEMCACHE_TLS":                            "memcache is not supported",
+	"MEMCACHE_TLS_CLIENT_CERT":                "memcache is not supported",
+	"MEMCACHE_TLS_CLIENT_KEY":                 "memcache is not supported",
+	"MEMCACHE_TLS_CACERT":                     "memcache is not supported",
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": "memcache is not supported",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
 		"(REDIS_PIPELINE_MAX_IN_FLIGHT bounds them)",

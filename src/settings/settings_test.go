@@ -61,11 +61,15 @@ func TestLoad(t *testing.T) {
 		{"per-second TLS files default to the main ones", map[string]string{"REDIS_URL": "a:1", "REDIS_TLS_CACERT": "ca.pem", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "b:2", "REDIS_PERSECOND_TLS": "true"}, "",
 			func(s Settings) bool { return s.RedisPerSecondConfig.TLSCACert == "ca.pem" }},
 		{"connection age as the reference", nil, "",
-			func(s Settings) bool { return s.GRPCMaxConnectionAge == 24*time.Hour && s.GRPCMaxConnectionAgeGrace == time.Hour }},
+			func(s Settings) bool {
+				return s.GRPCMaxConnectionAge == 24*time.Hour && s.GRPCMaxConnectionAgeGrace == time.Hour
+			}},
 		{"statsd on over tcp by default", nil, "", func(s Settings) bool { return s.UseStatsd && s.StatsdProtocol == "tcp" }},
 		{"bad statsd protocol", map[string]string{"STATSD_PROTOCOL": "quic"}, `STATSD_PROTOCOL: unknown protocol "quic"`, nil},
 		{"pool on empty", map[string]string{"REDIS_URL": "a:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "wait", "REDIS_POOL_ON_EMPTY_WAIT_DURATION": "20ms"}, "",
-			func(s Settings) bool { return s.Redis.PoolOnEmptyBehavior == "WAIT" && s.Redis.PoolOnEmptyWaitDuration == 20*time.Millisecond }},
+			func(s Settings) bool {
+				return s.Redis.PoolOnEmptyBehavior == "WAIT" && s.Redis.PoolOnEmptyWaitDuration == 20*time.Millisecond
+			}},
 		{"bad pool on empty", map[string]string{"REDIS_URL": "a:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "grow"}, `REDIS_POOL_ON_EMPTY_BEHAVIOR: unknown behavior "GROW"`, nil},
 		{"xds metadata either separator", map[string]string{"CONFIG_GRPC_XDS_NODE_METADATA": "zone:a, tier=gold"}, "",
 			func(s Settings) bool { m := s.XDSMetadata(); return m["zone"] == "a" && m["tier"] == "gold" }},
