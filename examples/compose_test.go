@@ -86,6 +86,9 @@ func TestComposeExample(t *testing.T) {
 	}
 
 	rl := c.Services["ratelimit"]
+	if len(rl.Command) > 0 && !slices.Equal(rl.Command, []string{"/bin/ratelimit"}) {
+		t.Errorf("ratelimit: command %q, but the image's server is /bin/ratelimit", rl.Command)
+	}
 	known := settings.Names()
 	for k := range rl.Environment {
 		if !slices.Contains(known, k) {

@@ -119,6 +119,9 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 			}
 			checkImageUser(t, imageUser(t, "../Dockerfile"), rl, pod)
+			if len(rl.Command) > 0 && !slices.Equal(rl.Command, []string{"/bin/ratelimit"}) {
+				t.Errorf("ratelimit container command %q: the image's server is /bin/ratelimit", rl.Command)
+			}
 			env := map[string]string{}
 			for _, e := range rl.Env {
 				if !slices.Contains(known, e.Name) {
