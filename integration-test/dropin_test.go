@@ -157,3 +157,19 @@ func TestRolloutBound(t *testing.T) {
 		})
 	}
 }
+
+// TestReferenceVariablesNotHonouredAreNamed: a variable of the reference
+// that this service does not honour is named at start-up with why, and the
+// service runs.
+func TestReferenceVariablesNotHonouredAreNamed(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["MEMCACHE_HOST_PORT"] = "memcached:11211"
+	env["REDIS_STARTUP_RETRY_MAX_ATTEMPTS"] = "5"
+	p := start(t, env)
+	p.should(t, "it", desc("user=a"))
+	for _, want := range []string{"MEMCACHE_HOST_PORT: ignored: memcache is not supported", "REDIS_STARTUP_RETRY_MAX_ATTEMPTS: ignored:"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("start-up log lacks %q:\n%s", want, p.stderr)
+		}
+	}
+}

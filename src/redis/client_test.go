@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/tlstest"
@@ -121,5 +123,32 @@ func TestClientTLS(t *testing.T) {
 				t.Errorf("Apply() error = %v, want success %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestPoolTimeout: with every pooled connection busy, a call waits
+// PoolTimeout for one (REDIS_POOL_ON_EMPTY_BEHAVIOR=WAIT or ERROR with its
+// wait duration) and then fails with the pool's error, not the Redis
+// timeout's; once a connection is free again, calls go through.
+func TestPoolTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	uc, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 1, PoolTimeout: 20 * time.Millisecond, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	c := uc.(*goredis.Client)
+	ctx := context.Background()
+	held := c.Conn()
+	if err := held.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Ping(ctx).Err()
+	if err == nil || !strings.Contains(err.Error(), "pool timeout") {
+		t.Errorf("Ping with the only connection held = %v, want a pool timeout", err)
+	}
+	held.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Errorf("Ping after the connection came back = %v", err)
 	}
 }
