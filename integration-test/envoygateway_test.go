@@ -14,12 +14,7 @@ import (
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -156,32 +151,16 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair},
+	x := startXDS(t, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair},
 		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})))
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	set := func(version string, rpu uint32) {
-		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {egConfig(rpu)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cache.SetSnapshot(context.Background(), "envoy-ratelimit", snap); err != nil {
-			t.Fatal(err)
-		}
-	}
+	set := func(version string, rpu uint32) { x.set(t, "envoy-ratelimit", version, egConfig(rpu)) }
 
 	statsdPort, lines := listenStatsdTCP(t)
 	rds := redistest.Start(t)
 	p := start(t, map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
 		"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "USE_STATSD": "true", "STATSD_PORT": strconv.Itoa(statsdPort),
-		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": lis.Addr().String(),
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.addr,
 		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 		"GRPC_SERVER_USE_TLS":     "true", "GRPC_SERVER_TLS_CERT": certs["tls.crt"], "GRPC_SERVER_TLS_KEY": certs["tls.key"],
 		"GRPC_SERVER_TLS_CA_CERT":        certs["ca.crt"],

@@ -129,29 +129,52 @@ func TestReloadConfigMapDataSwap(t *testing.T) {
 	}
 }
 
-func TestReloadFromXDS(t *testing.T) {
-	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	gs := grpc.NewServer()
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
+// xdsServer is go-control-plane's own xDS server and snapshot cache on a
+// free loopback port, until the test ends.
+type xdsServer struct {
+	addr  string
+	cache cachev3.SnapshotCache
+}
+
+func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
+	t.Helper()
+	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
+	gs := grpc.NewServer(opts...)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), x.cache, nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
+	t.Cleanup(gs.Stop)
+	x.addr = lis.Addr().String()
+	return x
+}
+
+// set serves cfgs to node as snapshot version.
+func (x *xdsServer) set(t *testing.T, node, version string, cfgs ...*rlconfv3.RateLimitConfig) {
+	t.Helper()
+	res := make([]types.Resource, len(cfgs))
+	for i, c := range cfgs {
+		res[i] = c
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReloadFromXDS(t *testing.T) {
+	x := startXDS(t)
 	set := func(version string, rpu uint32) {
-		snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {
-			&rlconfv3.RateLimitConfig{Name: "x", Domain: "x", Descriptors: []*rlconfv3.RateLimitDescriptor{{
-				Key: "k", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: rpu}}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cache.SetSnapshot(context.Background(), "rl-node", snap); err != nil {
-			t.Fatal(err)
-		}
+		x.set(t, "rl-node", version, &rlconfv3.RateLimitConfig{Name: "x", Domain: "x", Descriptors: []*rlconfv3.RateLimitDescriptor{{
+			Key: "k", RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: rpu}}}})
 	}
 	set("1", 11)
-	p := start(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": lis.Addr().String(),
+	p := start(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.addr,
 		"CONFIG_GRPC_XDS_NODE_ID": "rl-node", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "100ms"})
 	waitLimit(t, p, "x", 11)
 	set("2", 12)

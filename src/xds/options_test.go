@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/openrls/ratelimit/src/config"
@@ -51,10 +48,9 @@ func TestBackoffWait(t *testing.T) {
 // as the stream's gRPC metadata; XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES refuses
 // a larger response.
 func TestRunSendsNodeMetadataAndHeaders(t *testing.T) {
-	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
 	headers := make(chan metadata.MD, 16)
 	nodes := make(chan *discoveryv3.DiscoveryRequest, 16)
-	srv := serverv3.NewServer(context.Background(), cache, serverv3.CallbackFuncs{
+	addr, cache := serveADS(t, serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
 			md, _ := metadata.FromIncomingContext(ctx)
 			headers <- md
@@ -67,14 +63,6 @@ func TestRunSendsNodeMetadataAndHeaders(t *testing.T) {
 			}
 			return nil
 		}})
-	gs := grpc.NewServer()
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
 
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -83,7 +71,7 @@ func TestRunSendsNodeMetadataAndHeaders(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{ServerURL: lis.Addr().String(), NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
+		done <- Run(ctx, Options{ServerURL: addr, NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
 			Install: h.Install, NodeMetadata: map[string]string{"zone": "a"}, Headers: map[string]string{"x-token": "secret"},
 			MaxMsgSize: 4096})
 	}()

@@ -25,13 +25,28 @@ import (
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
-// startServer runs go-control-plane's own xDS server and snapshot cache on a
-// free loopback port; nacks receives the error message of every NACK.
-func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache, nacks <-chan string) {
+// serveADS runs go-control-plane's own xDS server and snapshot cache on a
+// free loopback port, with cb and opts, until the test ends.
+func serveADS(t *testing.T, cb serverv3.Callbacks, opts ...grpc.ServerOption) (addr string, cache cachev3.SnapshotCache) {
 	t.Helper()
 	cache = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
+	gs := grpc.NewServer(opts...)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, cb))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	return lis.Addr().String(), cache
+}
+
+// startServer is serveADS whose nacks receives the error message of every
+// NACK.
+func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache, nacks <-chan string) {
+	t.Helper()
 	nackc := make(chan string, 1024)
-	srv := serverv3.NewServer(context.Background(), cache, serverv3.CallbackFuncs{
+	addr, cache = serveADS(t, serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
 			if req.GetErrorDetail() != nil {
 				select {
@@ -41,15 +56,7 @@ func startServer(t *testing.T) (addr string, cache cachev3.SnapshotCache, nacks 
 			}
 			return nil
 		}})
-	gs := grpc.NewServer()
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String(), cache, nackc
+	return addr, cache, nackc
 }
 
 func setConfig(t *testing.T, cache cachev3.SnapshotCache, version string, cfgs ...*rlconfv3.RateLimitConfig) {
@@ -201,16 +208,8 @@ func TestRunOverMutualTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)
-	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
+	addr, cache := serveADS(t, nil, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
 		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})))
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(context.Background(), cache, nil))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
 	setConfig(t, cache, "1", limitConfig(5, rlconfv3.RateLimitUnit_MINUTE))
 
 	dial, err := TLSDialOption(TLSOptions{CAFile: tlstest.Write(t, dir, "ca.pem", ca.PEM), ServerName: "xds.internal",
@@ -224,7 +223,7 @@ func TestRunOverMutualTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{ServerURL: lis.Addr().String(), NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
+		done <- Run(ctx, Options{ServerURL: addr, NodeID: "node-1", RetryInterval: 20 * time.Millisecond, Logger: log,
 			DialOptions: []grpc.DialOption{dial},
 			Install: func(build func() (*config.Config, error)) error {
 				_, err := build()
