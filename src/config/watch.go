@@ -29,6 +29,9 @@ type WatchOptions struct {
 	// Debounce is how long events must pause before a reload; 0 means 100ms.
 	// Editors and ConfigMap updates produce bursts of events.
 	Debounce time.Duration
+	// MaxWait bounds how long a burst may postpone its reload: a change
+	// applies within it however often files keep changing. 0 means 1s.
+	MaxWait time.Duration
 	// Reload is called after each burst. Its error is only reported through
 	// its own channels: the Watcher goes on watching.
 	Reload func() error
@@ -47,6 +50,9 @@ func NewWatcher(o WatchOptions) (*Watcher, error) {
 	if o.Debounce == 0 {
 		o.Debounce = 100 * time.Millisecond
 	}
+	if o.MaxWait == 0 {
+		o.MaxWait = time.Second
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("config watch: %w", err)
@@ -56,12 +62,21 @@ func NewWatcher(o WatchOptions) (*Watcher, error) {
 
 // Run reloads after each burst of changes until ctx ends, then releases the
 // watches. Every reload re-arms them, because a symlink swap replaces the
-// directories being watched.
+// directories being watched. A burst reloads once events pause for
+// Debounce, and at the latest MaxWait after its first event.
 func (wt *Watcher) Run(ctx context.Context) {
 	o, w := wt.o, wt.w
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var burst time.Time // the first event of the pending burst; zero when none is pending
+	schedule := func() {
+		now := time.Now()
+		if burst.IsZero() {
+			burst = now
+		}
+		timer.Reset(min(o.Debounce, burst.Add(o.MaxWait).Sub(now)))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -71,15 +86,16 @@ func (wt *Watcher) Run(ctx context.Context) {
 				return
 			}
 			if o.relevant(ev.Name) || wt.targets[filepath.Clean(ev.Name)] {
-				timer.Reset(o.Debounce)
+				schedule()
 			}
 		case _, ok := <-w.Errors:
 			if !ok {
 				return
 			}
 			// An overflowed queue may have lost events: reload to be sure.
-			timer.Reset(o.Debounce)
+			schedule()
 		case <-timer.C:
+			burst = time.Time{}
 			wt.targets = o.arm(w)
 			_ = o.Reload()
 		}
@@ -87,11 +103,32 @@ func (wt *Watcher) Run(ctx context.Context) {
 }
 
 // relevant reports whether a change to path can change the config: path is
-// the config directory, inside it, or on the way to it (the root symlink, or
-// a missing directory's parents). The root's parent is watched for the root
-// symlink only; other files there (say, RUNTIME_ROOT=/tmp/rt with /tmp
-// busy) must not reload the config on every write.
+// on the way to the config directory (the root symlink, or a missing
+// directory's parents), the directory itself, or inside it and named as
+// config is (FindFiles): *.yaml and *.yml files, Kubernetes' ..data and
+// timestamped directories, and names without an extension, which is how
+// directories are named (a removed one cannot be asked). Other files there
+// (editor swap and backup files, notes, say) neither trigger nor postpone a
+// reload. The root's parent is watched for the root symlink only; other
+// files there (say, RUNTIME_ROOT=/tmp/rt with /tmp busy) must not reload
+// the config on every write.
 func (o WatchOptions) relevant(path string) bool {
+	path, dir := filepath.Clean(path), filepath.Clean(o.Dir)
+	if path == dir || !o.within(path) {
+		return o.within(path)
+	}
+	name := filepath.Base(path)
+	switch ext := filepath.Ext(name); {
+	case ext == ".yaml" || ext == ".yml" || ext == "" || strings.HasPrefix(name, ".."):
+		return true
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// within reports whether path is the config directory, inside it, or on
+// the way to it.
+func (o WatchOptions) within(path string) bool {
 	path, dir := filepath.Clean(path), filepath.Clean(o.Dir)
 	sep := string(filepath.Separator)
 	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, sep)+sep) ||
@@ -120,7 +157,7 @@ func (o WatchOptions) arm(w *fsnotify.Watcher) map[string]bool {
 		} else if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			_ = w.Add(path) // a link to a directory, such as ConfigMap's ..data
 		} else if err == nil && d.Type()&fs.ModeSymlink != 0 {
-			if target, err := filepath.EvalSymlinks(path); err == nil && !o.relevant(target) {
+			if target, err := filepath.EvalSymlinks(path); err == nil && !o.within(target) {
 				targets[target] = true
 				_ = w.Add(filepath.Dir(target))
 			}

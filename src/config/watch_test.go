@@ -199,6 +199,11 @@ func TestWatchRelevant(t *testing.T) {
 		{"/srv/runtime_data/other.log", false},        // a neighbour of the root
 		{"/srv/runtime_data/current/ratelimit/configs", false},
 		{"/srv/runtime_data/current/ratelimit/config2/a.yaml", false},
+		{"/srv/runtime_data/current/ratelimit/config/b.yml", true},
+		{"/srv/runtime_data/current/ratelimit/config/tenants", true},      // a directory, or once one
+		{"/srv/runtime_data/current/ratelimit/config/.a.yaml.swp", false}, // editor state
+		{"/srv/runtime_data/current/ratelimit/config/a.yaml~", false},
+		{"/srv/runtime_data/current/ratelimit/config/notes.txt", false},
 	}
 	for _, tc := range tests {
 		if got := o.relevant(tc.path); got != tc.want {
@@ -207,5 +212,53 @@ func TestWatchRelevant(t *testing.T) {
 	}
 	if rel := (WatchOptions{Dir: "rt/ratelimit/config"}); !rel.relevant("rt") || !rel.relevant("rt/ratelimit/config/a.yaml") || rel.relevant("rtx") {
 		t.Error("relative paths: want rt and files in the directory relevant, rtx not")
+	}
+}
+
+// TestWatchBoundsTheWait: a reload arrives while files keep changing. A
+// config file rewritten faster than the debounce reloads within MaxWait;
+// a file that is not config, rewritten as fast, never postpones a real
+// edit (here with no MaxWait to fall back on). Each writer stops once the
+// reload arrives, or after 10 s: the old watcher waited for the writes to
+// pause, which made the reload arrive only after the writer stopped.
+func TestWatchBoundsTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		noise   string // rewritten every 10 ms
+		edit    string // written once
+		maxWait time.Duration
+	}{
+		{"config rewritten without pause", "a.yaml", "", 100 * time.Millisecond},
+		{"a file that is not config", "notes.txt", "a.yaml", time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, filepath.Join(dir, "a.yaml"), limitConfig("a", 1))
+			reloads := make(chan struct{}, 64)
+			w, err := NewWatcher(WatchOptions{Dir: dir, Debounce: 50 * time.Millisecond, MaxWait: tc.maxWait,
+				Reload: func() error { reloads <- struct{}{}; return nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go w.Run(ctx)
+			if tc.edit != "" {
+				write(t, filepath.Join(dir, tc.edit), limitConfig("a", 2))
+			}
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			stop := time.After(10 * time.Second)
+			for i := 0; ; i++ {
+				select {
+				case <-reloads:
+					return // while the writes went on
+				case <-stop:
+					t.Fatal("no reload within 10 s of writes every 10 ms")
+				case <-tick.C:
+					write(t, filepath.Join(dir, tc.noise), limitConfig("a", 3+i))
+				}
+			}
+		})
 	}
 }
