@@ -104,7 +104,7 @@ func run(ctx context.Context) error {
 			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
 		DynamicMetadata: s.ResponseDynamicMetadata,
 		Limits: service.Limits{MaxDescriptors: s.RequestMaxDescriptors, MaxEntries: s.RequestMaxEntries,
-			MaxStringBytes: s.RequestMaxStringBytes},
+			MaxStringBytes: s.RequestMaxStringBytes, MaxHits: s.RequestMaxHits, MaxKeys: s.RequestMaxKeys},
 		Metrics: reg,
 		Logger:  log,
 	})

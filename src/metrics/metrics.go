@@ -10,6 +10,7 @@
 package metrics
 
 import (
+	"math"
 	"net/http"
 	"sort"
 	"sync"
@@ -156,25 +157,35 @@ func (r *Registry) Rule(domain, key string, detailed bool, fallback string) *Rul
 }
 
 // Hit records one decision on a rule: hits is the cost, used the count
-// after it, limit the rule's limit.
+// after it, limit the rule's limit. Counters saturate at 2^64-1 instead of
+// wrapping: a wrap reads as a counter reset to Prometheus.
 func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow bool) {
-	rule.TotalHits.Add(hits)
+	addSat(&rule.TotalHits, hits)
 	switch {
 	case !allowed:
-		rule.OverLimit.Add(hits)
+		addSat(&rule.OverLimit, hits)
 		if shadow {
-			rule.ShadowMode.Add(hits)
+			addSat(&rule.ShadowMode, hits)
 		}
 	case float64(used) >= r.near*float64(limit):
-		rule.NearLimit.Add(hits)
-		rule.WithinLimit.Add(hits)
+		addSat(&rule.NearLimit, hits)
+		addSat(&rule.WithinLimit, hits)
 	default:
-		rule.WithinLimit.Add(hits)
+		addSat(&rule.WithinLimit, hits)
 	}
 }
 
 // Refund records hits given back on a rule.
-func (r *Registry) Refund(rule *Rule, hits uint64) { rule.Refunded.Add(hits) }
+func (r *Registry) Refund(rule *Rule, hits uint64) { addSat(&rule.Refunded, hits) }
+
+// addSat adds d to c, saturating at 2^64-1. The add that overflows stores
+// the maximum right after: a scrape between the two is the only moment a
+// wrapped value can be seen, and only past 2^64 hits.
+func addSat(c *atomic.Uint64, d uint64) {
+	if v := c.Add(d); v < d {
+		c.Store(math.MaxUint64)
+	}
+}
 
 // Request records one ShouldRateLimit call.
 func (r *Registry) Request(code string, d time.Duration) {

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -172,4 +173,25 @@ func flushOnce(t *testing.T, r *Registry, tags map[string]string) string {
 		t.Fatal(err)
 	}
 	return string(buf[:n])
+}
+
+// TestCountersSaturate: a counter never wraps (Prometheus would read a
+// reset); it stops at 2^64-1.
+func TestCountersSaturate(t *testing.T) {
+	r := New(Options{})
+	rule := r.Rule("d", "k", false, "k")
+	r.Hit(rule, 1, 1, 10, true, false)
+	r.Hit(rule, math.MaxUint64-1, 10, 10, false, true)
+	r.Hit(rule, 5, 10, 10, false, true)
+	r.Refund(rule, math.MaxUint64)
+	r.Refund(rule, 1)
+	for name, got := range map[string]uint64{"total_hits": rule.TotalHits.Load(), "over_limit": rule.OverLimit.Load(),
+		"refunded": rule.Refunded.Load()} {
+		if got != math.MaxUint64 {
+			t.Errorf("%s = %d, want it saturated at 2^64-1", name, got)
+		}
+	}
+	if got := rule.ShadowMode.Load(); got != math.MaxUint64 {
+		t.Errorf("shadow_mode = %d, want saturated", got)
+	}
 }

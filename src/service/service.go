@@ -128,6 +128,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	defer plan.Release()
+	if len(plan.Hits) > s.opts.Limits.MaxKeys {
+		return nil, status.Errorf(codes.InvalidArgument, "the descriptors match %d limits (store keys), at most %d allowed (REQUEST_MAX_KEYS)",
+			len(plan.Hits), s.opts.Limits.MaxKeys)
+	}
 	var outcomes []limiter.Outcome
 	if len(plan.Hits) > 0 {
 		if s.opts.ShadowMode {

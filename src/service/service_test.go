@@ -218,7 +218,9 @@ func TestShouldRateLimit(t *testing.T) {
 }
 
 func TestShouldRateLimitBadRequests(t *testing.T) {
-	s := newTestServer(t, Options{Limits: Limits{MaxDescriptors: 2, MaxEntries: 2, MaxStringBytes: 8}})
+	s := newTestServer(t, Options{Limits: Limits{MaxDescriptors: 2, MaxEntries: 2, MaxStringBytes: 8, MaxHits: 100, MaxKeys: 2}})
+	heavy := d("ip=1")
+	heavy.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -233,6 +235,8 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 		{"too many entries", req("web", d("a=1", "b=2", "c=3")), "descriptors[0] has 3 entries, at most 2 allowed"},
 		{"empty key", req("web", d("ip=1"), d("=1")), "descriptors[1].entries[0].key is empty"},
 		{"long key", req("web", d("123456789=1")), "descriptors[0].entries[0].key is 9 bytes long, at most 8 allowed"},
+		{"hits past REQUEST_MAX_HITS", req("web", heavy), "descriptors[0].hits_addend is 18446744073709551615, at most 100 allowed (REQUEST_MAX_HITS)"},
+		{"keys past REQUEST_MAX_KEYS", req("web", d("multi=1"), d("ip=2")), "the descriptors match 3 limits (store keys), at most 2 allowed (REQUEST_MAX_KEYS)"},
 		{"override unknown unit", req("web", &rlv3.RateLimitDescriptor{Entries: d("ip=1").Entries, Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptors[0].limit.unit is UNKNOWN"},
 	}
 	for _, tc := range tests {

@@ -19,11 +19,20 @@ type Limits struct {
 	// mode, open by default. Counter keys and metric names hash long values
 	// (package config), and gRPC bounds the message.
 	MaxStringBytes int
+	// MaxHits bounds a descriptor's hits_addend (a request's is 32 bits):
+	// a cost no limit could hold is a client's mistake, and would swamp
+	// the counters and metrics.
+	MaxHits uint64
+	// MaxKeys bounds the store keys one request touches: the limits its
+	// descriptors match, summed. One request must not be able to hold the
+	// store (and every request batched with it) for long.
+	MaxKeys int
 }
 
 // DefaultLimits are generous for any Envoy route config and still small
-// enough to keep a request cheap.
-var DefaultLimits = Limits{MaxDescriptors: 64, MaxEntries: 32, MaxStringBytes: 4096}
+// enough to keep a request cheap. MaxHits leaves room for usage reports in
+// bytes or tokens far past any 32-bit limit (overdraft counts them).
+var DefaultLimits = Limits{MaxDescriptors: 64, MaxEntries: 32, MaxStringBytes: 4096, MaxHits: 1 << 40, MaxKeys: 256}
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxDescriptors <= 0 {
@@ -34,6 +43,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxStringBytes <= 0 {
 		l.MaxStringBytes = DefaultLimits.MaxStringBytes
+	}
+	if l.MaxHits == 0 {
+		l.MaxHits = DefaultLimits.MaxHits
+	}
+	if l.MaxKeys <= 0 {
+		l.MaxKeys = DefaultLimits.MaxKeys
 	}
 	return l
 }
@@ -67,6 +82,9 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 			case len(e.GetKey()) > lim.MaxStringBytes:
 				return fmt.Errorf("descriptors[%d].entries[%d].key is %d bytes long, at most %d allowed", i, j, len(e.GetKey()), lim.MaxStringBytes)
 			}
+		}
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > lim.MaxHits {
+			return fmt.Errorf("descriptors[%d].hits_addend is %d, at most %d allowed (REQUEST_MAX_HITS)", i, h.GetValue(), lim.MaxHits)
 		}
 		if o := d.GetLimit(); o != nil {
 			if o.GetUnit() == typev3.RateLimitUnit_UNKNOWN {

@@ -107,6 +107,10 @@ type Settings struct {
 	RequestMaxStringBytes int `envconfig:"REQUEST_MAX_STRING_BYTES" default:"4096"`
 	// RequestMaxBytes bounds one gRPC request message (ours).
 	RequestMaxBytes int `envconfig:"REQUEST_MAX_BYTES" default:"262144"`
+	// RequestMaxHits bounds a descriptor's hits_addend; RequestMaxKeys the
+	// limits (store keys) one request's descriptors match, summed (ours).
+	RequestMaxHits uint64 `envconfig:"REQUEST_MAX_HITS" default:"1099511627776"`
+	RequestMaxKeys int    `envconfig:"REQUEST_MAX_KEYS" default:"256"`
 
 	// Decisions.
 	ShadowMode bool `envconfig:"SHADOW_MODE" default:"false"`
@@ -395,6 +399,8 @@ func parses(t reflect.Type, v string) string {
 		_, err = strconv.ParseBool(v)
 	case t.Kind() == reflect.Int:
 		_, err = strconv.ParseInt(v, 0, 64)
+	case t.Kind() == reflect.Uint64:
+		_, err = strconv.ParseUint(v, 0, 64)
 	case t.Kind() == reflect.Float64:
 		_, err = strconv.ParseFloat(v, 64)
 	}
@@ -570,6 +576,7 @@ func (s Settings) Validate() error {
 		v    int
 	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries},
 		{"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}, {"REQUEST_MAX_BYTES", s.RequestMaxBytes},
+		{"REQUEST_MAX_KEYS", s.RequestMaxKeys},
 		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
 		if l.v < 1 {
 			bad(l.name, "must be at least 1, got %d", l.v)
@@ -577,6 +584,9 @@ func (s Settings) Validate() error {
 	}
 	if s.GRPCMaxConcurrentStreams > math.MaxUint32 {
 		bad("GRPC_MAX_CONCURRENT_STREAMS", "must be at most %d, got %d", uint32(math.MaxUint32), s.GRPCMaxConcurrentStreams)
+	}
+	if s.RequestMaxHits < 1 {
+		bad("REQUEST_MAX_HITS", "must be at least 1")
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
