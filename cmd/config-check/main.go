@@ -77,21 +77,21 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "no config files (*.yaml, *.yml) found")
 		return 1
 	}
+	bounds, err := requestBounds(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
 	files, err := parseAll(paths)
 	var cfg *config.Config
 	if err == nil {
-		cfg, err = config.Build(files, config.Options{MergeDomains: *merge})
+		cfg, err = config.Build(files, config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries})
 	}
 	if err != nil {
 		for _, line := range flatten(err) {
 			fmt.Fprintln(stderr, line)
 		}
 		return 1
-	}
-	bounds, err := requestBounds(getenv)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
 	}
 	for _, w := range config.Unreachable(files, bounds) {
 		fmt.Fprintln(stderr, "warning: "+w.Error())

@@ -43,7 +43,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			return nil
 		})
 	}
-	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues,
+	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
 		Skipped: func(path string, why error) {
 			log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
 		}}

@@ -16,6 +16,10 @@ type Options struct {
 	// HashValues writes every descriptor value hashed in counter keys
 	// (CACHE_KEY_HASH_VALUES).
 	HashValues bool
+	// MaxDepth, when set, refuses descriptors nested deeper: no request can
+	// reach them (REQUEST_MAX_ENTRIES bounds a descriptor's entries), and
+	// each level's names grow with its depth.
+	MaxDepth int
 	// Skipped, when set, hears of each entry named like a config file
 	// that LoadDir passes over because it is not a regular file (a FIFO,
 	// socket or device would block or never end a read).
@@ -91,6 +95,10 @@ func Build(files []*File, opts Options) (*Config, error) {
 				Msg: fmt.Sprintf("duplicate domain %q (also in %s); set MERGE_DOMAIN_CONFIG=true to merge files of one domain", f.Domain, first[f.Domain].Name)})
 			continue
 		}
+		if e := tooDeep(f.Name, f.Descriptors, 1, opts.MaxDepth); e != nil {
+			errs = append(errs, e)
+			continue
+		}
 		d.Files = append(d.Files, f.Name)
 		errs = append(errs, d.root.add(f.Name, nil, f.Descriptors)...)
 	}
@@ -101,6 +109,24 @@ func Build(files []*File, opts Options) (*Config, error) {
 		d.root.seal()
 	}
 	return c, nil
+}
+
+// tooDeep returns an error for the first descriptor nested deeper than max
+// (0: no bound), before any of the file is built.
+func tooDeep(file string, ds []*Descriptor, depth, max int) *Error {
+	if max <= 0 {
+		return nil
+	}
+	for _, d := range ds {
+		if depth > max {
+			return &Error{File: file, Line: d.Line, Path: d.Path, Msg: fmt.Sprintf(
+				"nested %d levels deep, but requests carry at most %d entries per descriptor (REQUEST_MAX_ENTRIES): it could never match", depth, max)}
+		}
+		if e := tooDeep(file, d.Descriptors, depth+1, max); e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // seal finishes the level and every level below it once all nodes are in.

@@ -12,8 +12,9 @@ import (
 // by hand rather than into structs because yaml.v3 reports unknown fields
 // without a path and Node.Decode does not honour KnownFields.
 type decoder struct {
-	file string
-	errs []error
+	file  string
+	errs  []error
+	depth int // of the descriptor list being decoded
 }
 
 func (d *decoder) err() error { return errors.Join(d.errs...) }

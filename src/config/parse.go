@@ -119,10 +119,22 @@ func Parse(name string, data []byte) (*File, error) {
 	return f, d.err()
 }
 
+// MaxDepth is the deepest descriptor nesting a file may hold, whatever the
+// settings: REQUEST_MAX_ENTRIES may not exceed it. It keeps parsing linear:
+// names and paths built per level would otherwise grow with the square of
+// the depth.
+const MaxDepth = 1024
+
 func (d *decoder) descriptors(n *yaml.Node, path string) []*Descriptor {
 	if n == nil || isNull(n) {
 		return nil
 	}
+	if d.depth >= MaxDepth {
+		d.errf(n, path, "descriptors nested more than %d levels deep", MaxDepth)
+		return nil
+	}
+	d.depth++
+	defer func() { d.depth-- }()
 	if n.Kind != yaml.SequenceNode {
 		d.errf(n, path, "want a list of descriptors, got %s", kindName(n))
 		return nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,42 @@ func TestUnreachable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDepthIsBounded: a descriptor deeper than any request can reach is a
+// config error with file and line (Options.MaxDepth, REQUEST_MAX_ENTRIES),
+// and a file nested past MaxDepth is refused while parsing, cheaply: the
+// 2,000-level file with 1,000-byte keys (2 MB) that once took gigabytes to
+// build is refused within a bounded allocation.
+func TestDepthIsBounded(t *testing.T) {
+	three := "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n"
+	_, err := Build([]*File{mustParse(t, "f.yaml", three)}, Options{MaxDepth: 2})
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:7: descriptors[0].descriptors[0].descriptors[0]: nested 3 levels deep, but requests carry at most 2 entries") {
+		t.Errorf("Build(3 levels, MaxDepth 2) = %v", err)
+	}
+	if _, err := Build([]*File{mustParse(t, "f.yaml", three)}, Options{MaxDepth: 3}); err != nil {
+		t.Errorf("Build(3 levels, MaxDepth 3) = %v", err)
+	}
+
+	var b strings.Builder
+	b.WriteString("domain: deep\ndescriptors:\n")
+	key := strings.Repeat("k", 1000)
+	for i := range 2000 {
+		indent := strings.Repeat(" ", 2*i)
+		b.WriteString(indent + "- key: " + key + "\n" + indent + "  descriptors:\n")
+	}
+	b.WriteString(strings.Repeat(" ", 4000) + "- key: leaf\n")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Parse("deep.yaml", []byte(b.String()))
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "nested more than 1024 levels deep") {
+		t.Fatalf("Parse(2,000 levels) = %v, want refused", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 512<<20 {
+		t.Errorf("refusing a 2,000-level file allocated %d MB, want it bounded (< 512 MB)", alloc>>20)
+	} else {
+		t.Logf("refusing a %d KB 2,000-level file allocated %d MB", b.Len()>>10, alloc>>20)
 	}
 }

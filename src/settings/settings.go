@@ -585,6 +585,9 @@ func (s Settings) Validate() error {
 	if s.GRPCMaxConcurrentStreams > math.MaxUint32 {
 		bad("GRPC_MAX_CONCURRENT_STREAMS", "must be at most %d, got %d", uint32(math.MaxUint32), s.GRPCMaxConcurrentStreams)
 	}
+	if s.RequestMaxEntries > config.MaxDepth {
+		bad("REQUEST_MAX_ENTRIES", "must be at most %d (the deepest a config may nest), got %d", config.MaxDepth, s.RequestMaxEntries)
+	}
 	if s.RequestMaxHits < 1 {
 		bad("REQUEST_MAX_HITS", "must be at least 1")
 	}
