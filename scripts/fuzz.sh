@@ -11,6 +11,7 @@ targets=(
   "./src/config FuzzMatch"
   "./src/service FuzzShouldRateLimit"
   "./src/server FuzzLenientCodec"
+  "./src/escape FuzzString"
 )
 for t in "${targets[@]}"; do
   read -r pkg name <<<"$t"

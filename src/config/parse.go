@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/limiter"
 )
 
@@ -106,7 +107,7 @@ func Parse(name string, data []byte) (*File, error) {
 	if n := fields["domain"]; n == nil {
 		d.errf(root, "", "missing domain")
 	} else {
-		f.Domain, f.Line = d.str(n, "", "domain"), n.Line
+		f.Domain, f.Line = escape.String(d.str(n, "", "domain")), n.Line
 		if f.Domain == "" {
 			d.errf(n, "domain", "domain is empty")
 		}
@@ -166,10 +167,12 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	desc := &Descriptor{Line: n.Line, Path: path}
 	if f["key"] == nil {
 		d.errf(n, path, "missing key")
-	} else if desc.Key = d.str(f["key"], path, "key"); desc.Key == "" {
+	} else if desc.Key = escape.String(d.str(f["key"], path, "key")); desc.Key == "" {
 		d.errf(f["key"], path+".key", "key is empty")
 	}
-	desc.Value = d.str(f["value"], path, "value")
+	// Escaped as request strings are (package escape), so that a value with
+	// a backslash matches the request that carries it.
+	desc.Value = escape.String(d.str(f["value"], path, "value"))
 	desc.ShadowMode = d.boolean(f["shadow_mode"], path, "shadow_mode")
 	desc.QuotaMode = d.boolean(f["quota_mode"], path, "quota_mode")
 	desc.DetailedMetric = d.boolean(f["detailed_metric"], path, "detailed_metric")

@@ -8,6 +8,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/openrls/ratelimit/src/escape"
 )
 
 // wireWith marshals req, then swaps each placeholder for the raw bytes that
@@ -43,6 +45,16 @@ func TestLenientCodec(t *testing.T) {
 				return wireWith(t, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", "café")}, HitsAddend: 2})
 			},
 			&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", "café")}, HitsAddend: 2}, false},
+		{"valid with a backslash, escaped so that it cannot meet an escaped byte",
+			func(t *testing.T) []byte {
+				return wireWith(t, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", `\xff`)}})
+			},
+			&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", `\\xff`)}}, false},
+		{"the byte 0xFF beside a backslash elsewhere: both escaped",
+			func(t *testing.T) []byte {
+				return wireWith(t, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", "#"), entry("path", `a\b`)}}, "#", "\xff")
+			},
+			&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", `\xff`), entry("path", `a\\b`)}}, true},
 		{"Latin-1 byte in a nested value",
 			func(t *testing.T) []byte {
 				return wireWith(t, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{entry("user", "caf#")}, HitsAddend: 2}, "caf#", "caf\xe9")
@@ -103,6 +115,17 @@ func FuzzLenientCodec(f *testing.F) {
 		}
 		if _, err := proto.Marshal(req); err != nil {
 			t.Fatalf("accepted a message that does not marshal again: %v", err)
+		}
+		strs := []string{req.GetDomain()}
+		for _, d := range req.GetDescriptors() {
+			for _, e := range d.GetEntries() {
+				strs = append(strs, e.GetKey(), e.GetValue())
+			}
+		}
+		for _, s := range strs {
+			if _, ok := escape.Unescape(s); !ok {
+				t.Fatalf("accepted string %q is not an escaped form (two inputs could share it)", s)
+			}
 		}
 	})
 }

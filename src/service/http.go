@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/openrls/ratelimit/src/escape"
 )
 
 // maxJSONBody bounds a POST /json body; a RateLimitRequest within the request
@@ -34,6 +36,7 @@ func (s *Server) JSONHandler() http.Handler {
 			http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		escape.Request(req) // as the gRPC codec does, so both count a value alike
 		resp, err := s.ShouldRateLimit(r.Context(), req)
 		if err != nil {
 			st := status.Convert(err)
