@@ -89,7 +89,7 @@ func run(ctx context.Context) error {
 	reg.StatFunc("ratelimit.service.config_load_success", func() uint64 { ok, _ := configs.Counts(); return ok })
 	reg.StatFunc("ratelimit.service.config_load_error", func() uint64 { _, failed := configs.Counts(); return failed })
 
-	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
+	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
 	defer fallback.Close()
 	countEvictions(reg, "fallback", fallback)
 	svc, err := service.New(service.Options{
@@ -174,11 +174,14 @@ func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
 }
 
 // countEvictions exports how many live counters a memory store dropped
-// because it was full (MEMORY_MAX_KEYS).
+// because it was full (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and the bytes
+// it holds.
 func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
 	reg.CounterFunc("ratelimit_memory_evictions_total",
-		"Live counters the embedded store dropped to make room (MEMORY_MAX_KEYS); each starts again from zero.",
+		"Live counters the embedded store dropped to make room (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES); each starts again from zero.",
 		prometheus.Labels{"store": store}, func() float64 { return float64(m.Evictions()) })
+	reg.GaugeFunc("ratelimit_memory_bytes", "Bytes the embedded store's counters are counted as against MEMORY_MAX_BYTES.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Bytes()) })
 }
 
 // rlconfig serves the loaded config one line per limit, streamed, or with

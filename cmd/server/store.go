@@ -21,7 +21,7 @@ import (
 // A Redis store sits behind a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
 func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	if s.Backend() == "memory" {
-		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys})
+		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
 		countEvictions(reg, "main", mem)
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil

@@ -333,18 +333,24 @@ func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outc
 	return state{log: &log}, out, exp, write
 }
 
-// logAppend returns log with n hits at now, in a new slice.
+// logAppend returns log with n hits at now. It appends in place when the
+// backing array has room: a stored log and the states derived from it
+// share one array, each seeing only its own length, and a state derived
+// later always extends the longest (a batch chains hits on one key, and
+// shard locks serialize batches), so nothing a live state sees is ever
+// overwritten. An append to a full array reallocates with room to grow:
+// a hit costs O(1), not a copy of the log. Adding to the newest entry
+// (same microsecond) copies, since that entry is shared.
 func logAppend(log []logEntry, now int64, n uint64) []logEntry {
 	if n == 0 {
 		return log
 	}
-	out := make([]logEntry, len(log), len(log)+1)
-	copy(out, log)
-	if len(out) > 0 && out[len(out)-1].t == now {
+	if len(log) > 0 && log[len(log)-1].t == now {
+		out := slices.Clone(log)
 		out[len(out)-1].n += n
 		return out
 	}
-	return append(out, logEntry{t: now, n: n})
+	return append(log, logEntry{t: now, n: n})
 }
 
 // logRetry is how long until cost more hits fit on top of the log's used

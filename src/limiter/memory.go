@@ -17,10 +17,12 @@ import (
 // writes: this makes a batch atomic, which AllOrNothing needs, and makes a
 // limit exact under any number of goroutines.
 //
-// Memory: each shard holds at most MaxKeys/memShards entries. Inserting into a
-// full shard first drops an expired entry if a small random sample finds one,
-// otherwise the sampled entry that expires soonest (it is the one whose loss
-// forgives the fewest hits). Evictions are counted. A sweeper goroutine drops
+// Memory: each shard holds at most MaxKeys/memShards entries and
+// MaxBytes/memShards bytes, counted as entrySize does (a sliding log's
+// entries included). Inserting into a full shard first drops an expired
+// entry if a small random sample finds one, otherwise the sampled entry that
+// expires soonest (it is the one whose loss forgives the fewest hits), as
+// many times as it takes. Evictions are counted. A sweeper goroutine drops
 // expired entries every SweepInterval; lookups treat expired entries as absent
 // regardless, so the sweeper only frees memory.
 
@@ -33,6 +35,10 @@ const (
 type MemoryOptions struct {
 	// MaxKeys bounds the number of live counters; 0 means 1,048,576.
 	MaxKeys int
+	// MaxBytes bounds the bytes they hold, as entrySize counts them (a
+	// counter about 115 bytes plus its key; a sliding log 16 more per
+	// counted call); 0 means 256 MiB.
+	MaxBytes int64
 	// SweepInterval is how often expired counters are freed; 0 means 10s, a
 	// negative value disables the sweeper (tests call Sweep directly).
 	SweepInterval time.Duration
@@ -48,6 +54,7 @@ type MemoryStore struct {
 	shards    [memShards]memShard
 	seed      maphash.Seed
 	perShard  int
+	bytesPer  int64 // per shard
 	clock     func() time.Time
 	evictions atomic.Uint64
 	stop      chan struct{}
@@ -55,9 +62,10 @@ type MemoryStore struct {
 }
 
 type memShard struct {
-	mu sync.Mutex
-	m  map[string]memEntry
-	_  [40]byte // keep neighbouring shards' mutexes off one cache line
+	mu    sync.Mutex
+	m     map[string]memEntry
+	bytes int64    // entrySize summed over m
+	_     [32]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 type memEntry struct {
@@ -70,6 +78,9 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 1 << 20
 	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 256 << 20
+	}
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 10 * time.Second
 	}
@@ -79,6 +90,7 @@ func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	s := &MemoryStore{
 		seed:     maphash.MakeSeed(),
 		perShard: max(1, opts.MaxKeys/memShards),
+		bytesPer: max(1, opts.MaxBytes/memShards),
 		clock:    opts.Clock,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -127,6 +139,7 @@ func (s *MemoryStore) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.expires <= us {
+				sh.bytes -= entrySize(k, e)
 				delete(sh.m, k)
 				freed++
 			}
@@ -234,29 +247,70 @@ func (s *MemoryStore) stored(sh uint8, key string, now int64) state {
 }
 
 func (s *MemoryStore) put(sh uint8, key string, e memEntry, now int64) {
-	m := s.shards[sh].m
-	if _, ok := m[key]; !ok && len(m) >= s.perShard {
-		s.evictOne(m, now)
+	shard := &s.shards[sh]
+	size := entrySize(key, e)
+	old, ok := shard.m[key]
+	if ok {
+		shard.bytes -= entrySize(key, old)
 	}
-	m[key] = e
+	if !ok || shard.bytes+size > s.bytesPer {
+		if ok {
+			delete(shard.m, key) // so that making room never picks it
+		}
+		for len(shard.m) > 0 && (len(shard.m) >= s.perShard || shard.bytes+size > s.bytesPer) {
+			s.evictOne(shard, now)
+		}
+	}
+	shard.m[key] = e
+	shard.bytes += size
+}
+
+// entryOverhead is what a counter costs beside its key and log, measured
+// (115 bytes with a 25-byte key: docs/stores.md): the map slot, the
+// state, the key's string header.
+const entryOverhead = 90
+
+// entrySize is what one counter is counted as against MaxBytes: its key,
+// its fixed overhead, and a sliding log's backing array (16 bytes an entry).
+func entrySize(key string, e memEntry) int64 {
+	n := int64(len(key)) + entryOverhead
+	if e.st.log != nil {
+		n += 16 * int64(cap(*e.st.log))
+	}
+	return n
 }
 
 // evictOne makes room in a full shard; see the design note above.
-func (s *MemoryStore) evictOne(m map[string]memEntry, now int64) {
+func (s *MemoryStore) evictOne(shard *memShard, now int64) {
 	victim, soonest, n := "", int64(0), 0
-	for k, e := range m {
+	var ve memEntry
+	for k, e := range shard.m {
 		if n == 0 || e.expires < soonest {
-			victim, soonest = k, e.expires
+			victim, soonest, ve = k, e.expires, e
 		}
 		n++
 		if n == evictSample {
 			break
 		}
 	}
-	delete(m, victim)
+	shard.bytes -= entrySize(victim, ve)
+	delete(shard.m, victim)
 	if soonest > now {
 		s.evictions.Add(1) // a live counter was lost, not just garbage
 	}
+}
+
+// Bytes returns the bytes the store's counters are counted as (MaxBytes
+// bounds it).
+func (s *MemoryStore) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 func (s *MemoryStore) lock(mask uint64) {

@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -102,5 +104,67 @@ func BenchmarkMemoryApply3(b *testing.B) {
 		if _, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestMemoryBoundedByBytes: sliding logs count by their entries, not as one
+// key each: filling logs on many keys stays within MaxBytes (the accounted
+// bytes, and the live heap with them), evicting to make room, and evictions
+// of live counters are counted.
+func TestMemoryBoundedByBytes(t *testing.T) {
+	const maxBytes = 4 << 20
+	s := newMemory(t, limiter.MemoryOptions{MaxBytes: maxBytes})
+	r := limiter.Rule{Algorithm: limiter.SlidingLog, Limit: 1000, Period: time.Hour}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for k := range 200 {
+		for i := range 1000 {
+			// One µs apart: every hit is an entry of its own.
+			now := limitertest.T0.Add(time.Duration(i) * time.Microsecond)
+			if _, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: fmt.Sprintf("k%03d", k), Rule: r, Cost: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := s.Bytes(); got > maxBytes {
+		t.Errorf("Bytes() = %d after 200 full logs, want at most MaxBytes %d", got, maxBytes)
+	}
+	if s.Evictions() == 0 {
+		t.Error("no eviction: 200 logs of 1,000 entries (about 3.2 MB at 16 bytes each, more with growth room) did not fill 4 MiB")
+	}
+	if live := int64(after.HeapAlloc) - int64(before.HeapAlloc); live > 2*maxBytes {
+		t.Errorf("live heap grew by %d bytes, want within twice MaxBytes (%d)", live, 2*maxBytes)
+	} else {
+		t.Logf("accounted %d bytes, live heap +%d bytes, %d evictions", s.Bytes(), live, s.Evictions())
+	}
+}
+
+// TestSlidingLogAppendDoesNotCopy: counting a hit on a sliding log costs
+// amortised constant allocation, not a copy of the log per hit.
+func TestSlidingLogAppendDoesNotCopy(t *testing.T) {
+	s := newMemory(t, limiter.MemoryOptions{})
+	r := limiter.Rule{Algorithm: limiter.SlidingLog, Limit: 1000, Period: time.Hour}
+	i := 0
+	hits := []limiter.Hit{{Key: "k", Rule: r, Cost: 1}}
+	allocBytes := func(n int) uint64 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		for range n {
+			i++
+			if _, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0.Add(time.Duration(i) * time.Microsecond), Hits: hits}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&b)
+		return b.TotalAlloc - a.TotalAlloc
+	}
+	allocBytes(100)
+	first := allocBytes(100) // log from 100 to 200 entries
+	last := allocBytes(100)  // from 800 to 900: a copy per hit would cost 8x the above
+	if last > 3*first {
+		t.Errorf("100 hits on a log of 800 allocated %d bytes, %d on a log of 100: the log is copied per hit", last, first)
 	}
 }

@@ -133,6 +133,9 @@ type Settings struct {
 	BackendType string `envconfig:"BACKEND_TYPE"`
 	// MemoryMaxKeys bounds the embedded store (our own setting).
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
+	// MemoryMaxBytes bounds the bytes its counters hold (sliding logs
+	// count by their entries); 256 MiB.
+	MemoryMaxBytes int64 `envconfig:"MEMORY_MAX_BYTES" default:"268435456"`
 
 	// Observability.
 	NearLimitRatio          float64 `envconfig:"NEAR_LIMIT_RATIO" default:"0.8"`
@@ -397,7 +400,7 @@ func parses(t reflect.Type, v string) string {
 		_, err = time.ParseDuration(v)
 	case t.Kind() == reflect.Bool:
 		_, err = strconv.ParseBool(v)
-	case t.Kind() == reflect.Int:
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
 		_, err = strconv.ParseInt(v, 0, 64)
 	case t.Kind() == reflect.Uint64:
 		_, err = strconv.ParseUint(v, 0, 64)
@@ -590,6 +593,9 @@ func (s Settings) Validate() error {
 	}
 	if s.RequestMaxHits < 1 {
 		bad("REQUEST_MAX_HITS", "must be at least 1")
+	}
+	if s.MemoryMaxBytes < 1<<20 {
+		bad("MEMORY_MAX_BYTES", "must be at least 1048576 (1 MiB), got %d", s.MemoryMaxBytes)
 	}
 	if s.MemoryMaxKeys < 1 {
 		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
