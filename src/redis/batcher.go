@@ -79,6 +79,12 @@ func newBatcher(client goredis.UniversalClient, merge bool, opts Options) *batch
 	return b
 }
 
+// heavyKeys is the most keys a decision may hold and still join a batch.
+// A heavier one (REQUEST_MAX_KEYS allows 256) is sent alone, beside the
+// batches: merged, its work would hold every light decision batched with
+// it, and its failure past the timeout would fail them all.
+const heavyKeys = 32
+
 // errQueueTimeout answers a call that spent its timeout waiting in the queue.
 var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.DeadlineExceeded)
 
@@ -91,6 +97,10 @@ var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.De
 // carries Envoy's deadline, still ends the wait at once.)
 func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, args []any) (any, error) {
 	c := &call{keys: keys, args: args, deadline: deadline, done: make(chan struct{}, 1)}
+	if len(keys) > heavyKeys {
+		b.send(ctx, []*call{c})
+		return c.reply, c.err
+	}
 	b.mu.Lock()
 	if b.leaders < b.maxLeaders {
 		b.leaders++

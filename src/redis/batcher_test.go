@@ -305,3 +305,48 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 		t.Errorf("follower outcome = %+v, want allowed with 9 remaining", outs[0])
 	}
 }
+
+// A decision of more than heavyKeys keys never joins a batch: while every
+// leader is busy it does not queue behind them (nor would a light decision
+// be merged with it) but goes to Redis at once, alone.
+func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
+	b, srv := newTestBatcher(t, 1)
+	pauseScripts(t, srv)
+	r := limiter.Rule{Limit: 1000, Period: time.Hour}
+	fillLeaders(t, b, "{h}:lead", r)
+	enqueue(t, context.Background(), b, "{h}:light", r, 1)
+
+	hits := make([]*limiter.Hit, heavyKeys+1)
+	keys := make([]string, len(hits))
+	for i := range hits {
+		hits[i] = &limiter.Hit{Key: fmt.Sprintf("{h}:heavy%d", i), Rule: r, Cost: 1}
+		keys[i] = keyVersion + hits[i].Key
+	}
+	// Redis holds scripts, so the heavy decision, sent at once, ends at its
+	// own deadline; had it queued, the queue would hold two.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.do(ctx, time.Time{}, keys, scriptArgs("", modeEach, hits))
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			var ne net.Error
+			if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+				t.Errorf("heavy decision against a paused Redis = %v, want a timeout in Redis", err)
+			}
+			return
+		default:
+		}
+		b.mu.Lock()
+		queued := len(b.queue)
+		b.mu.Unlock()
+		if queued > 1 {
+			t.Fatal("the heavy decision queued behind the batches")
+		}
+		time.Sleep(time.Millisecond) // polling the batcher's state
+	}
+}
