@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -116,15 +117,19 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return server.Run(ctx, server.Options{
-		TLS:                   tlsCfg,
-		GRPCAddr:              hostPort(s.GRPCHost, s.GRPCPort),
-		GRPCUnixSocket:        s.GRPCUDS,
-		HTTPAddr:              hostPort(s.Host, s.Port),
-		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
-		Service:               svc,
-		JSON:                  jsonEndpoint(s, svc),
-		MaxRequestBytes:       s.RequestMaxBytes,
-		MaxConcurrentStreams:  uint32(s.GRPCMaxConcurrentStreams),
+		TLS:                  tlsCfg,
+		GRPCAddr:             hostPort(s.GRPCHost, s.GRPCPort),
+		GRPCUnixSocket:       s.GRPCUDS,
+		HTTPAddr:             hostPort(s.Host, s.Port),
+		DebugAddr:            hostPort(s.DebugHost, s.DebugPort),
+		Service:              svc,
+		JSON:                 jsonEndpoint(s, svc),
+		MaxRequestBytes:      s.RequestMaxBytes,
+		MaxConcurrentStreams: uint32(s.GRPCMaxConcurrentStreams),
+		MaxConnectionIdle:    s.GRPCMaxConnectionIdle,
+		Guard: server.GuardOptions{MaxConnections: s.GRPCMaxConnections, MaxInFlight: s.GRPCMaxCallsInFlight,
+			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout},
+		OnGuard:               guardEvents(reg, log),
 		Health:                health,
 		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler()},
 		Metrics:               reg.Handler(),
@@ -171,6 +176,30 @@ func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, reason, http.StatusForbidden)
 	})
+}
+
+// guardEvents counts what the gRPC guards did, by event, and logs a
+// connection they closed at most once per event and 10 s (an attacker
+// must not flood the log either).
+func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(server.GuardEvent) {
+	events := []server.GuardEvent{server.EventConnectionRefused, server.EventCallRefused, server.EventRapidReset, server.EventUnreadAnswers}
+	counts := make(map[server.GuardEvent]*atomic.Uint64, len(events))
+	logged := make(map[server.GuardEvent]*atomic.Int64, len(events))
+	for _, e := range events {
+		counts[e], logged[e] = new(atomic.Uint64), new(atomic.Int64)
+		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed or refused and calls refused by the listener's guards, by event.",
+			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
+	}
+	return func(e server.GuardEvent) {
+		counts[e].Add(1)
+		if e != server.EventRapidReset && e != server.EventUnreadAnswers {
+			return
+		}
+		now := time.Now().UnixNano()
+		if last := logged[e].Load(); now-last > int64(10*time.Second) && logged[e].CompareAndSwap(last, now) {
+			log.WithField("event", string(e)).Warn("closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)")
+		}
+	}
 }
 
 // countEvictions exports how many live counters a memory store dropped

@@ -52,6 +52,7 @@ type Registry struct {
 	backendErrors   prometheus.Counter
 	backendDuration prometheus.Histogram
 	shadowOverrides prometheus.Counter
+	cancelled       prometheus.Counter
 	failurePolicy   *prometheus.CounterVec
 
 	statsMu    sync.Mutex
@@ -103,6 +104,8 @@ func New(o Options) *Registry {
 		Help: "Store call latency (one round trip for Redis).", Buckets: latencyBuckets})
 	r.shadowOverrides = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_global_shadow_mode_total",
 		Help: "OVER_LIMIT answers turned into OK by SHADOW_MODE."})
+	r.cancelled = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_requests_cancelled_total",
+		Help: "ShouldRateLimit calls the client cancelled before they were handled; no decision was made."})
 	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
 		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
 	if o.Reference {
@@ -117,7 +120,7 @@ func New(o Options) *Registry {
 	for _, p := range []string{"error", "allow", "deny", "local"} {
 		r.failurePolicy.WithLabelValues(p)
 	}
-	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy,
+	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy, r.cancelled,
 		ruleCollector{r}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
@@ -206,6 +209,9 @@ func (r *Registry) Request(code string, d time.Duration) {
 		q.observe(d)
 	}
 }
+
+// Cancelled records a call cancelled before it was handled.
+func (r *Registry) Cancelled() { r.cancelled.Inc() }
 
 // Backend records one store call.
 func (r *Registry) Backend(d time.Duration, err error) {

@@ -70,6 +70,13 @@ type Options struct {
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// (GRPC_MAX_CONCURRENT_STREAMS); 0 means DefaultMaxConcurrentStreams.
 	MaxConcurrentStreams uint32
+	// MaxConnectionIdle closes a gRPC connection without calls for this
+	// long (GRPC_MAX_CONNECTION_IDLE); 0 never.
+	MaxConnectionIdle time.Duration
+	// Guard bounds what one client may take of the gRPC listener (see
+	// GuardOptions); OnGuard, when set, hears each time a guard acts.
+	Guard   GuardOptions
+	OnGuard func(GuardEvent)
 	// Timeouts bounds slow or silent clients; zero fields take
 	// DefaultTimeouts' values.
 	Timeouts Timeouts
@@ -146,6 +153,10 @@ func Run(ctx context.Context, o Options) error {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
 	o.Timeouts = o.Timeouts.withDefaults()
+	o.Guard = o.Guard.withDefaults()
+	if o.OnGuard == nil {
+		o.OnGuard = func(GuardEvent) {}
+	}
 	lis := make([]net.Listener, 0, 3)
 	defer func() {
 		for _, l := range lis {
@@ -172,6 +183,8 @@ func Run(ctx context.Context, o Options) error {
 		o.Logger.Infof("listening for %s on %s", a.name, l.Addr())
 	}
 
+	// The guards watch plaintext HTTP/2; under TLS they only cap connections.
+	lis[0] = newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
 	gs := grpc.NewServer(grpcOptions(o)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
 	hs := health.NewServer()
@@ -300,8 +313,9 @@ func grpcOptions(o Options) []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(o.Timeouts.Handshake),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time: o.Timeouts.KeepaliveTime, Timeout: o.Timeouts.KeepaliveTimeout,
+			Time: o.Timeouts.KeepaliveTime, Timeout: o.Timeouts.KeepaliveTimeout, MaxConnectionIdle: o.MaxConnectionIdle,
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
+		grpc.ChainUnaryInterceptor(inFlightLimit(o.Guard.MaxInFlight, o.OnGuard)),
 		keepaliveEnforcement(keepaliveMinTime),
 		grpc.ForceServerCodecV2(newLenientCodec()))
 	return append(sopts, Tuning()...)

@@ -95,6 +95,12 @@ func New(opts Options) (*Server, error) {
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := ctx.Err(); err != nil {
+		// Cancelled before it began (a client resetting its streams):
+		// nothing to decide, nothing to count as a decision.
+		s.opts.Metrics.Cancelled()
+		return nil, status.FromContextError(err).Err()
+	}
 	start := time.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
 	s.opts.Metrics.Request(outcomeLabel(resp, err), time.Since(start))
@@ -131,6 +137,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(plan.Hits) > s.opts.Limits.MaxKeys {
 		return nil, status.Errorf(codes.InvalidArgument, "the descriptors match %d limits (store keys), at most %d allowed (REQUEST_MAX_KEYS)",
 			len(plan.Hits), s.opts.Limits.MaxKeys)
+	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled while it was planned: the store is spared the work.
+		return nil, status.FromContextError(err).Err()
 	}
 	var outcomes []limiter.Outcome
 	if len(plan.Hits) > 0 {

@@ -50,6 +50,15 @@ type Settings struct {
 	// GRPCMaxConcurrentStreams bounds the calls in flight on one gRPC
 	// connection (ours).
 	GRPCMaxConcurrentStreams int `envconfig:"GRPC_MAX_CONCURRENT_STREAMS" default:"1000"`
+	// Guards against one client taking the gRPC listener (ours): open
+	// connections, calls in flight across them, how long a connection may
+	// sit without calls, and how long an answer may wait for the client to
+	// read it before its connection is closed.
+	GRPCMaxConnections     int           `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
+	GRPCMaxCallsInFlight   int           `envconfig:"GRPC_MAX_CALLS_IN_FLIGHT" default:"10000"`
+	GRPCMaxConnectionIdle  time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
+	GRPCStreamWriteTimeout time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
+	GRPCMaxResetsPerSecond int           `envconfig:"GRPC_MAX_RESETS_PER_SECOND" default:"200"`
 	// JSONEndpointEnabled serves POST /json on the HTTP port. Unset: on,
 	// except when gRPC requires client certificates, since the HTTP port
 	// has none and would let any client around them.
@@ -532,8 +541,11 @@ func (s Settings) Validate() error {
 	if _, err := pairs(s.XDSAdditionalHeaders, ":"); err != nil {
 		bad("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "%v (want k1:v1,k2:v2)", err)
 	}
-	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 {
-		bad("GRPC_MAX_CONNECTION_AGE", "and GRPC_MAX_CONNECTION_AGE_GRACE must not be negative")
+	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 || s.GRPCMaxConnectionIdle < 0 {
+		bad("GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE and GRPC_MAX_CONNECTION_IDLE must not be negative")
+	}
+	if s.GRPCStreamWriteTimeout <= 0 {
+		bad("GRPC_STREAM_WRITE_TIMEOUT", "must be positive, got %v", s.GRPCStreamWriteTimeout)
 	}
 	if s.StatsdProtocol != "tcp" && s.StatsdProtocol != "udp" {
 		bad("STATSD_PROTOCOL", "unknown protocol %q (want tcp or udp)", s.StatsdProtocol)
@@ -579,7 +591,8 @@ func (s Settings) Validate() error {
 		v    int
 	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries},
 		{"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}, {"REQUEST_MAX_BYTES", s.RequestMaxBytes},
-		{"REQUEST_MAX_KEYS", s.RequestMaxKeys},
+		{"REQUEST_MAX_KEYS", s.RequestMaxKeys}, {"GRPC_MAX_CONNECTIONS", s.GRPCMaxConnections},
+		{"GRPC_MAX_CALLS_IN_FLIGHT", s.GRPCMaxCallsInFlight}, {"GRPC_MAX_RESETS_PER_SECOND", s.GRPCMaxResetsPerSecond},
 		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
 		if l.v < 1 {
 			bad(l.name, "must be at least 1, got %d", l.v)

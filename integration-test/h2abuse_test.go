@@ -1,0 +1,205 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/proto"
+)
+
+// h2 is a raw HTTP/2 client connection, for what no well-behaved client
+// does.
+type h2 struct {
+	t    *testing.T
+	conn net.Conn
+	fr   *http2.Framer
+	hdrs []byte // the header block of a ShouldRateLimit call
+	// wmu serializes writes: the reader acknowledges settings while the
+	// test writes, and a Framer's writes are not safe for concurrent use.
+	wmu sync.Mutex
+}
+
+// dialH2 connects, sends the preface and settings, and returns the
+// connection; frames arrive on the returned channel until it closes.
+func dialH2(t *testing.T, addr string, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	// A write error (the server closed the connection at once) shows as
+	// the frames channel closing.
+	_, _ = io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	_ = fr.WriteSettings(settings...)
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	c := &h2{t: t, conn: conn, fr: fr, hdrs: block.Bytes()}
+	frames := make(chan http2.Frame, 1024)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+				c.wmu.Lock()
+				_ = fr.WriteSettingsAck()
+				c.wmu.Unlock()
+			}
+			select {
+			case frames <- f:
+			default: // the test reads what it needs; the rest may go
+			}
+		}
+	}()
+	return c, frames
+}
+
+// call opens stream id with a ShouldRateLimit request, whole.
+func (c *h2) call(id uint32, req *rlsv3.RateLimitRequest) error {
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	body := make([]byte, 5+len(msg))
+	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
+	copy(body[5:], msg)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hdrs, EndHeaders: true}); err != nil {
+		return err
+	}
+	return c.fr.WriteData(id, true, body)
+}
+
+// reset cancels stream id.
+func (c *h2) reset(id uint32) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+}
+
+// goAway waits for the server's GOAWAY (or the end of the connection) and
+// returns its error code; ok is false if the connection ended without one.
+func goAway(t *testing.T, frames <-chan http2.Frame) (code http2.ErrCode, ok bool) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case f, open := <-frames:
+			if !open {
+				return 0, false
+			}
+			if g, is := f.(*http2.GoAwayFrame); is {
+				return g.ErrCode, true
+			}
+		case <-timeout:
+			t.Fatal("no GOAWAY within 20 s")
+		}
+	}
+}
+
+// TestRapidResetIsCutOff: a connection that opens and cancels streams as
+// fast as it can (HTTP/2 rapid reset) is answered GOAWAY
+// (ENHANCE_YOUR_CALM) and closed, and the service keeps answering others.
+func TestRapidResetIsCutOff(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	c, frames := dialH2(t, p.grpcAddr)
+	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+	go func() {
+		for i := uint32(0); i < 5000; i++ {
+			id := 2*i + 1
+			if c.call(id, req) != nil || c.reset(id) != nil {
+				return // the server closed the connection
+			}
+		}
+	}()
+	if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("rapid reset answered with GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
+	}
+	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a well-behaved client after the attack: %v", got)
+	}
+	if m := metricsBody(t, p); !bytes.Contains([]byte(m), []byte(`ratelimit_grpc_guard_total{event="rapid_reset"} 1`)) {
+		t.Errorf("the closed connection is not counted:\n%s", m)
+	}
+}
+
+// TestUnreadAnswersAreDropped: a client that advertises a zero window and
+// so never lets an answer through holds its streams only until
+// GRPC_STREAM_WRITE_TIMEOUT: then its connection is closed with GOAWAY and
+// what it held is freed.
+func TestUnreadAnswersAreDropped(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_STREAM_WRITE_TIMEOUT"] = "2s"
+	p := start(t, env)
+	c, frames := dialH2(t, p.grpcAddr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	for i := uint32(0); i < 50; i++ {
+		if err := c.call(2*i+1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + strconv.Itoa(int(i))))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("a client that reads no answer: GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
+	}
+	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a well-behaved client meanwhile: %v", got)
+	}
+}
+
+// TestConnectionCap: past GRPC_MAX_CONNECTIONS a new connection is closed
+// at once; when one of the others goes, a new one is served again.
+func TestConnectionCap(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_MAX_CONNECTIONS"] = "3"
+	p := start(t, env)
+	var held []*h2
+	for range 3 {
+		c, _ := dialH2(t, p.grpcAddr)
+		held = append(held, c)
+	}
+	_, frames := dialH2(t, p.grpcAddr)
+	if _, ok := goAway(t, frames); ok {
+		t.Error("the fourth connection was served, want it closed at once")
+	}
+	held[0].conn.Close()
+	eventually(t, "a connection is served once another went", func() bool {
+		c, frames := dialH2(t, p.grpcAddr)
+		if err := c.call(1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=x"))}); err != nil {
+			return false
+		}
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case f, open := <-frames:
+				if !open {
+					return false
+				}
+				if _, ok := f.(*http2.MetaHeadersFrame); ok {
+					c.conn.Close()
+					return true
+				}
+			case <-timeout:
+				return false
+			}
+		}
+	})
+}

@@ -1,0 +1,343 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Guards against one client taking the gRPC listener away from the others.
+//
+// grpc-go owns HTTP/2 on a connection, so what it cannot see coming is
+// watched below it: guardListener caps the connections, and every accepted
+// connection is a guardConn, which reads the frame headers going both ways
+// (nine bytes a frame; payloads are skipped, never copied). With them it
+// closes, with a GOAWAY of ENHANCE_YOUR_CALM written between two of
+// grpc-go's frames:
+//
+//   - a rapid reset: more than ResetsPerSecond streams the client itself
+//     reset within a second (CVE-2023-44487: each reset stream costs the
+//     server a handler, the client nothing);
+//   - a connection whose answers are not read: an answer whose headers went
+//     out but whose message could not follow for StreamWriteTimeout. Only
+//     the client's flow control holds a message back (headers are not
+//     flow-controlled), so such a client is not reading, and every answer
+//     it holds this way holds memory. A long-lived stream that does send
+//     (a health Watch) is not held against it.
+//
+// A TLS connection is watched as bytes on the wire are encrypted: the
+// guard then only caps connections.
+
+// GuardOptions configure the guards; zero fields take DefaultGuard's values.
+type GuardOptions struct {
+	// MaxConnections caps open gRPC connections; past it, a new one is
+	// closed at once (GRPC_MAX_CONNECTIONS).
+	MaxConnections int
+	// MaxInFlight caps ShouldRateLimit calls being handled at once across
+	// all connections; past it, a call is answered ResourceExhausted at once
+	// (GRPC_MAX_CALLS_IN_FLIGHT).
+	MaxInFlight int
+	// ResetsPerSecond is how many streams a client may reset in a second
+	// before its connection is closed.
+	ResetsPerSecond int
+	// StreamWriteTimeout is how long a stream may stay open before its
+	// connection is taken to be one whose answers are not read.
+	StreamWriteTimeout time.Duration
+}
+
+// DefaultGuard fits a mesh: thousands of Envoy connections, each with far
+// fewer resets than calls, every call answered within seconds.
+var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second}
+
+func (g GuardOptions) withDefaults() GuardOptions {
+	if g.MaxConnections <= 0 {
+		g.MaxConnections = DefaultGuard.MaxConnections
+	}
+	if g.MaxInFlight <= 0 {
+		g.MaxInFlight = DefaultGuard.MaxInFlight
+	}
+	if g.ResetsPerSecond <= 0 {
+		g.ResetsPerSecond = DefaultGuard.ResetsPerSecond
+	}
+	if g.StreamWriteTimeout <= 0 {
+		g.StreamWriteTimeout = DefaultGuard.StreamWriteTimeout
+	}
+	return g
+}
+
+// GuardEvent names why a guard acted, for metrics and logs.
+type GuardEvent string
+
+// The guards' events.
+const (
+	EventConnectionRefused GuardEvent = "connection_refused" // past MaxConnections
+	EventCallRefused       GuardEvent = "call_refused"       // past MaxInFlight
+	EventRapidReset        GuardEvent = "rapid_reset"        // closed: too many resets
+	EventUnreadAnswers     GuardEvent = "unread_answers"     // closed: a stream outlived StreamWriteTimeout
+)
+
+// inFlightLimit is a unary interceptor that answers ResourceExhausted past
+// max calls in flight, rather than letting them queue without bound.
+func inFlightLimit(max int, note func(GuardEvent)) grpc.UnaryServerInterceptor {
+	sem := make(chan struct{}, max)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		select {
+		case sem <- struct{}{}:
+		default:
+			note(EventCallRefused)
+			return nil, status.Errorf(codes.ResourceExhausted, "more than %d calls in flight (GRPC_MAX_CALLS_IN_FLIGHT)", max)
+		}
+		defer func() { <-sem }()
+		return handler(ctx, req)
+	}
+}
+
+// guardListener caps connections and wraps each in a guardConn.
+type guardListener struct {
+	net.Listener
+	o     GuardOptions
+	note  func(GuardEvent)
+	open  atomic.Int64
+	watch bool // parse frames: the listener carries plaintext HTTP/2
+	conns sync.Map
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
+	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{})}
+	if watch {
+		go gl.sweep()
+	}
+	return gl
+}
+
+func (gl *guardListener) Accept() (net.Conn, error) {
+	for {
+		c, err := gl.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if gl.open.Add(1) > int64(gl.o.MaxConnections) {
+			gl.open.Add(-1)
+			gl.note(EventConnectionRefused)
+			_ = c.Close()
+			continue
+		}
+		gc := &guardConn{Conn: c, gl: gl, waiting: map[uint32]int64{}, in: frameReader{preface: len(clientPreface)}}
+		if gl.watch {
+			gl.conns.Store(gc, struct{}{})
+		}
+		return gc, nil
+	}
+}
+
+func (gl *guardListener) Close() error {
+	gl.once.Do(func() { close(gl.stop) })
+	return gl.Listener.Close()
+}
+
+// sweep closes, once a second, the connections holding a stream older than
+// StreamWriteTimeout.
+func (gl *guardListener) sweep() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-gl.stop:
+			return
+		case now := <-t.C:
+			gl.conns.Range(func(k, _ any) bool {
+				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
+					c.goAway(EventUnreadAnswers)
+				}
+				return true
+			})
+		}
+	}
+}
+
+// clientPreface is what an HTTP/2 client sends before its first frame.
+const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// HTTP/2 frame types and flags the guard reads.
+const (
+	frameData     = 0x0
+	frameHeaders  = 0x1
+	frameRST      = 0x3
+	frameGoAway   = 0x7
+	flagEndStream = 0x1
+	frameHeader   = 9
+	errCalm       = 0xb // ENHANCE_YOUR_CALM
+)
+
+// frameReader follows frame boundaries in one direction of a connection.
+type frameReader struct {
+	preface int // preface bytes still to skip
+	hdr     [frameHeader]byte
+	have    int    // bytes of hdr read
+	skip    uint32 // payload bytes of the current frame still to pass
+}
+
+// feed passes b through, calling frame for each complete frame header.
+func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32)) {
+	for len(b) > 0 {
+		switch {
+		case f.preface > 0:
+			n := min(f.preface, len(b))
+			f.preface -= n
+			b = b[n:]
+		case f.skip > 0:
+			n := min(int(f.skip), len(b))
+			f.skip -= uint32(n)
+			b = b[n:]
+		default:
+			n := copy(f.hdr[f.have:], b)
+			f.have += n
+			b = b[n:]
+			if f.have == frameHeader {
+				f.have = 0
+				f.skip = uint32(f.hdr[0])<<16 | uint32(f.hdr[1])<<8 | uint32(f.hdr[2])
+				frame(f.hdr[3], f.hdr[4], binary.BigEndian.Uint32(f.hdr[5:9])&0x7fffffff)
+			}
+		}
+	}
+}
+
+// atBoundary reports whether the stream of frames is between two frames.
+func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 && f.have == 0 }
+
+// guardConn watches one connection's frames; see the package note above.
+type guardConn struct {
+	net.Conn
+	gl     *guardListener
+	closed atomic.Bool
+
+	in frameReader // the client's frames; touched by grpc-go's reader only
+
+	mu      sync.Mutex
+	out     frameReader      // the server's frames, as written
+	waiting map[uint32]int64 // streams whose answer's headers went out, but no message yet → when (ns)
+	last    uint32           // highest client stream seen
+	resets  int              // client resets in the current second
+	second  int64            // that second (unix)
+	pending GuardEvent       // a GOAWAY to write at the next frame boundary
+}
+
+func (c *guardConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.gl.watch {
+		c.in.feed(b[:n], c.inbound)
+	}
+	return n, err
+}
+
+func (c *guardConn) inbound(typ, flags byte, stream uint32) {
+	if stream == 0 || stream%2 == 0 {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	var event GuardEvent
+	switch typ {
+	case frameHeaders:
+		c.last = max(c.last, stream)
+	case frameRST:
+		delete(c.waiting, stream)
+		if s := now.Unix(); s != c.second {
+			c.second, c.resets = s, 0
+		}
+		if c.resets++; c.resets > c.gl.o.ResetsPerSecond {
+			event = EventRapidReset
+		}
+	}
+	c.mu.Unlock()
+	if event != "" {
+		c.goAway(event)
+	}
+}
+
+func (c *guardConn) Write(b []byte) (int, error) {
+	if !c.gl.watch {
+		return c.Conn.Write(b)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.Conn.Write(b)
+	c.out.feed(b[:n], c.outbound)
+	if c.pending != "" && err == nil && c.out.atBoundary() {
+		c.writeGoAwayLocked()
+	}
+	return n, err
+}
+
+// outbound starts waiting for a stream's message when its answer's headers
+// go out, and stops when a message does, or the stream ends.
+func (c *guardConn) outbound(typ, flags byte, stream uint32) {
+	switch {
+	case typ == frameHeaders && flags&flagEndStream == 0:
+		if _, ok := c.waiting[stream]; !ok {
+			c.waiting[stream] = time.Now().UnixNano()
+		}
+	case typ == frameHeaders, typ == frameData, typ == frameRST:
+		delete(c.waiting, stream)
+	}
+}
+
+// oldestWaiting is when the longest-waiting answer's headers went out (ns),
+// or the maximum when none waits.
+func (c *guardConn) oldestWaiting() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	oldest := int64(1<<63 - 1)
+	for _, t := range c.waiting {
+		oldest = min(oldest, t)
+	}
+	return oldest
+}
+
+// goAway ends the connection for event: at once if the server's frames are
+// between two frames, else right after grpc-go's next write completes one;
+// a second later in any case.
+func (c *guardConn) goAway(event GuardEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() || c.pending != "" {
+		return
+	}
+	c.pending = event
+	if c.out.atBoundary() {
+		c.writeGoAwayLocked()
+		return
+	}
+	time.AfterFunc(time.Second, func() { _ = c.Close() })
+}
+
+// writeGoAwayLocked writes GOAWAY(ENHANCE_YOUR_CALM) naming the last
+// client stream seen, and closes the connection.
+func (c *guardConn) writeGoAwayLocked() {
+	var f [frameHeader + 8]byte
+	f[2] = 8
+	f[3] = frameGoAway
+	binary.BigEndian.PutUint32(f[9:], c.last)
+	binary.BigEndian.PutUint32(f[13:], errCalm)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Conn.Write(f[:])
+	c.gl.note(c.pending)
+	_ = c.Close()
+}
+
+func (c *guardConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.gl.open.Add(-1)
+		c.gl.conns.Delete(c)
+	}
+	return c.Conn.Close()
+}
