@@ -109,10 +109,14 @@ type guardListener struct {
 	conns sync.Map
 	stop  chan struct{}
 	once  sync.Once
+	// now is the sweeper's clock (ns), a second coarse: stamping each
+	// stream with it costs a load, not a clock read.
+	now atomic.Int64
 }
 
 func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
 	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{})}
+	gl.now.Store(time.Now().UnixNano())
 	if watch {
 		go gl.sweep()
 	}
@@ -154,6 +158,7 @@ func (gl *guardListener) sweep() {
 		case <-gl.stop:
 			return
 		case now := <-t.C:
+			gl.now.Store(now.UnixNano())
 			gl.conns.Range(func(k, _ any) bool {
 				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
 					c.goAway(EventUnreadAnswers)
@@ -243,7 +248,9 @@ func (c *guardConn) inbound(typ, flags byte, stream uint32) {
 	if stream == 0 || stream%2 == 0 {
 		return
 	}
-	now := time.Now()
+	if typ != frameHeaders && typ != frameRST {
+		return
+	}
 	c.mu.Lock()
 	var event GuardEvent
 	switch typ {
@@ -251,7 +258,7 @@ func (c *guardConn) inbound(typ, flags byte, stream uint32) {
 		c.last = max(c.last, stream)
 	case frameRST:
 		delete(c.waiting, stream)
-		if s := now.Unix(); s != c.second {
+		if s := time.Now().Unix(); s != c.second {
 			c.second, c.resets = s, 0
 		}
 		if c.resets++; c.resets > c.gl.o.ResetsPerSecond {
@@ -284,7 +291,7 @@ func (c *guardConn) outbound(typ, flags byte, stream uint32) {
 	switch {
 	case typ == frameHeaders && flags&flagEndStream == 0:
 		if _, ok := c.waiting[stream]; !ok {
-			c.waiting[stream] = time.Now().UnixNano()
+			c.waiting[stream] = c.gl.now.Load()
 		}
 	case typ == frameHeaders, typ == frameData, typ == frameRST:
 		delete(c.waiting, stream)
