@@ -56,7 +56,7 @@ BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
 	$(GO) test ./src/redis -run '^$$' -bench Accuracy -benchtime 1x -timeout 10m
-	$(GO) test ./integration-test -run '^$$' -bench 'Load|ConfigScale' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/default.pgo (profile-guided optimisation; every
 # `go build` of the server uses it) from the load benchmark's CPU profiles.

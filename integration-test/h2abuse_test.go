@@ -19,7 +19,7 @@ import (
 // h2 is a raw HTTP/2 client connection, for what no well-behaved client
 // does.
 type h2 struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	fr   *http2.Framer
 	hdrs []byte // the header block of a ShouldRateLimit call
@@ -30,7 +30,7 @@ type h2 struct {
 
 // dialH2 connects, sends the preface and settings, and returns the
 // connection; frames arrive on the returned channel until it closes.
-func dialH2(t *testing.T, addr string, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
+func dialH2(t testing.TB, addr string, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -122,6 +122,7 @@ func goAway(t *testing.T, frames <-chan http2.Frame) (code http2.ErrCode, ok boo
 // (ENHANCE_YOUR_CALM) and closed, and the service keeps answering others.
 func TestRapidResetIsCutOff(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the attack
 	c, frames := dialH2(t, p.grpcAddr)
 	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
 	go func() {
@@ -138,8 +139,16 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved client after the attack: %v", got)
 	}
-	if m := metricsBody(t, p); !bytes.Contains([]byte(m), []byte(`ratelimit_grpc_guard_total{event="rapid_reset"} 1`)) {
-		t.Errorf("the closed connection is not counted:\n%s", m)
+	// The attacker's address cools down: redialling gets it nothing.
+	_, again := dialH2(t, p.grpcAddr)
+	if _, ok := goAway(t, again); ok {
+		t.Error("a new connection from the attacker's address was served during GRPC_ABUSE_COOLDOWN")
+	}
+	m := metricsBody(t, p)
+	for _, want := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"} 1`, `ratelimit_grpc_guard_total{event="connection_refused"} 1`} {
+		if !bytes.Contains([]byte(m), []byte(want)) {
+			t.Errorf("metrics lack %s:\n%s", want, m)
+		}
 	}
 }
 
@@ -151,6 +160,7 @@ func TestUnreadAnswersAreDropped(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["GRPC_STREAM_WRITE_TIMEOUT"] = "2s"
 	p := start(t, env)
+	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the abuse
 	c, frames := dialH2(t, p.grpcAddr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	for i := uint32(0); i < 50; i++ {
 		if err := c.call(2*i+1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + strconv.Itoa(int(i))))}); err != nil {

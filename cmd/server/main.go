@@ -128,7 +128,7 @@ func run(ctx context.Context) error {
 		MaxConcurrentStreams: uint32(s.GRPCMaxConcurrentStreams),
 		MaxConnectionIdle:    s.GRPCMaxConnectionIdle,
 		Guard: server.GuardOptions{MaxConnections: s.GRPCMaxConnections, MaxInFlight: s.GRPCMaxCallsInFlight,
-			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout},
+			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout, Cooldown: cooldown(s)},
 		OnGuard:               guardEvents(reg, log),
 		Health:                health,
 		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler()},
@@ -176,6 +176,14 @@ func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, reason, http.StatusForbidden)
 	})
+}
+
+// cooldown is GRPC_ABUSE_COOLDOWN as the guard takes it: 0 turns it off.
+func cooldown(s settings.Settings) time.Duration {
+	if s.GRPCAbuseCooldown == 0 {
+		return -1
+	}
+	return s.GRPCAbuseCooldown
 }
 
 // guardEvents counts what the gRPC guards did, by event, and logs a

@@ -50,11 +50,17 @@ type GuardOptions struct {
 	// StreamWriteTimeout is how long a stream may stay open before its
 	// connection is taken to be one whose answers are not read.
 	StreamWriteTimeout time.Duration
+	// Cooldown is how long new connections from an address are refused
+	// after one of its connections was closed for abuse: an attacker that
+	// simply redials would otherwise get a fresh budget each time
+	// (GRPC_ABUSE_COOLDOWN). Connections it already holds are not touched.
+	Cooldown time.Duration
 }
 
 // DefaultGuard fits a mesh: thousands of Envoy connections, each with far
 // fewer resets than calls, every call answered within seconds.
-var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second}
+var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
+	Cooldown: 10 * time.Second}
 
 func (g GuardOptions) withDefaults() GuardOptions {
 	if g.MaxConnections <= 0 {
@@ -68,6 +74,11 @@ func (g GuardOptions) withDefaults() GuardOptions {
 	}
 	if g.StreamWriteTimeout <= 0 {
 		g.StreamWriteTimeout = DefaultGuard.StreamWriteTimeout
+	}
+	if g.Cooldown < 0 {
+		g.Cooldown = 0
+	} else if g.Cooldown == 0 {
+		g.Cooldown = DefaultGuard.Cooldown
 	}
 	return g
 }
@@ -107,8 +118,10 @@ type guardListener struct {
 	open  atomic.Int64
 	watch bool // parse frames: the listener carries plaintext HTTP/2
 	conns sync.Map
-	stop  chan struct{}
-	once  sync.Once
+	// banned maps an address (IP) to when its cooldown ends (ns).
+	banned sync.Map
+	stop   chan struct{}
+	once   sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
@@ -129,6 +142,11 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		if gl.cooling(c.RemoteAddr()) {
+			gl.note(EventConnectionRefused)
+			_ = c.Close()
+			continue
+		}
 		if gl.open.Add(1) > int64(gl.o.MaxConnections) {
 			gl.open.Add(-1)
 			gl.note(EventConnectionRefused)
@@ -141,6 +159,34 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 		}
 		return gc, nil
 	}
+}
+
+// cooling reports whether addr's host is in its cooldown after an abuse.
+func (gl *guardListener) cooling(addr net.Addr) bool {
+	host := hostOf(addr)
+	until, ok := gl.banned.Load(host)
+	if !ok {
+		return false
+	}
+	if time.Now().UnixNano() < until.(int64) {
+		return true
+	}
+	gl.banned.Delete(host)
+	return false
+}
+
+// ban starts addr's host's cooldown.
+func (gl *guardListener) ban(addr net.Addr) {
+	if gl.o.Cooldown > 0 {
+		gl.banned.Store(hostOf(addr), time.Now().Add(gl.o.Cooldown).UnixNano())
+	}
+}
+
+func hostOf(addr net.Addr) string {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return addr.String()
 }
 
 func (gl *guardListener) Close() error {
@@ -159,6 +205,12 @@ func (gl *guardListener) sweep() {
 			return
 		case now := <-t.C:
 			gl.now.Store(now.UnixNano())
+			gl.banned.Range(func(k, v any) bool {
+				if v.(int64) <= now.UnixNano() {
+					gl.banned.Delete(k)
+				}
+				return true
+			})
 			gl.conns.Range(func(k, _ any) bool {
 				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
 					c.goAway(EventUnreadAnswers)
@@ -191,8 +243,11 @@ type frameReader struct {
 	skip    uint32 // payload bytes of the current frame still to pass
 }
 
-// feed passes b through, calling frame for each complete frame header.
-func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32)) {
+// feed passes b through, calling frame for each complete frame header,
+// and returns how many bytes it passed: all of them, unless frame returns
+// true (stop), which ends the pass right after that frame's header.
+func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) (stop bool)) int {
+	total := len(b)
 	for len(b) > 0 {
 		switch {
 		case f.preface > 0:
@@ -210,10 +265,13 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32))
 			if f.have == frameHeader {
 				f.have = 0
 				f.skip = uint32(f.hdr[0])<<16 | uint32(f.hdr[1])<<8 | uint32(f.hdr[2])
-				frame(f.hdr[3], f.hdr[4], binary.BigEndian.Uint32(f.hdr[5:9])&0x7fffffff)
+				if frame(f.hdr[3], f.hdr[4], binary.BigEndian.Uint32(f.hdr[5:9])&0x7fffffff) {
+					return total - len(b)
+				}
 			}
 		}
 	}
+	return total
 }
 
 // atBoundary reports whether the stream of frames is between two frames.
@@ -232,43 +290,58 @@ type guardConn struct {
 	waiting map[uint32]int64 // streams whose answer's headers went out, but no message yet → when (ns)
 	last    uint32           // highest client stream seen
 	resets  int              // client resets in the current second
+	opened  int              // client streams opened in it
 	second  int64            // that second (unix)
+	cut     atomic.Bool      // reads end: a guard tripped
 	pending GuardEvent       // a GOAWAY to write at the next frame boundary
 }
 
 func (c *guardConn) Read(b []byte) (int, error) {
+	if c.cut.Load() {
+		return 0, net.ErrClosed
+	}
 	n, err := c.Conn.Read(b)
 	if n > 0 && c.gl.watch {
-		c.in.feed(b[:n], c.inbound)
+		// Bytes past the frame that tripped a guard never reach grpc-go:
+		// a read carries hundreds of an attacker's frames, each a stream
+		// it would otherwise still start.
+		n = c.in.feed(b[:n], c.inbound)
 	}
 	return n, err
 }
 
-func (c *guardConn) inbound(typ, flags byte, stream uint32) {
-	if stream == 0 || stream%2 == 0 {
-		return
-	}
-	if typ != frameHeaders && typ != frameRST {
-		return
+// inbound follows the client's streams and resets; it reports true when
+// the connection is to be cut.
+func (c *guardConn) inbound(typ, flags byte, stream uint32) bool {
+	if stream == 0 || stream%2 == 0 || (typ != frameHeaders && typ != frameRST) {
+		return false
 	}
 	c.mu.Lock()
 	var event GuardEvent
+	if s := c.gl.now.Load() / int64(time.Second); s != c.second {
+		c.second, c.resets, c.opened = s, 0, 0
+	}
 	switch typ {
 	case frameHeaders:
-		c.last = max(c.last, stream)
+		if stream > c.last {
+			c.last = stream
+			c.opened++
+		}
 	case frameRST:
 		delete(c.waiting, stream)
-		if s := time.Now().Unix(); s != c.second {
-			c.second, c.resets = s, 0
-		}
-		if c.resets++; c.resets > c.gl.o.ResetsPerSecond {
+		// Many resets, and most of the streams opened: a client that
+		// cancels what it asks as a habit, not now and then.
+		if c.resets++; c.resets > c.gl.o.ResetsPerSecond && 2*c.resets > c.opened {
 			event = EventRapidReset
 		}
 	}
 	c.mu.Unlock()
-	if event != "" {
-		c.goAway(event)
+	if event == "" {
+		return false
 	}
+	c.cut.Store(true)
+	c.goAway(event)
+	return true
 }
 
 func (c *guardConn) Write(b []byte) (int, error) {
@@ -287,7 +360,7 @@ func (c *guardConn) Write(b []byte) (int, error) {
 
 // outbound starts waiting for a stream's message when its answer's headers
 // go out, and stops when a message does, or the stream ends.
-func (c *guardConn) outbound(typ, flags byte, stream uint32) {
+func (c *guardConn) outbound(typ, flags byte, stream uint32) bool {
 	switch {
 	case typ == frameHeaders && flags&flagEndStream == 0:
 		if _, ok := c.waiting[stream]; !ok {
@@ -296,6 +369,7 @@ func (c *guardConn) outbound(typ, flags byte, stream uint32) {
 	case typ == frameHeaders, typ == frameData, typ == frameRST:
 		delete(c.waiting, stream)
 	}
+	return false
 }
 
 // oldestWaiting is when the longest-waiting answer's headers went out (ns),
@@ -320,6 +394,7 @@ func (c *guardConn) goAway(event GuardEvent) {
 		return
 	}
 	c.pending = event
+	c.gl.ban(c.RemoteAddr())
 	if c.out.atBoundary() {
 		c.writeGoAwayLocked()
 		return

@@ -65,7 +65,7 @@ func TestFrameReader(t *testing.T) {
 		var got []frame
 		for rest := wire; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(20))
-			fr.feed(rest[:n], func(typ, flags byte, stream uint32) { got = append(got, frame{typ, flags, stream}) })
+			fr.feed(rest[:n], func(typ, flags byte, stream uint32) bool { got = append(got, frame{typ, flags, stream}); return false })
 			rest = rest[n:]
 		}
 		if !slices.Equal(got, want) || !fr.atBoundary() {

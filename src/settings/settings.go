@@ -59,6 +59,9 @@ type Settings struct {
 	GRPCMaxConnectionIdle  time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
 	GRPCStreamWriteTimeout time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
 	GRPCMaxResetsPerSecond int           `envconfig:"GRPC_MAX_RESETS_PER_SECOND" default:"200"`
+	// GRPCAbuseCooldown refuses new connections from an address for this
+	// long after one of its connections was closed for abuse (0: never).
+	GRPCAbuseCooldown time.Duration `envconfig:"GRPC_ABUSE_COOLDOWN" default:"10s"`
 	// JSONEndpointEnabled serves POST /json on the HTTP port. Unset: on,
 	// except when gRPC requires client certificates, since the HTTP port
 	// has none and would let any client around them.
@@ -543,6 +546,9 @@ func (s Settings) Validate() error {
 	}
 	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 || s.GRPCMaxConnectionIdle < 0 {
 		bad("GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE and GRPC_MAX_CONNECTION_IDLE must not be negative")
+	}
+	if s.GRPCAbuseCooldown < 0 {
+		bad("GRPC_ABUSE_COOLDOWN", "must not be negative, got %v", s.GRPCAbuseCooldown)
 	}
 	if s.GRPCStreamWriteTimeout <= 0 {
 		bad("GRPC_STREAM_WRITE_TIMEOUT", "must be positive, got %v", s.GRPCStreamWriteTimeout)

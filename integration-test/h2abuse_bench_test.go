@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+)
+
+// BenchmarkRapidResetAttack measures what HTTP/2 rapid reset costs
+// well-behaved clients: their throughput (10 callers, closed loop) alone
+// and while four attackers open and reset streams as fast as they can,
+// each redialling whenever the service closes its connection. Reported:
+// both rates, their ratio, and the service's peak resident memory. Loopback
+// only; every loop ends with -load.duration.
+//
+//	go test ./integration-test -run '^$' -bench RapidReset -benchtime 1x -args -load.duration=5s
+func BenchmarkRapidResetAttack(b *testing.B) {
+	p := start(b, writeConfig(b, map[string]string{"it.yaml": basicConfig}))
+	legit := func(d time.Duration) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for g := range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(end); i++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit", "n="+string(rune('a'+g))))})
+					cancel()
+					if err == nil {
+						n.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / d.Seconds()
+	}
+	d := *loadDuration
+	alone := legit(d)
+
+	// attack runs four attackers against addr while legit measures.
+	attack := func(addr string) (rate float64, closed int64) {
+		stop := make(chan struct{})
+		var attacks sync.WaitGroup
+		var goaways atomic.Int64
+		req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+		for range 4 {
+			attacks.Add(1)
+			go func() {
+				defer attacks.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					c, frames := dialH2(b, addr)
+					go func() {
+						for i := uint32(0); i < 100000; i++ {
+							if c.call(2*i+1, req) != nil || c.reset(2*i+1) != nil {
+								return
+							}
+						}
+					}()
+					for f := range frames {
+						if _, ok := f.(*http2.GoAwayFrame); ok {
+							goaways.Add(1)
+						}
+					}
+					c.conn.Close()
+				}
+			}()
+		}
+		rate = legit(d)
+		close(stop)
+		attacks.Wait()
+		return rate, goaways.Load()
+	}
+	// The attackers share this machine's two cores with the service and the
+	// well-behaved callers: their own CPU is measured apart, against a
+	// listener that closes every connection at once.
+	closer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := closer.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	attackerCPU, _ := attack(closer.Addr().String())
+	closer.Close()
+	under, closed := attack(p.grpcAddr)
+	b.ReportMetric(alone, "legit-req/s-alone")
+	b.ReportMetric(under, "legit-req/s-attacked")
+	b.ReportMetric(under/alone, "ratio")
+	b.ReportMetric(attackerCPU, "legit-req/s-beside-attackers-elsewhere")
+	b.ReportMetric(under/attackerCPU, "ratio-to-attackers-elsewhere")
+	b.ReportMetric(float64(closed), "attack-conns-closed")
+	b.ReportMetric(float64(memKB(b, p, "VmHWM"))/1024, "peak-RSS-MiB")
+}
