@@ -175,9 +175,11 @@ func (gl *guardListener) cooling(addr net.Addr) bool {
 	return false
 }
 
-// ban starts addr's host's cooldown.
+// ban starts addr's host's cooldown. Only TCP peers have one: the peers of
+// a Unix socket (GRPC_UDS) share one empty address, and one of them must
+// not shut the others out.
 func (gl *guardListener) ban(addr net.Addr) {
-	if gl.o.Cooldown > 0 {
+	if _, tcp := addr.(*net.TCPAddr); tcp && gl.o.Cooldown > 0 {
 		gl.banned.Store(hostOf(addr), time.Now().Add(gl.o.Cooldown).UnixNano())
 	}
 }
@@ -186,7 +188,7 @@ func hostOf(addr net.Addr) string {
 	if a, ok := addr.(*net.TCPAddr); ok {
 		return a.IP.String()
 	}
-	return addr.String()
+	return ""
 }
 
 func (gl *guardListener) Close() error {
