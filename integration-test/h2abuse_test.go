@@ -175,11 +175,19 @@ func TestUnreadAnswersAreDropped(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: past GRPC_MAX_CONNECTIONS a new connection is closed
-// at once; when one of the others goes, a new one is served again.
+// TestConnectionCap: past GRPC_MAX_CONNECTIONS (and so past
+// GRPC_MAX_CONNECTIONS_PER_ADDRESS, loopback being one address) a new
+// connection is closed at once; when one of the others goes, a new one is
+// served again.
 func TestConnectionCap(t *testing.T) {
+	for _, cap := range []string{"GRPC_MAX_CONNECTIONS", "GRPC_MAX_CONNECTIONS_PER_ADDRESS"} {
+		t.Run(cap, func(t *testing.T) { testConnectionCap(t, cap) })
+	}
+}
+
+func testConnectionCap(t *testing.T, cap string) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
-	env["GRPC_MAX_CONNECTIONS"] = "3"
+	env[cap] = "3"
 	p := start(t, env)
 	var held []*h2
 	for range 3 {

@@ -38,8 +38,10 @@ import (
 // GuardOptions configure the guards; zero fields take DefaultGuard's values.
 type GuardOptions struct {
 	// MaxConnections caps open gRPC connections; past it, a new one is
-	// closed at once (GRPC_MAX_CONNECTIONS).
-	MaxConnections int
+	// closed at once (GRPC_MAX_CONNECTIONS). MaxConnectionsPerAddress caps
+	// those of one client address (GRPC_MAX_CONNECTIONS_PER_ADDRESS), so
+	// that one host cannot hold them all.
+	MaxConnections, MaxConnectionsPerAddress int
 	// MaxInFlight caps ShouldRateLimit calls being handled at once across
 	// all connections; past it, a call is answered ResourceExhausted at once
 	// (GRPC_MAX_CALLS_IN_FLIGHT).
@@ -59,12 +61,15 @@ type GuardOptions struct {
 
 // DefaultGuard fits a mesh: thousands of Envoy connections, each with far
 // fewer resets than calls, every call answered within seconds.
-var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
+var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxConnectionsPerAddress: 1000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
 	Cooldown: 10 * time.Second}
 
 func (g GuardOptions) withDefaults() GuardOptions {
 	if g.MaxConnections <= 0 {
 		g.MaxConnections = DefaultGuard.MaxConnections
+	}
+	if g.MaxConnectionsPerAddress <= 0 {
+		g.MaxConnectionsPerAddress = DefaultGuard.MaxConnectionsPerAddress
 	}
 	if g.MaxInFlight <= 0 {
 		g.MaxInFlight = DefaultGuard.MaxInFlight
@@ -120,15 +125,18 @@ type guardListener struct {
 	conns sync.Map
 	// banned maps an address (IP) to when its cooldown ends (ns).
 	banned sync.Map
-	stop   chan struct{}
-	once   sync.Once
+	// perHost counts open connections by address (IP).
+	hostMu  sync.Mutex
+	perHost map[string]int
+	stop    chan struct{}
+	once    sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
 }
 
 func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
-	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{})}
+	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{}}
 	gl.now.Store(time.Now().UnixNano())
 	if watch {
 		go gl.sweep()
@@ -147,17 +155,44 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		if gl.open.Add(1) > int64(gl.o.MaxConnections) {
-			gl.open.Add(-1)
+		host := hostOf(c.RemoteAddr())
+		if !gl.admit(host) {
 			gl.note(EventConnectionRefused)
 			_ = c.Close()
 			continue
 		}
-		gc := &guardConn{Conn: c, gl: gl, waiting: map[uint32]int64{}, in: frameReader{preface: len(clientPreface)}}
+		gc := &guardConn{Conn: c, gl: gl, host: host, waiting: map[uint32]int64{}, in: frameReader{preface: len(clientPreface)}}
 		if gl.watch {
 			gl.conns.Store(gc, struct{}{})
 		}
 		return gc, nil
+	}
+}
+
+// admit counts a new connection from host, or reports false if it would
+// pass a cap.
+func (gl *guardListener) admit(host string) bool {
+	gl.hostMu.Lock()
+	defer gl.hostMu.Unlock()
+	if gl.open.Load() >= int64(gl.o.MaxConnections) || host != "" && gl.perHost[host] >= gl.o.MaxConnectionsPerAddress {
+		return false
+	}
+	gl.open.Add(1)
+	if host != "" {
+		gl.perHost[host]++
+	}
+	return true
+}
+
+// release uncounts a connection from host.
+func (gl *guardListener) release(host string) {
+	gl.hostMu.Lock()
+	defer gl.hostMu.Unlock()
+	gl.open.Add(-1)
+	if host != "" {
+		if gl.perHost[host]--; gl.perHost[host] <= 0 {
+			delete(gl.perHost, host)
+		}
 	}
 }
 
@@ -283,6 +318,7 @@ func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 &
 type guardConn struct {
 	net.Conn
 	gl     *guardListener
+	host   string // the client's address (IP); empty for a Unix socket
 	closed atomic.Bool
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
@@ -420,7 +456,7 @@ func (c *guardConn) writeGoAwayLocked() {
 
 func (c *guardConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.gl.open.Add(-1)
+		c.gl.release(c.host)
 		c.gl.conns.Delete(c)
 	}
 	return c.Conn.Close()

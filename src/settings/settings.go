@@ -54,11 +54,12 @@ type Settings struct {
 	// connections, calls in flight across them, how long a connection may
 	// sit without calls, and how long an answer may wait for the client to
 	// read it before its connection is closed.
-	GRPCMaxConnections     int           `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
-	GRPCMaxCallsInFlight   int           `envconfig:"GRPC_MAX_CALLS_IN_FLIGHT" default:"10000"`
-	GRPCMaxConnectionIdle  time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
-	GRPCStreamWriteTimeout time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
-	GRPCMaxResetsPerSecond int           `envconfig:"GRPC_MAX_RESETS_PER_SECOND" default:"200"`
+	GRPCMaxConnections           int           `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
+	GRPCMaxConnectionsPerAddress int           `envconfig:"GRPC_MAX_CONNECTIONS_PER_ADDRESS" default:"1000"`
+	GRPCMaxCallsInFlight         int           `envconfig:"GRPC_MAX_CALLS_IN_FLIGHT" default:"10000"`
+	GRPCMaxConnectionIdle        time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
+	GRPCStreamWriteTimeout       time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
+	GRPCMaxResetsPerSecond       int           `envconfig:"GRPC_MAX_RESETS_PER_SECOND" default:"200"`
 	// GRPCAbuseCooldown refuses new connections from an address for this
 	// long after one of its connections was closed for abuse (0: never).
 	GRPCAbuseCooldown time.Duration `envconfig:"GRPC_ABUSE_COOLDOWN" default:"10s"`
@@ -598,6 +599,7 @@ func (s Settings) Validate() error {
 	}{{"REQUEST_MAX_DESCRIPTORS", s.RequestMaxDescriptors}, {"REQUEST_MAX_ENTRIES", s.RequestMaxEntries},
 		{"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}, {"REQUEST_MAX_BYTES", s.RequestMaxBytes},
 		{"REQUEST_MAX_KEYS", s.RequestMaxKeys}, {"GRPC_MAX_CONNECTIONS", s.GRPCMaxConnections},
+		{"GRPC_MAX_CONNECTIONS_PER_ADDRESS", s.GRPCMaxConnectionsPerAddress},
 		{"GRPC_MAX_CALLS_IN_FLIGHT", s.GRPCMaxCallsInFlight}, {"GRPC_MAX_RESETS_PER_SECOND", s.GRPCMaxResetsPerSecond},
 		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
 		if l.v < 1 {
