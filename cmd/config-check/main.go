@@ -93,7 +93,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		}
 		return 1
 	}
-	for _, w := range config.Unreachable(files, bounds) {
+	for _, w := range append(config.Unreachable(files, bounds), config.UnknownReplaces(files)...) {
 		fmt.Fprintln(stderr, "warning: "+w.Error())
 	}
 	if *dump {

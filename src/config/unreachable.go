@@ -51,3 +51,42 @@ func unreachable(out []*Error, file string, ds []*Descriptor, depth int, b Reque
 	}
 	return out
 }
+
+// UnknownReplaces returns a warning for each `replaces` that names no
+// limit of its domain (across files, as MERGE_DOMAIN_CONFIG merges them):
+// it replaces nothing, which is nearly always a typo. Each names the file,
+// line and path.
+func UnknownReplaces(files []*File) []*Error {
+	names := map[string]map[string]bool{} // domain → limit names
+	var walk func(domain string, ds []*Descriptor, visit func(d *Descriptor, l *Limit))
+	walk = func(domain string, ds []*Descriptor, visit func(d *Descriptor, l *Limit)) {
+		for _, d := range ds {
+			for _, l := range d.Limits {
+				visit(d, l)
+			}
+			walk(domain, d.Descriptors, visit)
+		}
+	}
+	for _, f := range files {
+		if names[f.Domain] == nil {
+			names[f.Domain] = map[string]bool{}
+		}
+		walk(f.Domain, f.Descriptors, func(_ *Descriptor, l *Limit) {
+			if l.Name != "" {
+				names[f.Domain][l.Name] = true
+			}
+		})
+	}
+	var out []*Error
+	for _, f := range files {
+		walk(f.Domain, f.Descriptors, func(d *Descriptor, l *Limit) {
+			for _, r := range l.Replaces {
+				if !names[f.Domain][r] {
+					out = append(out, &Error{File: f.Name, Line: l.Line, Path: d.Path, Msg: fmt.Sprintf(
+						"replaces %q, but no limit of domain %q is named so: it replaces nothing", r, f.Domain)})
+				}
+			}
+		})
+	}
+	return out
+}

@@ -72,3 +72,25 @@ func TestDepthIsBounded(t *testing.T) {
 		t.Logf("refusing a %d KB 2,000-level file allocated %d MB", b.Len()>>10, alloc>>20)
 	}
 }
+
+func TestUnknownReplaces(t *testing.T) {
+	a := mustParse(t, "a.yaml", `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5, name: base}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 50
+      replaces: [{name: base}, {name: bsae}]
+`)
+	b := mustParse(t, "b.yaml", `domain: d
+descriptors:
+  - key: other
+    rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: base}]}
+`)
+	got := UnknownReplaces([]*File{a, b})
+	if len(got) != 1 || !strings.HasPrefix(got[0].Error(), `a.yaml:7: descriptors[1]: replaces "bsae", but no limit of domain "d" is named so`) {
+		t.Errorf("UnknownReplaces() = %v, want one warning for the typo only", got)
+	}
+}
