@@ -125,9 +125,11 @@ type guardListener struct {
 	conns sync.Map
 	// banned maps an address (IP) to when its cooldown ends (ns).
 	banned sync.Map
-	// perHost counts open connections by address (IP).
+	// perHost counts open connections by address (IP); held are those
+	// of cooling addresses, kept in the tarpit.
 	hostMu  sync.Mutex
 	perHost map[string]int
+	held    map[string][]net.Conn
 	stop    chan struct{}
 	once    sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
@@ -136,7 +138,8 @@ type guardListener struct {
 }
 
 func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
-	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{}}
+	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
+		held: map[string][]net.Conn{}}
 	gl.now.Store(time.Now().UnixNano())
 	if watch {
 		go gl.sweep()
@@ -152,7 +155,7 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 		}
 		if gl.cooling(c.RemoteAddr()) {
 			gl.note(EventConnectionRefused)
-			_ = c.Close()
+			gl.tarpit(c)
 			continue
 		}
 		host := hostOf(c.RemoteAddr())
@@ -166,6 +169,42 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 			gl.conns.Store(gc, struct{}{})
 		}
 		return gc, nil
+	}
+}
+
+// tarpitPerHost bounds the connections held per cooling address.
+const tarpitPerHost = 16
+
+// tarpit holds a connection from a cooling address open, unread and
+// unanswered, until its cooldown ends (up to tarpitPerHost of them; past
+// that they are closed at once). Closed at once, an attacker redials in a
+// tight loop, and each refusal costs this process an accept and a close;
+// held, its dials wait, and cost nothing.
+func (gl *guardListener) tarpit(c net.Conn) {
+	host := hostOf(c.RemoteAddr())
+	gl.hostMu.Lock()
+	if host == "" || len(gl.held[host]) >= tarpitPerHost {
+		gl.hostMu.Unlock()
+		_ = c.Close()
+		return
+	}
+	gl.held[host] = append(gl.held[host], c)
+	gl.hostMu.Unlock()
+}
+
+// release the held connections of addresses no longer cooling (all, once
+// the listener closes).
+func (gl *guardListener) releaseHeld(all bool) {
+	gl.hostMu.Lock()
+	defer gl.hostMu.Unlock()
+	for host, conns := range gl.held {
+		if _, cooling := gl.banned.Load(host); cooling && !all {
+			continue
+		}
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		delete(gl.held, host)
 	}
 }
 
@@ -228,7 +267,9 @@ func hostOf(addr net.Addr) string {
 
 func (gl *guardListener) Close() error {
 	gl.once.Do(func() { close(gl.stop) })
-	return gl.Listener.Close()
+	err := gl.Listener.Close()
+	gl.releaseHeld(true)
+	return err
 }
 
 // sweep closes, once a second, the connections holding a stream older than
@@ -248,6 +289,7 @@ func (gl *guardListener) sweep() {
 				}
 				return true
 			})
+			gl.releaseHeld(false)
 			gl.conns.Range(func(k, _ any) bool {
 				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
 					c.goAway(EventUnreadAnswers)
