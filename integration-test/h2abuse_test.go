@@ -233,3 +233,16 @@ func testConnectionCap(t *testing.T, cap string) {
 		}
 	})
 }
+
+// TestIdleConnectionsAreClosed: a connection that carries no call for
+// GRPC_MAX_CONNECTION_IDLE is sent GOAWAY and closed, so idle connections
+// cannot pile up.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_MAX_CONNECTION_IDLE"] = "1s"
+	p := start(t, env)
+	_, frames := dialH2(t, p.grpcAddr)
+	if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeNo {
+		t.Errorf("an idle connection: GOAWAY %v (received: %v), want NO_ERROR", code, ok)
+	}
+}

@@ -373,3 +373,42 @@ func quietLogger() *logrus.Logger {
 	l.SetOutput(io.Discard)
 	return l
 }
+
+// countStore counts the batches it is asked to apply.
+type countStore struct {
+	limiter.Store
+	calls atomic.Int64
+}
+
+func (c *countStore) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	c.calls.Add(1)
+	return c.Store.Apply(ctx, b)
+}
+
+// TestCancelledCallMakesNoDecision: a call whose client already cancelled
+// it (a reset stream) costs no store call and counts no hit; it is counted
+// as cancelled.
+func TestCancelledCallMakesNoDecision(t *testing.T) {
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+	t.Cleanup(mem.Close)
+	store := &countStore{Store: mem}
+	reg := metrics.New(metrics.Options{})
+	s := newTestServer(t, Options{Store: store, Metrics: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.ShouldRateLimit(ctx, req("web", d("ip=9"))); status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled call = %v, want Canceled", err)
+	}
+	if n := store.calls.Load(); n != 0 {
+		t.Errorf("the store was called %d times for a cancelled call", n)
+	}
+	resp, err := s.ShouldRateLimit(context.Background(), req("web", d("ip=9")))
+	if err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 1 {
+		t.Errorf("the next call = %v, %v: want the first hit on ip=9 (limit 2, 1 left)", resp, err)
+	}
+	rec := httptest.NewRecorder()
+	reg.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "ratelimit_requests_cancelled_total 1") {
+		t.Error("the cancelled call is not counted in ratelimit_requests_cancelled_total")
+	}
+}
