@@ -127,11 +127,12 @@ type guardListener struct {
 	banned sync.Map
 	// perHost counts open connections by address (IP); held are those
 	// of cooling addresses, kept in the tarpit.
-	hostMu  sync.Mutex
-	perHost map[string]int
-	held    map[string][]net.Conn
-	stop    chan struct{}
-	once    sync.Once
+	hostMu    sync.Mutex
+	perHost   map[string]int
+	held      map[string][]net.Conn
+	heldTotal int
+	stop      chan struct{}
+	once      sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
@@ -172,8 +173,12 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 	}
 }
 
-// tarpitPerHost bounds the connections held per cooling address.
-const tarpitPerHost = 16
+// tarpitPerHost and tarpitTotal bound the connections held per cooling
+// address and in all.
+const (
+	tarpitPerHost = 16
+	tarpitTotal   = 1024
+)
 
 // tarpit holds a connection from a cooling address open, unread and
 // unanswered, until its cooldown ends (up to tarpitPerHost of them; past
@@ -183,12 +188,13 @@ const tarpitPerHost = 16
 func (gl *guardListener) tarpit(c net.Conn) {
 	host := hostOf(c.RemoteAddr())
 	gl.hostMu.Lock()
-	if host == "" || len(gl.held[host]) >= tarpitPerHost {
+	if host == "" || len(gl.held[host]) >= tarpitPerHost || gl.heldTotal >= tarpitTotal {
 		gl.hostMu.Unlock()
 		_ = c.Close()
 		return
 	}
 	gl.held[host] = append(gl.held[host], c)
+	gl.heldTotal++
 	gl.hostMu.Unlock()
 }
 
@@ -204,6 +210,7 @@ func (gl *guardListener) releaseHeld(all bool) {
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		gl.heldTotal -= len(conns)
 		delete(gl.held, host)
 	}
 }
