@@ -3,12 +3,15 @@ package integration
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -222,4 +225,49 @@ func TestReloadThroughLinkedFile(t *testing.T) {
 	waitLimit(t, p, "a", 10)
 	writeFiles(t, examples, map[string]string{"a.yaml": limitYAML("a", 20)})
 	waitLimit(t, p, "a", 20)
+}
+
+// TestConfigVersionIsVisible: the served config is named by a version (a
+// hash of its rules) in /rlconfig's first line, with its load time, in
+// ratelimit_config_info and in the reload log line; a reload that changes a
+// rule changes it, one that only changes comments does not.
+func TestConfigVersionIsVisible(t *testing.T) {
+	env := writeConfig(t, map[string]string{"a.yaml": limitYAML("a", 10)})
+	dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+	p := start(t, env)
+	header := regexp.MustCompile(`^# version ([0-9a-f]{16}), loaded (\S+)\n`)
+	version := func() string {
+		t.Helper()
+		resp, err := http.Get("http://" + p.debugAddr + "/rlconfig")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(resp)
+		m := header.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("/rlconfig has no version line:\n%s", body)
+		}
+		if _, err := time.Parse(time.RFC3339, m[2]); err != nil {
+			t.Errorf("load time %q: %v", m[2], err)
+		}
+		if !strings.Contains(metricsBody(t, p), `ratelimit_config_info{version="`+m[1]+`"} 1`) {
+			t.Errorf("ratelimit_config_info does not name version %s", m[1])
+		}
+		return m[1]
+	}
+	v1 := version()
+	writeFiles(t, dir, map[string]string{"a.yaml": "# only a comment changed\n" + limitYAML("a", 10)})
+	eventually(t, "the comment-only edit reloaded", func() bool { return strings.Count(p.stderr.String(), "config loaded") >= 2 })
+	if v := version(); v != v1 {
+		t.Errorf("a comment changed the version: %s -> %s", v1, v)
+	}
+	writeFiles(t, dir, map[string]string{"a.yaml": limitYAML("a", 11)})
+	waitLimit(t, p, "a", 11)
+	v2 := version()
+	if v2 == v1 {
+		t.Errorf("a changed limit kept version %s", v1)
+	}
+	if !strings.Contains(p.stderr.String(), "version="+v2) {
+		t.Errorf("no reload log line names version %s:\n%s", v2, p.stderr)
+	}
 }

@@ -32,7 +32,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			}
 			return
 		}
-		log.WithField("domains", cfg.Domains()).Info("config loaded")
+		log.WithFields(logrus.Fields{"domains": cfg.Domains(), "version": cfg.Version()}).Info("config loaded")
 		once.Do(func() { close(first) })
 	})
 	if s.HealthyWithAtLeastOneConfigLoaded {

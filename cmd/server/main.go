@@ -87,6 +87,20 @@ func run(ctx context.Context) error {
 		func() float64 { ok, _ := configs.Counts(); return float64(ok) })
 	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
 		func() float64 { _, failed := configs.Counts(); return float64(failed) })
+	reg.InfoFunc("ratelimit_config_info", "1, labelled with the served config's version (a hash of its rules; /rlconfig shows it).",
+		"version", func() string {
+			if cfg := configs.Load(); cfg != nil {
+				return cfg.Version()
+			}
+			return ""
+		})
+	reg.GaugeFunc("ratelimit_config_load_timestamp_seconds", "When the served config was loaded (Unix time; 0 before the first).", nil,
+		func() float64 {
+			if at := configs.LoadedAt(); !at.IsZero() {
+				return float64(at.UnixNano()) / 1e9
+			}
+			return 0
+		})
 	reg.StatFunc("ratelimit.service.config_load_success", func() uint64 { ok, _ := configs.Counts(); return ok })
 	reg.StatFunc("ratelimit.service.config_load_error", func() uint64 { _, failed := configs.Counts(); return failed })
 
@@ -223,7 +237,8 @@ func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore)
 }
 
 // rlconfig serves the loaded config one line per limit, streamed, or with
-// ?summary one line per domain.
+// ?summary one line per domain, after a line with its version and load
+// time.
 func rlconfig(current *config.Holder) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -232,6 +247,7 @@ func rlconfig(current *config.Holder) http.Handler {
 			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
 			return
 		}
+		fmt.Fprintf(w, "# version %s, loaded %s\n", cfg.Version(), current.LoadedAt().UTC().Format(time.RFC3339))
 		if r.URL.Query().Has("summary") {
 			_, _ = io.WriteString(w, cfg.Summary())
 			return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Options controls how files are combined.
@@ -30,6 +31,9 @@ type Options struct {
 // use; the zero value has no domains.
 type Config struct {
 	domains map[string]*Domain
+
+	versionOnce sync.Once
+	version     string
 }
 
 // Domain is one domain's descriptor tree.

@@ -2,6 +2,8 @@ package config
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"sort"
@@ -21,9 +23,26 @@ func (c *Config) Dump() string {
 func (c *Config) WriteDump(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	for _, name := range c.Domains() {
-		c.domains[name].root.dump(bw, name)
+		c.domains[name].root.dump(bw, name, true)
 	}
 	return bw.Flush()
+}
+
+// Version names the config by its rules: the first 64 bits of the SHA-256
+// of its dump without file positions, in hex. Two configs with the same
+// rules (whatever their comments, key order, lines or source, files or
+// xDS) share it; any change to a rule changes it. Computed once.
+func (c *Config) Version() string {
+	c.versionOnce.Do(func() {
+		h := sha256.New()
+		bw := bufio.NewWriter(h)
+		for _, name := range c.Domains() {
+			c.domains[name].root.dump(bw, name, false)
+		}
+		_ = bw.Flush()
+		c.version = hex.EncodeToString(h.Sum(nil)[:8])
+	})
+	return c.version
 }
 
 // Summary describes the config in one line per domain: its files, rules
@@ -47,7 +66,9 @@ func (c *Config) Summary() string {
 	return b.String()
 }
 
-func (lv *level) dump(b *bufio.Writer, domain string) {
+// dump writes the level's limits, one a line, with their file and line
+// when pos is set.
+func (lv *level) dump(b *bufio.Writer, domain string, pos bool) {
 	for _, n := range lv.nodes() {
 		for _, l := range n.Limits {
 			fmt.Fprintf(b, "%s.%s: %s", domain, n.Path, l)
@@ -60,9 +81,16 @@ func (lv *level) dump(b *bufio.Writer, domain string) {
 			if n.ShareThreshold {
 				b.WriteString(", share_threshold")
 			}
-			fmt.Fprintf(b, " (%s:%d)\n", n.File, l.Line)
+			if l.MetricKey != n.Path {
+				// Several limits on one descriptor: metrics tell them apart.
+				fmt.Fprintf(b, ", metrics as %s.%s", domain, l.MetricKey)
+			}
+			if pos {
+				fmt.Fprintf(b, " (%s:%d)", n.File, l.Line)
+			}
+			b.WriteByte('\n')
 		}
-		n.children.dump(b, domain)
+		n.children.dump(b, domain, pos)
 	}
 }
 

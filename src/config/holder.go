@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Holder keeps the config being served and swaps in new ones atomically: a
@@ -12,6 +13,7 @@ import (
 // concurrent use; its zero value holds no config.
 type Holder struct {
 	current   atomic.Pointer[Config]
+	loadedAt  atomic.Int64 // when current was installed (unix ns)
 	successes atomic.Uint64
 	failures  atomic.Uint64
 	mu        sync.Mutex // serialises loads, so an older build never wins
@@ -39,12 +41,22 @@ func (h *Holder) Install(build func() (*Config, error)) error {
 		h.failures.Add(1)
 	} else {
 		h.current.Store(cfg)
+		h.loadedAt.Store(time.Now().UnixNano())
 		h.successes.Add(1)
 	}
 	if h.onLoad != nil {
 		h.onLoad(cfg, err)
 	}
 	return err
+}
+
+// LoadedAt returns when the config being served was installed (zero
+// before the first).
+func (h *Holder) LoadedAt() time.Time {
+	if ns := h.loadedAt.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Counts returns how many loads succeeded and failed so far

@@ -317,3 +317,17 @@ func TestReach(t *testing.T) {
 		t.Errorf("LimitPaths() has %d paths, want 10", n)
 	}
 }
+
+// TestVersion: a config's version follows its rules, not its text: the
+// same rules written otherwise share it, a changed limit changes it.
+func TestVersion(t *testing.T) {
+	a := mustBuild(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	b := mustBuild(t, "# a comment\ndomain: d\ndescriptors:\n  - rate_limit:\n      requests_per_unit: 5\n      unit: minute\n    key: k\n")
+	c := mustBuild(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 6}\n")
+	if a.Version() != b.Version() {
+		t.Errorf("same rules, versions %s and %s", a.Version(), b.Version())
+	}
+	if a.Version() == c.Version() || len(a.Version()) != 16 {
+		t.Errorf("versions %q and %q: want 16 hex digits, different for a changed limit", a.Version(), c.Version())
+	}
+}

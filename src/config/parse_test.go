@@ -186,8 +186,8 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `d.tenant: 100 per minute, fixed_window, overdraft (od.yaml:6)
-d.tenant: 1000 per hour, token_bucket, overdraft (od.yaml:7)
+	want := `d.tenant: 100 per minute, fixed_window, overdraft, metrics as d.tenant.fw60 (od.yaml:6)
+d.tenant: 1000 per hour, token_bucket, overdraft, metrics as d.tenant.tb3600 (od.yaml:7)
 d.tenant.model: 10 per minute, fixed_window (od.yaml:10)
 `
 	if got := c.Dump(); got != want {

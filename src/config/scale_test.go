@@ -81,3 +81,21 @@ func TestScaleMemory(t *testing.T) {
 	t.Logf("100,000 rules hold %d bytes of heap, %d per rule", after.HeapAlloc-before.HeapAlloc, (after.HeapAlloc-before.HeapAlloc)/100_000)
 	runtime.KeepAlive(c)
 }
+
+// BenchmarkVersionScale is what naming a 100,000-rule config costs on each
+// load (the reload log line and /rlconfig name it).
+func BenchmarkVersionScale(b *testing.B) {
+	f, err := Parse("scale.yaml", scaleConfig(80_000, 20_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		c, err := Build([]*File{f}, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		_ = c.Version()
+	}
+}

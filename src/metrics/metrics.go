@@ -269,6 +269,26 @@ func (r *Registry) GaugeFunc(name, help string, labels prometheus.Labels, fn fun
 	r.prom.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, fn))
 }
 
+// InfoFunc registers an info metric: a gauge of 1 whose one label, read
+// from fn at scrape time, names the current state (the config's version,
+// say); no series while fn returns "".
+func (r *Registry) InfoFunc(name, help, label string, fn func() string) {
+	r.prom.MustRegister(infoCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), fn: fn})
+}
+
+type infoCollector struct {
+	desc *prometheus.Desc
+	fn   func() string
+}
+
+func (c infoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c infoCollector) Collect(ch chan<- prometheus.Metric) {
+	if v := c.fn(); v != "" {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, v)
+	}
+}
+
 // CounterFunc registers a counter read from fn at scrape time (config loads,
 // local cache hits: values other packages already count).
 func (r *Registry) CounterFunc(name, help string, labels prometheus.Labels, fn func() float64) {
