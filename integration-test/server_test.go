@@ -93,8 +93,8 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := readBody(resp); !strings.HasPrefix(got, "it: 2 rules (0 wildcard), 2 limits, from ") {
-		t.Errorf("/rlconfig?summary = %q, want one line for domain it", got)
+	if _, got, _ := strings.Cut(readBody(resp), "\n"); !strings.HasPrefix(got, "it: 2 rules (0 wildcard), 2 limits, from ") {
+		t.Errorf("/rlconfig?summary = %q, want the version line, then one line for domain it", got)
 	}
 
 	// The reference's debug port answers /stats with its statsd names, and
