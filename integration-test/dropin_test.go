@@ -173,3 +173,18 @@ func TestReferenceVariablesNotHonouredAreNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugLogNamesEachDecision: with LOG_LEVEL=debug the binary logs one
+// line per descriptor naming the rule, the store key and the decision (the
+// reference logs the lookup and the limit at debug too).
+func TestDebugLogNamesEachDecision(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["LOG_LEVEL"] = "debug"
+	p := start(t, env)
+	p.should(t, "it", desc("user=dbg"))
+	eventually(t, "a decision line", func() bool {
+		out := p.stderr.String()
+		return strings.Contains(out, `descriptor="user=dbg"`) && strings.Contains(out, `rule="user (`) &&
+			strings.Contains(out, "2 per hour, fixed_window key=") && strings.Contains(out, " OK remaining=1")
+	})
+}

@@ -67,6 +67,7 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	opts      Options
+	debug     func() bool // whether the logger is at debug level, now
 	storeErrs burstLog
 	storeDown atomic.Bool
 }
@@ -90,7 +91,7 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	opts.Headers = opts.Headers.withDefaults()
-	return &Server{opts: opts}, nil
+	return &Server{opts: opts, debug: debugEnabled(opts.Logger)}, nil
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
@@ -162,6 +163,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		s.record(req.GetDomain(), plan, outcomes)
 	}
+	if s.debug() {
+		s.logDecisions(req, plan, outcomes)
+	}
 	resp := buildResponse(plan, outcomes, s.opts.ShadowMode, s.opts.QuotaMode)
 	if s.opts.ShadowMode && rejects(plan, outcomes, s.opts.QuotaMode) {
 		s.opts.Metrics.ShadowOverride()
@@ -202,6 +206,55 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
 		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode
 		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
+	}
+}
+
+// debugEnabled returns how to ask whether log is at debug level: a load of
+// the logger's level, so that the per-decision lines cost nothing at other
+// levels. A logger of another kind never logs them.
+func debugEnabled(log logrus.FieldLogger) func() bool {
+	switch l := log.(type) {
+	case *logrus.Logger:
+		return func() bool { return l.IsLevelEnabled(logrus.DebugLevel) }
+	case *logrus.Entry:
+		return func() bool { return l.Logger.IsLevelEnabled(logrus.DebugLevel) }
+	}
+	return func() bool { return false }
+}
+
+// logDecisions logs, at debug level, one line per descriptor: its entries,
+// the rule that matched it (path, file and line), and per limit the store
+// key and the decision. Values appear as the request sent them: debug
+// logs are for investigating, not for keeping.
+func (s *Server) logDecisions(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter.Outcome) {
+	for i, d := range req.GetDescriptors() {
+		dp := &p.Descs[i]
+		var entries []string
+		for _, e := range d.GetEntries() {
+			entries = append(entries, e.GetKey()+"="+e.GetValue())
+		}
+		f := logrus.Fields{"domain": req.GetDomain(), "descriptor": strings.Join(entries, ",")}
+		switch {
+		case dp.Node == nil:
+			f["rule"] = "none"
+		default:
+			f["rule"] = fmt.Sprintf("%s (%s:%d)", dp.Node.Path, dp.Node.File, dp.Node.Line)
+		}
+		if dp.Unlimited {
+			f["limit"] = "unlimited"
+		}
+		var limits []string
+		for j := dp.First; j < dp.First+dp.Count; j++ {
+			decision := "OK"
+			if !outs[j].Allowed {
+				decision = "OVER_LIMIT"
+			}
+			limits = append(limits, fmt.Sprintf("%s key=%q %s remaining=%d", p.Refs[j].Limit, p.Hits[j].Key, decision, outs[j].Remaining))
+		}
+		if len(limits) > 0 {
+			f["limits"] = strings.Join(limits, "; ")
+		}
+		s.opts.Logger.WithFields(f).Debug("decision")
 	}
 }
 

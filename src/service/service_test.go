@@ -412,3 +412,59 @@ func TestCancelledCallMakesNoDecision(t *testing.T) {
 		t.Error("the cancelled call is not counted in ratelimit_requests_cancelled_total")
 	}
 }
+
+// TestDebugLogsEachDecision: at debug level each descriptor's decision is
+// one line (entries, the rule with file and line, each limit's store key
+// and decision); at any other level nothing per request is logged.
+func TestDebugLogsEachDecision(t *testing.T) {
+	for _, level := range []logrus.Level{logrus.DebugLevel, logrus.InfoLevel} {
+		var buf strings.Builder
+		log := logrus.New()
+		log.SetOutput(&buf)
+		log.SetLevel(level)
+		s := newTestServer(t, Options{})
+		s.opts.Logger, s.debug = log, debugEnabled(log)
+		for range 3 {
+			if _, err := s.ShouldRateLimit(context.Background(), req("web", d("ip=7"), d("nope=x"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := buf.String()
+		if level != logrus.DebugLevel {
+			if out != "" {
+				t.Errorf("at %s, per-request lines were logged:\n%s", level, out)
+			}
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 6 {
+			t.Fatalf("%d lines for 3 requests of 2 descriptors, want 6:\n%s", len(lines), out)
+		}
+		for _, want := range []string{`descriptor="ip=7"`, `rule="ip (test.yaml:`, `2 per minute, fixed_window key=`, "OVER_LIMIT remaining=0", `descriptor="nope=x"`, "rule=none"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("debug lines lack %q:\n%s", want, out)
+			}
+		}
+	}
+}
+
+// BenchmarkShouldRateLimitLogLevels: what the per-decision debug line
+// costs when it is off (the default) and when it is on.
+func BenchmarkShouldRateLimitLogLevels(b *testing.B) {
+	for _, level := range []logrus.Level{logrus.InfoLevel, logrus.DebugLevel} {
+		b.Run(level.String(), func(b *testing.B) {
+			log := logrus.New()
+			log.SetOutput(io.Discard)
+			log.SetLevel(level)
+			s := newTestServer(b, Options{})
+			s.opts.Logger, s.debug = log, debugEnabled(log)
+			r := req("web", d("multi=1"))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.ShouldRateLimit(context.Background(), r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
