@@ -188,3 +188,33 @@ func TestDebugLogNamesEachDecision(t *testing.T) {
 			strings.Contains(out, "2 per hour, fixed_window key=") && strings.Contains(out, " OK remaining=1")
 	})
 }
+
+// TestExplainOverTheWire: the debug port's /explain (what bin/client
+// -explain asks) tells how the served config decides a request and counts
+// nothing: after it, the first real call still has the whole limit.
+func TestExplainOverTheWire(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	for range 3 {
+		resp, err := http.Get("http://" + p.debugAddr + "/explain?domain=it&descriptor=user%3Dwire")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(resp)
+		for _, want := range []string{"# config version ", "descriptors[0] user=wire\n", "  user=wire: key only, any value (", "  limit: 2 per hour, fixed_window  key {"} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("/explain lacks %q:\n%s", want, body)
+			}
+		}
+	}
+	if got := p.should(t, "it", desc("user=wire")).GetStatuses()[0].GetLimitRemaining(); got != 1 {
+		t.Errorf("first real call after three explanations: %d remaining, want 1 (nothing counted)", got)
+	}
+	resp, err := http.Get("http://" + p.debugAddr + "/explain?domain=it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("/explain without descriptors = %d, want 400", resp.StatusCode)
+	}
+	resp.Body.Close()
+}

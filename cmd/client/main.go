@@ -1,6 +1,11 @@
 // Command client asks a rate limit service for a decision, as Envoy would:
 //
 //	client -addr localhost:8081 -domain example -descriptors generic_key=demo [-descriptors k=v,k2=v2] [-hits 1]
+//	client -explain [-debug_addr localhost:6070] -domain example -descriptors generic_key=demo
+//
+// -explain asks the service's debug port how its config decides the
+// request (the rule each entry matches and the ones that lost, the limits
+// and their keys), counting nothing, and prints the answer.
 //
 // -dial_string is accepted for -addr, so scripts written for
 // envoyproxy/ratelimit's client keep working.
@@ -14,6 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -44,6 +51,28 @@ func (d *descriptorsFlag) Set(s string) error {
 	return nil
 }
 
+// explainRemote asks GET /explain on the debug port and prints the answer.
+func explainRemote(addr, domain string, descs descriptorsFlag, timeout time.Duration, stdout, stderr io.Writer) int {
+	q := url.Values{"domain": {domain}}
+	for _, d := range descs {
+		q.Add("descriptor", entriesString(d))
+	}
+	c := &http.Client{Timeout: timeout}
+	resp, err := c.Get("http://" + addr + "/explain?" + q.Encode())
+	if err != nil {
+		fmt.Fprintln(stderr, "client:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "client: %s: %s", resp.Status, body)
+		return 1
+	}
+	_, _ = stdout.Write(body)
+	return 0
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -52,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	domain := fs.String("domain", "", "rate limit domain (required)")
 	hits := fs.Uint("hits", 0, "hits_addend: how many hits this request counts (0 means 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	explain := fs.Bool("explain", false, "print how the service's config decides the request, counting nothing (asks the debug port)")
+	debugAddr := fs.String("debug_addr", "localhost:6070", "debug port address of the service, for -explain")
 	var descs descriptorsFlag
 	fs.Var(&descs, "descriptors", "one descriptor as key=value[,key=value...]; repeat for several")
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *domain == "" || len(descs) == 0 {
 		fmt.Fprintln(stderr, "client: -domain and at least one -descriptors are required")
 		return 1
+	}
+	if *explain {
+		return explainRemote(*debugAddr, *domain, descs, *timeout, stdout, stderr)
 	}
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

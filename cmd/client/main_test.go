@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -68,5 +71,25 @@ func TestRun(t *testing.T) {
 				t.Errorf("run = %d, %q (stderr %q); want %d and %q", code, out.String(), errb.String(), tc.wantCode, tc.wantOut)
 			}
 		})
+	}
+}
+
+// TestExplainAsksTheDebugPort: -explain sends the domain and descriptors
+// to /explain and prints its answer; no RLS call is made.
+func TestExplainAsksTheDebugPort(t *testing.T) {
+	var got url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Query()
+		_, _ = io.WriteString(w, "descriptors[0] a=1\n")
+	}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	code := run([]string{"-explain", "-debug_addr", strings.TrimPrefix(srv.URL, "http://"), "-addr", "127.0.0.1:1",
+		"-domain", "d", "-descriptors", "a=1", "-descriptors", "b=2,c=x y"}, &out, &errb)
+	if code != 0 || out.String() != "descriptors[0] a=1\n" {
+		t.Errorf("run = %d, %q (stderr %q)", code, out.String(), errb.String())
+	}
+	if got.Get("domain") != "d" || strings.Join(got["descriptor"], ";") != "a=1;b=2,c=x y" {
+		t.Errorf("query = %v", got)
 	}
 }

@@ -1,6 +1,12 @@
 // Command config-check validates descriptor config files before they ship:
 //
 //	config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...
+//	config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...
+//
+// With -explain it also prints, counting nothing, how the config decides
+// the request of that domain and descriptors (';' between descriptors):
+// the rule each entry matches and the ones that lost, the limits that
+// apply and their counter keys (config.Explain).
 //
 // Each PATH is a file or a directory (read as the service reads
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding a
@@ -27,9 +33,11 @@ import (
 	"strconv"
 	"strings"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 )
@@ -45,15 +53,30 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	ignoreDot := fs.Bool("ignore-dotfiles", false, "skip dotfiles in directories (RUNTIME_IGNOREDOTFILES)")
 	dump := fs.Bool("dump", false, "print the loaded config, one line per limit")
 	summary := fs.Bool("summary", false, "print one line per domain: rules, wildcards, limits")
+	explain := fs.String("explain", "", "DOMAIN: print how the config decides the descriptors given as the first argument")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...")
+	args = fs.Args()
+	var explainDescs []*rlv3.RateLimitDescriptor
+	if *explain != "" {
+		if len(args) == 0 {
+			fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
+			return 2
+		}
+		var err error
+		if explainDescs, err = parseDescriptors(args[0]); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary | -explain DOMAIN DESCRIPTORS] PATH...")
 		return 2
 	}
 	var paths []string
-	for _, p := range fs.Args() {
+	for _, p := range args {
 		fi, err := os.Stat(p)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
@@ -102,8 +125,32 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if *summary {
 		fmt.Fprint(stdout, cfg.Summary())
 	}
+	if *explain != "" {
+		if err := cfg.Explain(stdout, escape.String(*explain), explainDescs); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
 	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(files), strings.Join(cfg.Domains(), ", "))
 	return 0
+}
+
+// parseDescriptors reads "k=v,k2=v2;k3=v3" into descriptors, their
+// strings escaped as the service escapes a request's.
+func parseDescriptors(s string) ([]*rlv3.RateLimitDescriptor, error) {
+	var out []*rlv3.RateLimitDescriptor
+	for _, d := range strings.Split(s, ";") {
+		desc := &rlv3.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("descriptor entry %q is not KEY=VALUE", kv)
+			}
+			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: escape.String(k), Value: escape.String(v)})
+		}
+		out = append(out, desc)
+	}
+	return out, nil
 }
 
 // requestBounds are the service's request bounds, from the same variables

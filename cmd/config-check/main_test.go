@@ -43,6 +43,14 @@ func TestRun(t *testing.T) {
 			"warning: " + unreachable + ":3: descriptors[0]: never matches: the key is 10 bytes and requests carry at most 8 (REQUEST_MAX_STRING_BYTES)"}},
 		{"a FIFO is skipped with a warning", []string{fifoDir}, 0, "OK: 1 files", []string{
 			"warning: " + filepath.Join(fifoDir, "pipe.yaml") + ": not a regular file (a named pipe)"}},
+		{"explain the example", []string{"-explain", "example", "api_key=k1,path=/api/upload/x;nothing=1", "../../examples/ratelimit-config.yaml"}, 0,
+			"  path=/api/upload/x: wildcard \"/api/upload/*\" (../../examples/ratelimit-config.yaml:46)\n" +
+				"    also matched, lost: wildcard \"/api/*\" (../../examples/ratelimit-config.yaml:38): \"/api/upload/*\" has more literal characters\n" +
+				"  rule: api_key.path_/api/upload/* (../../examples/ratelimit-config.yaml:46)\n" +
+				"  limit: 20 per minute, fixed_window  key {7:example7:api_key2:k14:path13:/api/upload/x}:fw60\n" +
+				"descriptors[1] nothing=1\n", nil},
+		{"explain without descriptors", []string{"-explain", "example"}, 2, "", []string{"usage: config-check -explain"}},
+		{"explain a malformed descriptor", []string{"-explain", "example", "novalue", good}, 2, "", []string{`descriptor entry "novalue" is not KEY=VALUE`}},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}

@@ -18,10 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
@@ -146,7 +149,7 @@ func run(ctx context.Context) error {
 			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout, Cooldown: cooldown(s)},
 		OnGuard:               guardEvents(reg, log),
 		Health:                health,
-		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler()},
+		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler(), "/explain": explainHandler(configs)},
 		Metrics:               reg.Handler(),
 		GRPCOptions:           tr.ServerOptions(),
 		MetricsAddr:           prometheusAddr(s),
@@ -253,6 +256,44 @@ func rlconfig(current *config.Holder) http.Handler {
 			return
 		}
 		_ = cfg.WriteDump(w)
+	})
+}
+
+// explainHandler serves GET /explain?domain=D&descriptor=k=v,k2=v2 (the
+// descriptor parameter repeated for several): how the served config decides
+// that request (config.Explain), counting nothing. bin/client -explain asks
+// it.
+func explainHandler(current *config.Holder) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		cfg := current.Load()
+		if cfg == nil {
+			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
+			return
+		}
+		q := r.URL.Query()
+		req := &rlsv3.RateLimitRequest{Domain: q.Get("domain")}
+		for _, d := range q["descriptor"] {
+			desc := &rlv3.RateLimitDescriptor{}
+			for _, kv := range strings.Split(d, ",") {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					http.Error(w, fmt.Sprintf("descriptor entry %q is not key=value", kv), http.StatusBadRequest)
+					return
+				}
+				desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+			}
+			req.Descriptors = append(req.Descriptors, desc)
+		}
+		if req.Domain == "" || len(req.Descriptors) == 0 {
+			http.Error(w, "want ?domain=D&descriptor=k=v[,k2=v2] (descriptor repeated for several)", http.StatusBadRequest)
+			return
+		}
+		escape.Request(req) // as the gRPC codec does, so values match as they would there
+		fmt.Fprintf(w, "# config version %s\n", cfg.Version())
+		if err := cfg.Explain(w, req.Domain, req.Descriptors); err != nil {
+			fmt.Fprintln(w, "error:", err)
+		}
 	})
 }
 

@@ -1,0 +1,127 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// Explain writes, for each request descriptor, how the config decides it,
+// without counting anything: at each entry, the rule that matches and why
+// (exact value, wildcard, key-only) and the rules that lost (wildcards
+// that match with fewer literal characters, or later in the config at equal
+// count; a key-only rule beaten by a value); then the rule reached, the
+// limits that apply (after replaces across the request) and the counter key
+// each would use (before the store's own prefix). The format, one
+// descriptor after the other:
+//
+//	descriptors[0] user=alice,path=/api/x
+//	  user=alice: exact value (a.yaml:4)
+//	    also matched, lost: wildcard "ali*" (a.yaml:9): an exact value wins
+//	  path=/api/x: wildcard "/api/*" (a.yaml:12)
+//	  rule: user_alice.path_/api/* (a.yaml:12)
+//	  limit: 10 per minute, fixed_window  key {...}:fw60
+//
+// A descriptor that matches nothing says at which entry and why.
+func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDescriptor) error {
+	d := c.Domain(domain)
+	if d == nil {
+		_, err := fmt.Fprintf(w, "domain %q: not in the config: every descriptor is answered OK without a limit\n", domain)
+		return err
+	}
+	p, err := c.Plan(domain, descs, 0)
+	if err != nil {
+		return err
+	}
+	defer p.Release()
+	var b strings.Builder
+	for i, desc := range descs {
+		var entries []string
+		for _, e := range desc.GetEntries() {
+			entries = append(entries, e.GetKey()+"="+e.GetValue())
+		}
+		fmt.Fprintf(&b, "descriptors[%d] %s\n", i, strings.Join(entries, ","))
+		n := d.explainWalk(&b, desc.GetEntries())
+		dp := &p.Descs[i]
+		switch {
+		case n == nil:
+			b.WriteString("  rule: none: answered OK without a limit\n")
+		default:
+			fmt.Fprintf(&b, "  rule: %s (%s:%d)\n", n.Path, n.File, n.Line)
+		}
+		if dp.Unlimited {
+			b.WriteString("  limit: unlimited\n")
+		}
+		if n != nil && len(n.Limits) == 0 && !dp.Unlimited && dp.Count == 0 {
+			b.WriteString("  limit: none at this depth (limits apply at the depth of the request's last entry)\n")
+		}
+		for j := dp.First; j < dp.First+dp.Count; j++ {
+			fmt.Fprintf(&b, "  limit: %s  key %s\n", p.Refs[j].Limit, p.Hits[j].Key)
+		}
+		if n != nil {
+			for _, l := range n.Limits {
+				if !slices.ContainsFunc(p.Refs[dp.First:dp.First+dp.Count], func(r Ref) bool { return r.Limit == l }) && !l.Unlimited {
+					fmt.Fprintf(&b, "  replaced: %s (another descriptor of the request replaces %q)\n", l, l.Name)
+				}
+			}
+		}
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// explainWalk is match, saying at each entry what matched and what lost.
+func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescriptor_Entry) *Node {
+	lv := &d.root
+	var n *Node
+	for depth, e := range entries {
+		key, value := e.GetKey(), e.GetValue()
+		fmt.Fprintf(b, "  %s=%s: ", key, value)
+		exact := lv.exact[key][value]
+		var wilds []*Node // the wildcards that match, best first
+		if w := lv.wild[key]; w != nil {
+			for _, c := range w.all {
+				if globMatch(c.wildcard, value) {
+					wilds = append(wilds, c)
+				}
+			}
+			slices.SortFunc(wilds, byPrecedence)
+		}
+		keyOnly := lv.keyOnly[key]
+		switch {
+		case exact != nil:
+			n = exact
+			fmt.Fprintf(b, "exact value (%s:%d)\n", n.File, n.Line)
+		case len(wilds) > 0:
+			n = wilds[0]
+			fmt.Fprintf(b, "wildcard %q (%s:%d)\n", n.Value, n.File, n.Line)
+		case keyOnly != nil:
+			n = keyOnly
+			fmt.Fprintf(b, "key only, any value (%s:%d)\n", n.File, n.Line)
+		default:
+			fmt.Fprintf(b, "no rule at depth %d has key %q (or its value): nothing matches\n", depth+1, key)
+			return nil
+		}
+		for _, l := range wilds {
+			if l == n {
+				continue
+			}
+			why := "an exact value wins"
+			if exact == nil {
+				why = fmt.Sprintf("%q has more literal characters", n.Value)
+				if l.literal == n.literal {
+					why = fmt.Sprintf("as literal as %q, which comes first in the config", n.Value)
+				}
+			}
+			fmt.Fprintf(b, "    also matched, lost: wildcard %q (%s:%d): %s\n", l.Value, l.File, l.Line, why)
+		}
+		if keyOnly != nil && keyOnly != n {
+			fmt.Fprintf(b, "    also matched, lost: key only (%s:%d): a value wins\n", keyOnly.File, keyOnly.Line)
+		}
+		lv = &n.children
+	}
+	return n
+}

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+const explainConfig = `domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, name: per_user}
+  - key: path
+    value: /a*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: '*/b'
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: vip
+    value: yes
+    rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: per_user}]}
+  - key: org
+    descriptors:
+      - key: team
+        rate_limit: {unit: hour, requests_per_unit: 9}
+`
+
+func explainOf(t *testing.T, domain string, descs ...string) string {
+	t.Helper()
+	c := mustBuild(t, explainConfig)
+	var ds []*rlv3.RateLimitDescriptor
+	for _, d := range descs {
+		desc := &rlv3.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		ds = append(ds, desc)
+	}
+	var b strings.Builder
+	if err := c.Explain(&b, domain, ds); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestExplain(t *testing.T) {
+	tests := []struct {
+		name   string
+		domain string
+		descs  []string
+		want   string
+	}{
+		{"wildcards of equal length: the first in the config wins", "d", []string{"path=/a/b"},
+			`descriptors[0] path=/a/b
+  path=/a/b: wildcard "/a*" (test.yaml:5)
+    also matched, lost: wildcard "*/b" (test.yaml:8): as literal as "/a*", which comes first in the config
+  rule: path_/a* (test.yaml:5)
+  limit: 1 per minute, fixed_window  key {1:d4:path4:/a/b}:fw60
+`},
+		{"replaces across the request", "d", []string{"user=u", "vip=yes"},
+			`descriptors[0] user=u
+  user=u: key only, any value (test.yaml:3)
+  rule: user (test.yaml:3)
+  replaced: 5 per minute, fixed_window, name "per_user" (another descriptor of the request replaces "per_user")
+descriptors[1] vip=yes
+  vip=yes: exact value (test.yaml:11)
+  rule: vip_yes (test.yaml:11)
+  limit: 50 per minute, fixed_window, replaces ["per_user"]  key {1:d3:vip3:yes}:fw60
+`},
+		{"nested: a limit only at its depth", "d", []string{"org=o", "org=o,team=t", "org=o,team=t,extra=x"},
+			`descriptors[0] org=o
+  org=o: key only, any value (test.yaml:14)
+  rule: org (test.yaml:14)
+  limit: none at this depth (limits apply at the depth of the request's last entry)
+descriptors[1] org=o,team=t
+  org=o: key only, any value (test.yaml:14)
+  team=t: key only, any value (test.yaml:16)
+  rule: org.team (test.yaml:16)
+  limit: 9 per hour, fixed_window  key {1:d3:org1:o4:team1:t}:fw3600
+descriptors[2] org=o,team=t,extra=x
+  org=o: key only, any value (test.yaml:14)
+  team=t: key only, any value (test.yaml:16)
+  extra=x: no rule at depth 3 has key "extra" (or its value): nothing matches
+  rule: none: answered OK without a limit
+`},
+		{"unknown domain", "zz", []string{"a=b"}, "domain \"zz\": not in the config: every descriptor is answered OK without a limit\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := explainOf(t, tc.domain, tc.descs...); got != tc.want {
+				t.Errorf("Explain =\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
