@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,4 +219,99 @@ func TestExplainOverTheWire(t *testing.T) {
 		t.Errorf("/explain without descriptors = %d, want 400", resp.StatusCode)
 	}
 	resp.Body.Close()
+}
+
+// TestWhoIsLimited: /limited on the debug port lists the descriptors
+// answered OVER_LIMIT most: three hot values in a flood of 100,000
+// distinct ones top it, the memory it holds stays flat, and a value the
+// config hashes in keys is shown hashed.
+func TestWhoIsLimited(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": `
+domain: it
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: token
+    hash_value: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+`}))
+	p.should(t, "it", desc("token=s3cret-token"))
+	resp, err := http.Get("http://" + p.debugAddr + "/limited?format=table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table := readBody(resp); strings.Contains(table, "s3cret") || !strings.Contains(table, "token=#") {
+		t.Errorf("a hashed value is not shown hashed:\n%s", table)
+	}
+	send := func(from, to int) {
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := from + g; i < to; i += 8 {
+					v := "cold-" + strconv.Itoa(i)
+					if i%10 == 0 {
+						v = []string{"hot-a", "hot-b", "hot-c"}[(i/10)%3]
+					}
+					p.should(t, "it", desc("user="+v))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	send(0, 10_000)
+	early := memKB(t, p, "VmRSS")
+	send(10_000, 100_000)
+	late := memKB(t, p, "VmRSS")
+	resp, err = http.Get("http://" + p.debugAddr + "/limited?n=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Limited []struct {
+			Domain, Rule, Values string
+			Count                uint64
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	hot := map[string]bool{}
+	for _, e := range got.Limited {
+		hot[e.Values] = e.Domain == "it" && e.Rule == "user" && e.Count >= 3000
+	}
+	for _, v := range []string{"user=hot-a", "user=hot-b", "user=hot-c"} {
+		if !hot[v] {
+			t.Errorf("%s is not on top with its count: %+v", v, got.Limited)
+		}
+	}
+	if late-early > 20*1024 {
+		t.Errorf("resident memory grew %d KiB over 90,000 more distinct limited values, want it flat", late-early)
+	} else {
+		t.Logf("resident %d KiB after 10,000 requests, %d KiB after 100,000", early, late)
+	}
+}
+
+// TestTopLimitedSeries: with TOP_LIMITED_METRIC=2, /metrics carries the two
+// descriptors limited most, and never more series, whatever the values.
+func TestTopLimitedSeries(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": "domain: it\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 0}\n"})
+	env["TOP_LIMITED_METRIC"] = "2"
+	p := start(t, env)
+	for i := range 50 {
+		v := "v" + strconv.Itoa(i)
+		if i%2 == 0 {
+			v = "hot"
+		}
+		p.should(t, "it", desc("user="+v))
+	}
+	m := metricsBody(t, p)
+	if n := strings.Count(m, "\nratelimit_limited_top{"); n != 2 {
+		t.Errorf("%d ratelimit_limited_top series, want 2:\n%s", n, m)
+	}
+	if !strings.Contains(m, `ratelimit_limited_top{domain="it",rule="user",values="user=hot"} 25`) {
+		t.Errorf("the hot value's series is missing:\n%s", m)
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
+	"github.com/openrls/ratelimit/src/topk"
 	"github.com/openrls/ratelimit/src/tracing"
 )
 
@@ -110,6 +111,16 @@ func run(ctx context.Context) error {
 	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
 	defer fallback.Close()
 	countEvictions(reg, "fallback", fallback)
+	debug := map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler(), "/explain": explainHandler(configs)}
+	var limited service.Limited
+	if s.TopLimitedSize > 0 {
+		sketch := topk.New(s.TopLimitedSize, s.TopLimitedWindow, nil)
+		limited = sketch
+		debug["/limited"] = service.LimitedHandler(sketch, s.TopLimitedWindow)
+		if s.TopLimitedMetric > 0 {
+			reg.MustRegister(service.LimitedCollector(sketch, s.TopLimitedMetric))
+		}
+	}
 	svc, err := service.New(service.Options{
 		Store:                      tr.Store(store),
 		FailurePolicy:              s.BackendFailurePolicy,
@@ -124,6 +135,7 @@ func run(ctx context.Context) error {
 		Limits: service.Limits{MaxDescriptors: s.RequestMaxDescriptors, MaxEntries: s.RequestMaxEntries,
 			MaxStringBytes: s.RequestMaxStringBytes, MaxHits: s.RequestMaxHits, MaxKeys: s.RequestMaxKeys},
 		Metrics: reg,
+		Limited: limited,
 		Logger:  log,
 	})
 	if err != nil {
@@ -149,7 +161,7 @@ func run(ctx context.Context) error {
 			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout, Cooldown: cooldown(s)},
 		OnGuard:               guardEvents(reg, log),
 		Health:                health,
-		Debug:                 map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler(), "/explain": explainHandler(configs)},
+		Debug:                 debug,
 		Metrics:               reg.Handler(),
 		GRPCOptions:           tr.ServerOptions(),
 		MetricsAddr:           prometheusAddr(s),

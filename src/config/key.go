@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 // Counter keys
@@ -65,3 +67,41 @@ func appendKeyEntry(b []byte, n *Node, key, value string, hash bool) []byte {
 func appendKeyEnd(b []byte) []byte { return append(b, '}', ':') }
 
 func appendIdentity(b []byte, l *Limit) []byte { return append(b, l.identity...) }
+
+// Values renders a matched request descriptor's entries as its counter key
+// holds them, for operators' eyes ("key=value,key2=value2"): a value the
+// key hashes (CACHE_KEY_HASH_VALUES, hash_value, or longer than MaxRawField)
+// appears only as '#' and its hash, a shared wildcard as its pattern, so
+// that whatever shows request values shows no more than Redis holds.
+// Entries past what the config matches appear as sent.
+func (d *Domain) Values(entries []*rlv3.RateLimitDescriptor_Entry) string {
+	var b []byte
+	var lv *level
+	if d != nil {
+		lv = &d.root
+	}
+	for i, e := range entries {
+		var n *Node
+		if lv != nil {
+			if n = lv.find(e.GetKey(), e.GetValue()); n != nil {
+				lv = &n.children
+			} else {
+				lv = nil
+			}
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(b, e.GetKey()...), '=')
+		v := e.GetValue()
+		switch {
+		case n != nil && n.ShareThreshold:
+			b = append(b, n.Value...)
+		case len(v) > MaxRawField || d != nil && d.hashValues || n != nil && n.HashValue:
+			b = appendHash(append(b, '#'), v)
+		default:
+			b = append(b, v...)
+		}
+	}
+	return string(b)
+}

@@ -289,6 +289,9 @@ func (c infoCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// MustRegister adds a collector of another package's series.
+func (r *Registry) MustRegister(c prometheus.Collector) { r.prom.MustRegister(c) }
+
 // CounterFunc registers a counter read from fn at scrape time (config loads,
 // local cache hits: values other packages already count).
 func (r *Registry) CounterFunc(name, help string, labels prometheus.Labels, fn func() float64) {

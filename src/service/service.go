@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,43 @@ type Options struct {
 	Fallback limiter.Store
 	// Metrics receives every decision; nil means a private registry.
 	Metrics *metrics.Registry
+	// Limited, when set, hears of each descriptor answered OVER_LIMIT (not
+	// in shadow mode), keyed by LimitedKey, to find who is limited most.
+	Limited Limited
 	Logger  logrus.FieldLogger
+}
+
+// Limited counts limited descriptors; topk.Sketch satisfies it.
+type Limited interface {
+	Add(key string, n uint64)
+}
+
+// LimitedKey joins what identifies a limited descriptor, each part
+// length-prefixed so that any bytes in them stay apart; SplitLimitedKey
+// reads it back.
+func LimitedKey(domain, rule, values string) string {
+	return strconv.Itoa(len(domain)) + ":" + domain + strconv.Itoa(len(rule)) + ":" + rule + values
+}
+
+// SplitLimitedKey undoes LimitedKey.
+func SplitLimitedKey(k string) (domain, rule, values string, ok bool) {
+	take := func() (string, bool) {
+		i := strings.IndexByte(k, ':')
+		n, err := strconv.Atoi(k[:max(i, 0)])
+		if i < 0 || err != nil || n < 0 || n > len(k)-i-1 {
+			return "", false
+		}
+		part := k[i+1 : i+1+n]
+		k = k[i+1+n:]
+		return part, true
+	}
+	if domain, ok = take(); !ok {
+		return "", "", "", false
+	}
+	if rule, ok = take(); !ok {
+		return "", "", "", false
+	}
+	return domain, rule, k, true
 }
 
 // Server implements the RLS v3 RateLimitService. It is safe for concurrent
@@ -167,6 +204,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.logDecisions(req, plan, outcomes)
 	}
 	resp := buildResponse(plan, outcomes, s.opts.ShadowMode, s.opts.QuotaMode)
+	if s.opts.Limited != nil {
+		s.noteLimited(req, plan, resp)
+	}
 	if s.opts.ShadowMode && rejects(plan, outcomes, s.opts.QuotaMode) {
 		s.opts.Metrics.ShadowOverride()
 	}
@@ -206,6 +246,18 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
 		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode
 		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
+	}
+}
+
+// noteLimited tells Limited of each descriptor answered OVER_LIMIT by a
+// rule not in shadow mode, its values as its counter key holds them.
+func (s *Server) noteLimited(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse) {
+	for i, st := range resp.GetStatuses() {
+		n := p.Descs[i].Node
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || n == nil || n.ShadowMode {
+			continue
+		}
+		s.opts.Limited.Add(LimitedKey(req.GetDomain(), n.Path, p.Domain.Values(req.GetDescriptors()[i].GetEntries())), 1)
 	}
 }
 

@@ -186,6 +186,12 @@ type Settings struct {
 	LimitRemainingHeader        string `envconfig:"LIMIT_REMAINING_HEADER" default:"RateLimit-Remaining"`
 	LimitResetHeader            string `envconfig:"LIMIT_RESET_HEADER" default:"RateLimit-Reset"`
 	ResponseDynamicMetadata     bool   `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	// Who is limited most (ours): counters kept per window (0: off), the
+	// window, and how many of the top to export as Prometheus series (0:
+	// none; they carry request values, hashed where keys hash them).
+	TopLimitedSize   int           `envconfig:"TOP_LIMITED_SIZE" default:"1024"`
+	TopLimitedWindow time.Duration `envconfig:"TOP_LIMITED_WINDOW" default:"5m"`
+	TopLimitedMetric int           `envconfig:"TOP_LIMITED_METRIC" default:"0"`
 
 	Redis          Redis `ignored:"true"`
 	RedisPerSecond bool  `envconfig:"REDIS_PERSECOND" default:"false"`
@@ -611,6 +617,12 @@ func (s Settings) Validate() error {
 	}
 	if s.RequestMaxEntries > config.MaxDepth {
 		bad("REQUEST_MAX_ENTRIES", "must be at most %d (the deepest a config may nest), got %d", config.MaxDepth, s.RequestMaxEntries)
+	}
+	if s.TopLimitedSize < 0 || s.TopLimitedMetric < 0 || s.TopLimitedMetric > 1000 {
+		bad("TOP_LIMITED_SIZE", "and TOP_LIMITED_METRIC must not be negative, TOP_LIMITED_METRIC at most 1000")
+	}
+	if s.TopLimitedWindow <= 0 {
+		bad("TOP_LIMITED_WINDOW", "must be positive, got %v", s.TopLimitedWindow)
 	}
 	if s.RequestMaxHits < 1 {
 		bad("REQUEST_MAX_HITS", "must be at least 1")

@@ -1,0 +1,98 @@
+package service
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/openrls/ratelimit/src/topk"
+)
+
+// LimitedEntry is one row of who is limited most.
+type LimitedEntry struct {
+	Domain string `json:"domain"`
+	Rule   string `json:"rule"`
+	// Values are the descriptor's entries as its counter key holds them
+	// (hashed where the config hashes them).
+	Values string `json:"values"`
+	// Count is how many requests it was answered OVER_LIMIT in the window
+	// reported, at most; Count-Error at least.
+	Count uint64 `json:"count"`
+	Error uint64 `json:"error"`
+}
+
+// TopLimited returns the n descriptors answered OVER_LIMIT most in sketch's
+// windows.
+func TopLimited(sketch *topk.Sketch, n int) []LimitedEntry {
+	var out []LimitedEntry
+	for _, it := range sketch.Top(n) {
+		d, r, v, ok := SplitLimitedKey(it.Key)
+		if !ok {
+			continue
+		}
+		out = append(out, LimitedEntry{Domain: d, Rule: r, Values: v, Count: it.Count, Error: it.Error})
+	}
+	return out
+}
+
+// LimitedHandler serves who is limited most: JSON by default, a table with
+// ?format=table; ?n= rows (default 50, at most 1000).
+func LimitedHandler(sketch *topk.Sketch, window time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := 50
+		if s := r.URL.Query().Get("n"); s != "" {
+			v, err := strconv.Atoi(s)
+			if err != nil || v < 1 {
+				http.Error(w, "n must be a positive number", http.StatusBadRequest)
+				return
+			}
+			n = min(v, 1000)
+		}
+		rows := TopLimited(sketch, n)
+		if r.URL.Query().Get("format") == "table" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintf(w, "answered OVER_LIMIT most in the last %v to %v\n", window, 2*window)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "COUNT\tDOMAIN\tRULE\tVALUES")
+			for _, e := range rows {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Count, e.Domain, e.Rule, e.Values)
+			}
+			_ = tw.Flush()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Window  string         `json:"window"`
+			Limited []LimitedEntry `json:"limited"`
+		}{window.String(), rows})
+	})
+}
+
+// limitedCollector exports the top n as ratelimit_limited_top{domain,rule,values}.
+type limitedCollector struct {
+	sketch *topk.Sketch
+	n      int
+}
+
+var limitedDesc = prometheus.NewDesc("ratelimit_limited_top",
+	"Requests answered OVER_LIMIT in the last one to two TOP_LIMITED_WINDOWs, for the TOP_LIMITED_METRIC descriptors limited most (an upper bound).",
+	[]string{"domain", "rule", "values"}, nil)
+
+// LimitedCollector returns a collector of the top n limited descriptors:
+// at most n series, whatever the traffic.
+func LimitedCollector(sketch *topk.Sketch, n int) prometheus.Collector {
+	return limitedCollector{sketch, n}
+}
+
+func (c limitedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- limitedDesc }
+
+func (c limitedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, e := range TopLimited(c.sketch, c.n) {
+		ch <- prometheus.MustNewConstMetric(limitedDesc, prometheus.GaugeValue, float64(e.Count), e.Domain, e.Rule, e.Values)
+	}
+}
