@@ -12,6 +12,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -223,4 +224,31 @@ func actionShape(t *testing.T, rl *routev3.RateLimit) []config.ShapeEntry {
 		}
 	}
 	return shape
+}
+
+// TestEnvoyAccessLogPrintsTheRule: examples/envoy.yaml logs each request
+// with the service's per-descriptor statuses from the rate limit filter's
+// dynamic metadata namespace, the field where RESPONSE_DYNAMIC_METADATA_RULES
+// puts the rule that decided.
+func TestEnvoyAccessLogPrintsTheRule(t *testing.T) {
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := loadBootstrap(t, "envoy.yaml", data)
+	found := false
+	for _, h := range connectionManagers(b) {
+		for _, al := range h.GetAccessLog() {
+			out := &streamv3.StdoutAccessLog{}
+			if al.GetTypedConfig().UnmarshalTo(out) != nil {
+				continue
+			}
+			if strings.Contains(out.GetLogFormat().GetTextFormatSource().GetInlineString(), "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:statuses)%") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("no stdout access log prints %DYNAMIC_METADATA(envoy.filters.http.ratelimit:statuses)%")
+	}
 }

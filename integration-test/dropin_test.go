@@ -315,3 +315,19 @@ func TestTopLimitedSeries(t *testing.T) {
 		t.Errorf("the hot value's series is missing:\n%s", m)
 	}
 }
+
+// TestDynamicMetadataNamesTheRule: RESPONSE_DYNAMIC_METADATA_RULES=true
+// puts, per descriptor, the rule that decided, where it is written, how it
+// matched and the limit, where examples/envoy.yaml's access log prints it.
+func TestDynamicMetadataNamesTheRule(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["RESPONSE_DYNAMIC_METADATA"] = "true"
+	env["RESPONSE_DYNAMIC_METADATA_RULES"] = "true"
+	p := start(t, env)
+	st := p.should(t, "it", desc("user=md")).GetDynamicMetadata().AsMap()["statuses"].([]any)[0].(map[string]any)
+	limit, _ := st["limit"].(map[string]any)
+	if st["rule"] != "user" || st["match"] != "key_only" || !strings.HasSuffix(st["source"].(string), "it.yaml:4") ||
+		limit["window"] != "1h0m0s" || limit["requestsPerUnit"] != 2.0 {
+		t.Errorf("statuses[0] = %v", st)
+	}
+}

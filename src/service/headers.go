@@ -1,10 +1,13 @@
 package service
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -81,8 +84,15 @@ func ceilSeconds(d time.Duration) string {
 //
 // and this service's own fields beside them:
 //
-//	statuses[i]          {code, limitRemaining} of descriptor i
-func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse, globalQuota bool) *structpb.Struct {
+//	statuses[i]          {code, limitRemaining} of descriptor i and, with
+//	                     rules (RESPONSE_DYNAMIC_METADATA_RULES), what
+//	                     decided it: rule (its config path), source
+//	                     (file:line, or xds:resource:line), match (exact,
+//	                     wildcard, key_only, or none), override (the request
+//	                     set the limit), limit {name, algorithm, window,
+//	                     requestsPerUnit} of the limit the status reports
+func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse,
+	globalQuota, rules bool) *structpb.Struct {
 	descs := make([]any, len(req.GetDescriptors()))
 	statuses := make([]any, len(req.GetDescriptors()))
 	quota := false
@@ -111,7 +121,11 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.Ra
 			}
 		}
 		descs[i] = m
-		statuses[i] = map[string]any{"code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
+		status := map[string]any{"code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
+		if rules {
+			describeRule(status, d, &p.Descs[i], p, outs)
+		}
+		statuses[i] = status
 	}
 	fields := map[string]any{"domain": req.GetDomain(), "descriptors": descs, "statuses": statuses}
 	if h := req.GetHitsAddend(); h != 0 {
@@ -131,4 +145,35 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.Ra
 		s, _ = structpb.NewStruct(map[string]any{"domain": req.GetDomain(), "error": err.Error()})
 	}
 	return s
+}
+
+// describeRule adds to a status what decided it (see dynamicMetadata).
+func describeRule(status map[string]any, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, outs []limiter.Outcome) {
+	n := dp.Node
+	if n == nil {
+		status["match"] = "none"
+	} else {
+		status["rule"], status["source"] = n.Path, fmt.Sprintf("%s:%d", n.File, n.Line)
+		switch {
+		case n.Value == "":
+			status["match"] = "key_only"
+		case strings.Contains(n.Value, "*"):
+			status["match"] = "wildcard"
+		default:
+			status["match"] = "exact"
+		}
+	}
+	if req.GetLimit() != nil {
+		status["override"] = true
+	}
+	if dp.Count == 0 {
+		return
+	}
+	j := pick(p.Hits[dp.First:dp.First+dp.Count], outs[dp.First:dp.First+dp.Count]) + dp.First
+	l := p.Refs[j].Limit
+	limit := map[string]any{"algorithm": l.Algorithm.String(), "window": l.Window().String(), "requestsPerUnit": float64(l.RequestsPerUnit)}
+	if l.Name != "" {
+		limit["name"] = l.Name
+	}
+	status["limit"] = limit
 }

@@ -153,3 +153,29 @@ func TestDynamicMetadata(t *testing.T) {
 		t.Errorf("dynamic_metadata =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestDynamicMetadataRules: with DynamicMetadataRules each status names
+// the rule that decided it, where it is written, how it matched and the
+// limit reported.
+func TestDynamicMetadataRules(t *testing.T) {
+	s := newTestServer(t, Options{DynamicMetadata: true, DynamicMetadataRules: true})
+	r := req("web", d("multi=1"), d("ip=1"), d("nope=x"))
+	r.Descriptors[1].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	resp, err := s.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := resp.GetDynamicMetadata().AsMap()["statuses"].([]any)
+	multi, ip, nope := statuses[0].(map[string]any), statuses[1].(map[string]any), statuses[2].(map[string]any)
+	limit := multi["limit"].(map[string]any)
+	if multi["rule"] != "multi" || multi["match"] != "key_only" || !strings.HasPrefix(multi["source"].(string), "test.yaml:") ||
+		limit["name"] != "hourly" || limit["algorithm"] != "fixed_window" || limit["window"] != "1h0m0s" || limit["requestsPerUnit"] != 3.0 {
+		t.Errorf("multi's status = %v, want the hourly limit (closest to its bound) of key-only rule multi", multi)
+	}
+	if ip["override"] != true || ip["match"] != "key_only" {
+		t.Errorf("ip's status = %v, want override", ip)
+	}
+	if nope["match"] != "none" || nope["rule"] != nil {
+		t.Errorf("an unmatched descriptor's status = %v", nope)
+	}
+}

@@ -51,6 +51,9 @@ type Options struct {
 	// DynamicMetadata adds the decision to dynamic_metadata
 	// (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
+	// DynamicMetadataRules adds, per descriptor, the rule, its source, how
+	// it matched and the limit reported (RESPONSE_DYNAMIC_METADATA_RULES).
+	DynamicMetadataRules bool
 	// FailurePolicy is what to answer when the store fails, for descriptors
 	// without their own failure_policy: "error" (the default: Unavailable,
 	// and Envoy's failure_mode_deny decides), "allow", "deny" or "local".
@@ -214,7 +217,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp)
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, plan, resp, s.opts.QuotaMode)
+		resp.DynamicMetadata = dynamicMetadata(req, plan, outcomes, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
 	}
 	return resp, nil
 }

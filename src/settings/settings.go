@@ -186,6 +186,9 @@ type Settings struct {
 	LimitRemainingHeader        string `envconfig:"LIMIT_REMAINING_HEADER" default:"RateLimit-Remaining"`
 	LimitResetHeader            string `envconfig:"LIMIT_RESET_HEADER" default:"RateLimit-Reset"`
 	ResponseDynamicMetadata     bool   `envconfig:"RESPONSE_DYNAMIC_METADATA" default:"false"`
+	// ResponseDynamicMetadataRules adds what decided each descriptor to the
+	// dynamic metadata: rule, source, match, limit (ours).
+	ResponseDynamicMetadataRules bool `envconfig:"RESPONSE_DYNAMIC_METADATA_RULES" default:"false"`
 	// Who is limited most (ours): counters kept per window (0: off), the
 	// window, and how many of the top to export as Prometheus series (0:
 	// none; they carry request values, hashed where keys hash them).
