@@ -46,6 +46,7 @@ var (
 	loadOnly     = flag.String("load.only", "", "run only targets whose name contains this")
 	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
 	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
+	loadObserve  = flag.Bool("load.observability", false, "add memory targets with the dynamic metadata (and its rules) on, and with the /limited sketch off")
 )
 
 const benchConfig = `
@@ -148,6 +149,11 @@ func benchTargets(b *testing.B) []loadTarget {
 		ts = append(ts, loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
 	}
 	target("memory", false, map[string]string{"BACKEND_TYPE": "memory"})
+	if *loadObserve {
+		target("memory+metadata", false, map[string]string{"BACKEND_TYPE": "memory", "RESPONSE_DYNAMIC_METADATA": "true",
+			"RESPONSE_DYNAMIC_METADATA_RULES": "true"})
+		target("memory, no sketch", false, map[string]string{"BACKEND_TYPE": "memory", "TOP_LIMITED_SIZE": "0"})
+	}
 	target("redis", true, nil)
 	target("redis unbatched", true, map[string]string{"REDIS_PIPELINE_WINDOW": "0"})
 	target("redis+local cache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})

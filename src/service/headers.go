@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -93,87 +92,96 @@ func ceilSeconds(d time.Duration) string {
 //	                     requestsPerUnit} of the limit the status reports
 func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse,
 	globalQuota, rules bool) *structpb.Struct {
-	descs := make([]any, len(req.GetDescriptors()))
-	statuses := make([]any, len(req.GetDescriptors()))
+	// Built as structpb values directly: structpb.NewStruct on maps of any
+	// costs twice the CPU of the whole decision.
+	descs := make([]*structpb.Value, len(req.GetDescriptors()))
+	statuses := make([]*structpb.Value, len(req.GetDescriptors()))
 	quota := false
-	var violations []any
+	var violations []*structpb.Value
 	for i, d := range req.GetDescriptors() {
-		entries := make([]any, len(d.GetEntries()))
+		entries := make([]*structpb.Value, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			entries[j] = e.GetKey() + "=" + e.GetValue()
+			entries[j] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
 		}
-		m := map[string]any{"entries": entries}
+		m := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if l := d.GetLimit(); l != nil {
-			m["limit"] = map[string]any{"requestsPerUnit": float64(l.GetRequestsPerUnit()), "unit": l.GetUnit().String()}
+			m["limit"] = object(map[string]*structpb.Value{"requestsPerUnit": structpb.NewNumberValue(float64(l.GetRequestsPerUnit())),
+				"unit": structpb.NewStringValue(l.GetUnit().String())})
 		}
 		if h := d.GetHitsAddend(); h != nil {
-			m["hitsAddend"] = float64(h.GetValue())
+			m["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
 		}
 		st := resp.GetStatuses()[i]
 		n := p.Descs[i].Node
 		if n != nil && st.GetCode() == rlsv3.RateLimitResponse_OK && len(n.Metadata) > 0 {
-			m["metadata"] = n.Metadata
+			if md, err := structpb.NewValue(n.Metadata); err == nil {
+				m["metadata"] = md
+			} else {
+				// Metadata from YAML can hold values structpb cannot (e.g.
+				// dates); the decision matters more than its description.
+				m["metadataError"] = structpb.NewStringValue(err.Error())
+			}
 		}
 		if inQuota := globalQuota || n != nil && n.QuotaMode; inQuota {
 			quota = true
 			if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-				violations = append(violations, float64(i))
+				violations = append(violations, structpb.NewNumberValue(float64(i)))
 			}
 		}
-		descs[i] = m
-		status := map[string]any{"code": st.GetCode().String(), "limitRemaining": float64(st.GetLimitRemaining())}
+		descs[i] = object(m)
+		status := map[string]*structpb.Value{"code": structpb.NewStringValue(st.GetCode().String()),
+			"limitRemaining": structpb.NewNumberValue(float64(st.GetLimitRemaining()))}
 		if rules {
 			describeRule(status, d, &p.Descs[i], p, outs)
 		}
-		statuses[i] = status
+		statuses[i] = object(status)
 	}
-	fields := map[string]any{"domain": req.GetDomain(), "descriptors": descs, "statuses": statuses}
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain()),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
+		"statuses":    structpb.NewListValue(&structpb.ListValue{Values: statuses})}
 	if h := req.GetHitsAddend(); h != 0 {
-		fields["hitsAddend"] = float64(h)
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
 	if quota {
-		fields["quotaModeEnabled"] = true
-		if violations == nil {
-			violations = []any{}
-		}
-		fields["quotaModeViolations"] = violations
+		fields["quotaModeEnabled"] = structpb.NewBoolValue(true)
+		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
 	}
-	s, err := structpb.NewStruct(fields)
-	if err != nil {
-		// Metadata from YAML can hold values structpb cannot (e.g. dates);
-		// the decision matters more than its description.
-		s, _ = structpb.NewStruct(map[string]any{"domain": req.GetDomain(), "error": err.Error()})
-	}
-	return s
+	return &structpb.Struct{Fields: fields}
+}
+
+func object(m map[string]*structpb.Value) *structpb.Value {
+	return structpb.NewStructValue(&structpb.Struct{Fields: m})
 }
 
 // describeRule adds to a status what decided it (see dynamicMetadata).
-func describeRule(status map[string]any, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, outs []limiter.Outcome) {
+func describeRule(status map[string]*structpb.Value, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, outs []limiter.Outcome) {
 	n := dp.Node
-	if n == nil {
-		status["match"] = "none"
-	} else {
-		status["rule"], status["source"] = n.Path, fmt.Sprintf("%s:%d", n.File, n.Line)
+	match := "none"
+	if n != nil {
+		status["rule"] = structpb.NewStringValue(n.Path)
+		status["source"] = structpb.NewStringValue(n.File + ":" + strconv.Itoa(n.Line))
 		switch {
 		case n.Value == "":
-			status["match"] = "key_only"
+			match = "key_only"
 		case strings.Contains(n.Value, "*"):
-			status["match"] = "wildcard"
+			match = "wildcard"
 		default:
-			status["match"] = "exact"
+			match = "exact"
 		}
 	}
+	status["match"] = structpb.NewStringValue(match)
 	if req.GetLimit() != nil {
-		status["override"] = true
+		status["override"] = structpb.NewBoolValue(true)
 	}
 	if dp.Count == 0 {
 		return
 	}
 	j := pick(p.Hits[dp.First:dp.First+dp.Count], outs[dp.First:dp.First+dp.Count]) + dp.First
 	l := p.Refs[j].Limit
-	limit := map[string]any{"algorithm": l.Algorithm.String(), "window": l.Window().String(), "requestsPerUnit": float64(l.RequestsPerUnit)}
+	limit := map[string]*structpb.Value{"algorithm": structpb.NewStringValue(l.Algorithm.String()),
+		"window": structpb.NewStringValue(l.Window().String()), "requestsPerUnit": structpb.NewNumberValue(float64(l.RequestsPerUnit))}
 	if l.Name != "" {
-		limit["name"] = l.Name
+		limit["name"] = structpb.NewStringValue(l.Name)
 	}
-	status["limit"] = limit
+	status["limit"] = object(limit)
 }
