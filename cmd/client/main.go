@@ -29,6 +29,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/openrls/ratelimit/src/config"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -39,13 +41,9 @@ type descriptorsFlag []*rlv3.RateLimitDescriptor
 func (d *descriptorsFlag) String() string { return fmt.Sprint(len(*d), " descriptors") }
 
 func (d *descriptorsFlag) Set(s string) error {
-	desc := &rlv3.RateLimitDescriptor{}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("entry %q is not key=value", kv)
-		}
-		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	desc, err := config.ParseDescriptor(s)
+	if err != nil {
+		return err
 	}
 	*d = append(*d, desc)
 	return nil

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
@@ -140,16 +141,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 func parseDescriptors(s string) ([]*rlv3.RateLimitDescriptor, error) {
 	var out []*rlv3.RateLimitDescriptor
 	for _, d := range strings.Split(s, ";") {
-		desc := &rlv3.RateLimitDescriptor{}
-		for _, kv := range strings.Split(d, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return nil, fmt.Errorf("descriptor entry %q is not KEY=VALUE", kv)
-			}
-			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: escape.String(k), Value: escape.String(v)})
+		desc, err := config.ParseDescriptor(d)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, desc)
 	}
+	escape.Request(&rlsv3.RateLimitRequest{Descriptors: out})
 	return out, nil
 }
 

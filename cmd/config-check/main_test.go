@@ -50,7 +50,7 @@ func TestRun(t *testing.T) {
 				"  limit: 20 per minute, fixed_window  key {7:example7:api_key2:k14:path13:/api/upload/x}:fw60\n" +
 				"descriptors[1] nothing=1\n", nil},
 		{"explain without descriptors", []string{"-explain", "example"}, 2, "", []string{"usage: config-check -explain"}},
-		{"explain a malformed descriptor", []string{"-explain", "example", "novalue", good}, 2, "", []string{`descriptor entry "novalue" is not KEY=VALUE`}},
+		{"explain a malformed descriptor", []string{"-explain", "example", "novalue", good}, 2, "", []string{`descriptor entry "novalue" is not key=value`}},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}

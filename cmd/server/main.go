@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -256,13 +255,7 @@ func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore)
 // ?summary one line per domain, after a line with its version and load
 // time.
 func rlconfig(current *config.Holder) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		cfg := current.Load()
-		if cfg == nil {
-			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
-			return
-		}
+	return withConfig(current, func(w http.ResponseWriter, r *http.Request, cfg *config.Config) {
 		fmt.Fprintf(w, "# version %s, loaded %s\n", cfg.Version(), current.LoadedAt().UTC().Format(time.RFC3339))
 		if r.URL.Query().Has("summary") {
 			_, _ = io.WriteString(w, cfg.Summary())
@@ -277,24 +270,14 @@ func rlconfig(current *config.Holder) http.Handler {
 // that request (config.Explain), counting nothing. bin/client -explain asks
 // it.
 func explainHandler(current *config.Holder) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		cfg := current.Load()
-		if cfg == nil {
-			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
-			return
-		}
+	return withConfig(current, func(w http.ResponseWriter, r *http.Request, cfg *config.Config) {
 		q := r.URL.Query()
 		req := &rlsv3.RateLimitRequest{Domain: q.Get("domain")}
 		for _, d := range q["descriptor"] {
-			desc := &rlv3.RateLimitDescriptor{}
-			for _, kv := range strings.Split(d, ",") {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					http.Error(w, fmt.Sprintf("descriptor entry %q is not key=value", kv), http.StatusBadRequest)
-					return
-				}
-				desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+			desc, err := config.ParseDescriptor(d)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
 			}
 			req.Descriptors = append(req.Descriptors, desc)
 		}
@@ -307,6 +290,20 @@ func explainHandler(current *config.Holder) http.Handler {
 		if err := cfg.Explain(w, req.Domain, req.Descriptors); err != nil {
 			fmt.Fprintln(w, "error:", err)
 		}
+	})
+}
+
+// withConfig serves plain text from the config being served, or 503
+// before one is.
+func withConfig(current *config.Holder, serve func(http.ResponseWriter, *http.Request, *config.Config)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		cfg := current.Load()
+		if cfg == nil {
+			http.Error(w, "no config loaded", http.StatusServiceUnavailable)
+			return
+		}
+		serve(w, r, cfg)
 	})
 }
 

@@ -125,3 +125,18 @@ func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescri
 	}
 	return n
 }
+
+// ParseDescriptor reads a descriptor written "key=value[,key=value...]",
+// as config-check -explain, bin/client and the debug port's /explain take
+// it. Keys must not be empty; values may be.
+func ParseDescriptor(s string) (*rlv3.RateLimitDescriptor, error) {
+	desc := &rlv3.RateLimitDescriptor{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("descriptor entry %q is not key=value", kv)
+		}
+		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return desc, nil
+}
