@@ -31,6 +31,13 @@ const (
 	evictSample = 8
 )
 
+// The embedded store's bounds unless MemoryOptions says otherwise
+// (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES).
+const (
+	DefaultMaxKeys  = 1 << 20
+	DefaultMaxBytes = 256 << 20
+)
+
 // MemoryOptions configures a MemoryStore. The zero value is usable.
 type MemoryOptions struct {
 	// MaxKeys bounds the number of live counters; 0 means 1,048,576.
@@ -76,10 +83,10 @@ type memEntry struct {
 // NewMemoryStore returns a MemoryStore and starts its sweeper.
 func NewMemoryStore(opts MemoryOptions) *MemoryStore {
 	if opts.MaxKeys <= 0 {
-		opts.MaxKeys = 1 << 20
+		opts.MaxKeys = DefaultMaxKeys
 	}
 	if opts.MaxBytes <= 0 {
-		opts.MaxBytes = 256 << 20
+		opts.MaxBytes = DefaultMaxBytes
 	}
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 10 * time.Second

@@ -1,0 +1,65 @@
+package settings_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/service"
+	"github.com/openrls/ratelimit/src/settings"
+)
+
+// TestDefaultsMatchThePackages: where a package has a default of its own
+// for what a setting configures (what a zero option means), the setting's
+// default is that same value, so that the service and the packages' own
+// users (tests, tools) agree, and a change in one place shows here.
+func TestDefaultsMatchThePackages(t *testing.T) {
+	defaults := map[string]string{}
+	var walk func(typ reflect.Type, prefix string)
+	walk = func(typ reflect.Type, prefix string) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			if name := f.Tag.Get("envconfig"); name != "" {
+				defaults[prefix+name] = f.Tag.Get("default")
+			}
+		}
+	}
+	walk(reflect.TypeOf(settings.Settings{}), "")
+	walk(reflect.TypeOf(settings.Redis{}), "REDIS_")
+	for name, pkg := range map[string]any{
+		"REQUEST_MAX_DESCRIPTORS":          service.DefaultLimits.MaxDescriptors,
+		"REQUEST_MAX_ENTRIES":              service.DefaultLimits.MaxEntries,
+		"REQUEST_MAX_STRING_BYTES":         service.DefaultLimits.MaxStringBytes,
+		"REQUEST_MAX_HITS":                 service.DefaultLimits.MaxHits,
+		"REQUEST_MAX_KEYS":                 service.DefaultLimits.MaxKeys,
+		"REQUEST_MAX_BYTES":                server.DefaultMaxRequestBytes,
+		"GRPC_MAX_CONCURRENT_STREAMS":      server.DefaultMaxConcurrentStreams,
+		"GRPC_MAX_CONNECTIONS":             server.DefaultGuard.MaxConnections,
+		"GRPC_MAX_CONNECTIONS_PER_ADDRESS": server.DefaultGuard.MaxConnectionsPerAddress,
+		"GRPC_MAX_CALLS_IN_FLIGHT":         server.DefaultGuard.MaxInFlight,
+		"GRPC_MAX_RESETS_PER_SECOND":       server.DefaultGuard.ResetsPerSecond,
+		"GRPC_STREAM_WRITE_TIMEOUT":        server.DefaultGuard.StreamWriteTimeout,
+		"GRPC_ABUSE_COOLDOWN":              server.DefaultGuard.Cooldown,
+		"MEMORY_MAX_KEYS":                  limiter.DefaultMaxKeys,
+		"MEMORY_MAX_BYTES":                 limiter.DefaultMaxBytes,
+	} {
+		def, ok := defaults[name]
+		if !ok {
+			t.Errorf("%s is not a setting", name)
+			continue
+		}
+		want := fmt.Sprint(pkg)
+		if d, isDur := pkg.(time.Duration); isDur {
+			if got, err := time.ParseDuration(def); err != nil || got != d {
+				t.Errorf("%s defaults to %q, the package to %v", name, def, d)
+			}
+			continue
+		}
+		if def != want {
+			t.Errorf("%s defaults to %q, the package to %s", name, def, want)
+		}
+	}
+}
