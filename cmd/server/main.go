@@ -62,7 +62,11 @@ func run(ctx context.Context) error {
 		log.Warn(w)
 	}
 	health := &server.Health{}
-	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries,
+	var policies []string
+	for _, p := range config.FailurePolicies {
+		policies = append(policies, string(p))
+	}
+	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries, FailurePolicies: policies,
 		Reference: s.UsePrometheus && !s.DisableStats, ReferenceMillis: s.PrometheusResponseTimeAsMilliseconds})
 	if s.UseStatsd && !s.DisableStats {
 		go runStatsd(ctx, s, reg, log)
@@ -122,7 +126,7 @@ func run(ctx context.Context) error {
 	}
 	svc, err := service.New(service.Options{
 		Store:                      tr.Store(store),
-		FailurePolicy:              s.BackendFailurePolicy,
+		FailurePolicy:              config.FailurePolicy(s.BackendFailurePolicy),
 		Fallback:                   fallback,
 		Configs:                    configs,
 		ShadowMode:                 s.ShadowMode,

@@ -60,7 +60,7 @@ type Node struct {
 	// FailurePolicy is what to answer when the store fails: the nearest
 	// failure_policy on this descriptor or an ancestor; empty means the
 	// global BACKEND_FAILURE_POLICY.
-	FailurePolicy string
+	FailurePolicy FailurePolicy
 	// HashValue writes this level's request value hashed in counter keys.
 	HashValue bool
 

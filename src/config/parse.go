@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ type Descriptor struct {
 	ValueToMetric  bool
 	ShareThreshold bool
 	// FailurePolicy is error, allow, deny or local; empty inherits.
-	FailurePolicy string
+	FailurePolicy FailurePolicy
 	// HashValue hashes this level's request value in counter keys.
 	HashValue bool
 	// Overdraft counts hits past this descriptor's limits (not inherited).
@@ -183,8 +184,8 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 		d.errf(f["share_threshold"], path+".share_threshold", "share_threshold needs a wildcard value (one with *)")
 	}
 	if n := f["failure_policy"]; n != nil {
-		desc.FailurePolicy = d.str(n, path, "failure_policy")
-		if !ValidFailurePolicy(desc.FailurePolicy) {
+		desc.FailurePolicy = FailurePolicy(d.str(n, path, "failure_policy"))
+		if !desc.FailurePolicy.Valid() {
 			d.errf(n, path+".failure_policy", "unknown failure policy %q (want error, allow, deny or local)", desc.FailurePolicy)
 		}
 	}
@@ -391,11 +392,20 @@ func (d *decoder) replaces(n *yaml.Node, path string) []string {
 	return out
 }
 
-// ValidFailurePolicy reports whether p names a failure policy.
-func ValidFailurePolicy(p string) bool {
-	switch p {
-	case "error", "allow", "deny", "local":
-		return true
-	}
-	return false
-}
+// FailurePolicy is what to answer for a descriptor when the store fails.
+type FailurePolicy string
+
+// The failure policies; the empty one inherits (a descriptor's parent's,
+// else BACKEND_FAILURE_POLICY).
+const (
+	PolicyError FailurePolicy = "error" // Unavailable: Envoy's failure_mode_deny decides
+	PolicyAllow FailurePolicy = "allow" // OK
+	PolicyDeny  FailurePolicy = "deny"  // OVER_LIMIT
+	PolicyLocal FailurePolicy = "local" // count in this process's memory meanwhile
+)
+
+// FailurePolicies lists every policy, in the order errors name them.
+var FailurePolicies = []FailurePolicy{PolicyError, PolicyAllow, PolicyDeny, PolicyLocal}
+
+// Valid reports whether p names a failure policy.
+func (p FailurePolicy) Valid() bool { return slices.Contains(FailurePolicies, p) }

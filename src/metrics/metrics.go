@@ -30,6 +30,9 @@ type Options struct {
 	NearLimitRatio float64
 	// MaxDetailedSeries caps the rules named by request values; 0 means 1000.
 	MaxDetailedSeries int
+	// FailurePolicies are the policies whose series exist from the start,
+	// so that rate() and alerts see a failure from its first hit.
+	FailurePolicies []string
 	// Reference keeps the reference's response time histogram for
 	// ReferenceHandler (USE_PROMETHEUS); ReferenceMillis reports it in
 	// milliseconds (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS).
@@ -115,9 +118,7 @@ func New(o Options) *Registry {
 	for _, code := range outcomeCodes {
 		r.byOutcome[code] = r.requests.WithLabelValues(code)
 	}
-	// Every policy's series exists from the start, so that rate() and
-	// alerts see a failure from its first hit.
-	for _, p := range []string{"error", "allow", "deny", "local"} {
+	for _, p := range o.FailurePolicies {
 		r.failurePolicy.WithLabelValues(p)
 	}
 	r.prom.MustRegister(r.requests, r.requestDuration, r.backendErrors, r.backendDuration, r.shadowOverrides, r.failurePolicy, r.cancelled,

@@ -31,7 +31,7 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2}
 `
 
-func policyServer(t *testing.T, global string) *Server {
+func policyServer(t *testing.T, global config.FailurePolicy) *Server {
 	t.Helper()
 	f, err := config.Parse("p.yaml", []byte(policyConfig))
 	if err != nil {
@@ -58,9 +58,10 @@ func TestFailurePolicies(t *testing.T) {
 		overall rlsv3.RateLimitResponse_Code
 	}
 	tests := []struct {
-		name, global string
-		descs        []string
-		calls        []want
+		name   string
+		global config.FailurePolicy
+		descs  []string
+		calls  []want
 	}{
 		{"default error", "", []string{"plain=1"}, []want{{code: codes.Unavailable}}},
 		{"global allow", "allow", []string{"plain=1"}, []want{{overall: ok}, {overall: ok}, {overall: ok}}},

@@ -57,7 +57,7 @@ type Options struct {
 	// FailurePolicy is what to answer when the store fails, for descriptors
 	// without their own failure_policy: "error" (the default: Unavailable,
 	// and Envoy's failure_mode_deny decides), "allow", "deny" or "local".
-	FailurePolicy string
+	FailurePolicy config.FailurePolicy
 	// Fallback is the store the "local" policy counts in while the main
 	// store fails; required for "local".
 	Fallback limiter.Store
@@ -124,9 +124,9 @@ func New(opts Options) (*Server, error) {
 		opts.Metrics = metrics.New(metrics.Options{})
 	}
 	if opts.FailurePolicy == "" {
-		opts.FailurePolicy = "error"
+		opts.FailurePolicy = config.PolicyError
 	}
-	if !config.ValidFailurePolicy(opts.FailurePolicy) {
+	if !opts.FailurePolicy.Valid() {
 		return nil, fmt.Errorf("service: unknown failure policy %q", opts.FailurePolicy)
 	}
 	opts.Limits = opts.Limits.withDefaults()
@@ -341,13 +341,13 @@ func (s *Server) degrade(ctx context.Context, p *config.Plan) ([]limiter.Outcome
 		if n := p.Descs[ref.Desc].Node; n != nil && n.FailurePolicy != "" {
 			policy = n.FailurePolicy
 		}
-		s.opts.Metrics.FailurePolicy(policy)
+		s.opts.Metrics.FailurePolicy(string(policy))
 		switch policy {
-		case "allow":
+		case config.PolicyAllow:
 			outs[j] = limiter.Outcome{Allowed: true, Remaining: p.Hits[j].Rule.Limit}
-		case "deny":
+		case config.PolicyDeny:
 			outs[j] = limiter.Outcome{}
-		case "local":
+		case config.PolicyLocal:
 			local = append(local, j)
 		default:
 			return nil, unavailable

@@ -593,7 +593,7 @@ func (s Settings) Validate() error {
 	if s.TracingSamplingRate < 0 || s.TracingSamplingRate > 1 {
 		bad("TRACING_SAMPLING_RATE", "must be in [0, 1], got %v", s.TracingSamplingRate)
 	}
-	if !config.ValidFailurePolicy(s.BackendFailurePolicy) {
+	if !config.FailurePolicy(s.BackendFailurePolicy).Valid() {
 		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
 	}
 	if s.CircuitBreakerFailures < 0 {
