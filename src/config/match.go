@@ -6,16 +6,11 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
-// Match walks the tree along entries and returns the node reached by the last
-// entry, or nil when some entry matches nothing. At each level an exact value
-// beats a wildcard, which beats a key-only descriptor; the walk never
-// backtracks.
-func (d *Domain) Match(entries []*rlv3.RateLimitDescriptor_Entry) *Node {
-	return d.match(entries, nil)
-}
-
-// match is Match that also appends the descriptor part of the counter key to
-// key when key is not nil.
+// match walks the tree along entries and returns the node reached by the
+// last entry, or nil when some entry matches nothing. At each level an exact
+// value beats a wildcard, which beats a key-only descriptor; the walk never
+// backtracks. It also appends the descriptor part of the counter key to key
+// when key is not nil.
 func (d *Domain) match(entries []*rlv3.RateLimitDescriptor_Entry, key *[]byte) *Node {
 	if d == nil || len(entries) == 0 {
 		return nil

@@ -51,9 +51,6 @@ func NewBreaker(s Store, o BreakerOptions) *Breaker {
 	return &Breaker{store: s, o: o, stop: make(chan struct{})}
 }
 
-// Open reports whether the breaker is short-circuiting.
-func (b *Breaker) Open() bool { return b.open.Load() }
-
 // Apply implements Store.
 func (b *Breaker) Apply(ctx context.Context, batch Batch) ([]Outcome, error) {
 	if b.open.Load() {

@@ -132,13 +132,13 @@ func (s *MemoryStore) sweepLoop(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.Sweep(s.clock())
+			s.sweep(s.clock())
 		}
 	}
 }
 
-// Sweep frees every counter expired at now and returns how many it freed.
-func (s *MemoryStore) Sweep(now time.Time) int {
+// sweep frees every counter expired at now and returns how many it freed.
+func (s *MemoryStore) sweep(now time.Time) int {
 	us := now.UnixMicro()
 	freed := 0
 	for i := range s.shards {
@@ -154,18 +154,6 @@ func (s *MemoryStore) Sweep(now time.Time) int {
 		sh.mu.Unlock()
 	}
 	return freed
-}
-
-// Len returns the number of counters held, expired or not.
-func (s *MemoryStore) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
 }
 
 // Evictions returns how many live counters were dropped because the store
