@@ -196,17 +196,27 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	exec(ctx, b.client, b.merge, batch)
+}
+
+// exec runs script calls in one round trip and sets every call's reply and
+// err: the only place this package sends the script, batched or not. One
+// call is one EVALSHA (go-redis loads the script on NOSCRIPT); several
+// are, with merge, one call holding them all (sendMerged), else a pipeline
+// of EVALSHAs, where one that found the script flushed (a restart, SCRIPT
+// FLUSH, a failover) did not run, so running it again counts it once.
+func exec(ctx context.Context, client goredis.UniversalClient, merge bool, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.reply, c.err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
+		c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
 		return
 	}
-	if b.merge {
-		b.sendMerged(ctx, batch)
+	if merge {
+		sendMerged(ctx, client, batch)
 		return
 	}
 	cmds := make([]*goredis.Cmd, len(batch))
-	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
 			cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.args...)
 		}
@@ -215,22 +225,21 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 	for i, c := range batch {
 		c.reply, c.err = cmds[i].Result()
 		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			// Not run: running it again counts it once.
-			c.reply, c.err = batchScript.Run(ctx, b.client, c.keys, c.args...).Result()
+			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
 		}
 	}
 }
 
 // sendMerged sends the whole batch as one script call and splits the
 // reply: 32 bytes per hit, decision after decision.
-func (b *batcher) sendMerged(ctx context.Context, batch []*call) {
+func sendMerged(ctx context.Context, client goredis.UniversalClient, batch []*call) {
 	var keys []string
 	var args []any
 	for _, c := range batch {
 		keys = append(keys, c.keys...)
 		args = append(args, c.args...)
 	}
-	reply, err := batchScript.Run(ctx, b.client, keys, args...).Result()
+	reply, err := batchScript.Run(ctx, client, keys, args...).Result()
 	packed, ok := reply.(string)
 	if err == nil && (!ok || len(packed) != 32*len(keys)) {
 		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))

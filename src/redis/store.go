@@ -230,32 +230,16 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode in
 	if s.batch != nil {
 		return s.runBatched(ctx, deadline, now, mode, groups, outs)
 	}
-	if len(groups) == 1 {
-		g := groups[0]
-		reply, err := batchScript.Run(ctx, s.client, g.keys, scriptArgs(now, mode, g.hits)...).Result()
-		if err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
-		}
-		return fill(reply, g, outs)
-	}
-	cmds := make([]*goredis.Cmd, len(groups))
-	_, _ = s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, g := range groups {
-			cmds[i] = batchScript.EvalSha(ctx, p, g.keys, scriptArgs(now, mode, g.hits)...)
-		}
-		return nil
-	})
+	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		reply, err := cmds[i].Result()
-		if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The script was flushed (restart, SCRIPT FLUSH, failover): this
-			// group did not run, so running it again counts it once.
-			reply, err = batchScript.Run(ctx, s.client, g.keys, scriptArgs(now, mode, g.hits)...).Result()
+		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits)}
+	}
+	exec(ctx, s.client, false, calls)
+	for i, g := range groups {
+		if calls[i].err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), calls[i].err)
 		}
-		if err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
-		}
-		if err := fill(reply, g, outs); err != nil {
+		if err := fill(calls[i].reply, g, outs); err != nil {
 			return err
 		}
 	}

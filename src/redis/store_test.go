@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,7 +401,6 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, Options{BatchLimit: 16})
 	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	defer mem.Close()
 
@@ -424,7 +424,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		}
 		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits)})
 	}
-	b.sendMerged(context.Background(), calls)
+	sendMerged(context.Background(), c, calls)
 	for i, bt := range batches {
 		r := calls[i]
 		if r.err != nil {
@@ -485,5 +485,70 @@ func TestTTLFollowsTheWindow(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestScriptFlushMidLoadCluster: the script flushed from every node while
+// decisions spread over slots are in flight (a restart, SCRIPT FLUSH, a
+// failover) costs no error and no double count, batched or not: a call
+// that found it gone did not run, and is run again once.
+func TestScriptFlushMidLoadCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			s := newStore(t, c, Options{Batch: batched})
+			r := limiter.Rule{Limit: 1_000_000, Period: time.Hour}
+			keys := func(g int) []limiter.Hit { // two slots per decision
+				return []limiter.Hit{{Key: fmt.Sprintf("{flush%v-a%d}:fw", batched, g), Rule: r, Cost: 1},
+					{Key: fmt.Sprintf("{flush%v-b%d}:fw", batched, g), Rule: r, Cost: 1}}
+			}
+			const workers, per = 8, 120
+			var done atomic.Int64
+			var wg sync.WaitGroup
+			for g := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						if _, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: keys(g)}); err != nil {
+							t.Error(err)
+							return
+						}
+						if done.Add(1) == workers*per/3 {
+							for _, n := range nodes {
+								if _, err := n.Do("SCRIPT", "FLUSH"); err != nil {
+									t.Error(err)
+								}
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for g := range workers {
+				hits := keys(g)
+				for i := range hits {
+					hits[i].Cost = 0
+				}
+				out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, o := range out {
+					if used := r.Limit - o.Remaining; used != per {
+						t.Errorf("worker %d key %d counted %d hits, want %d (each once)", g, i, used, per)
+					}
+				}
+			}
+		})
 	}
 }
