@@ -5,7 +5,7 @@ BIN := bin
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: build run redis test fuzz bench pgo vet clean
+.PHONY: build run redis test check fuzz bench pgo vet clean
 
 # The same steps as the Dockerfile's build stage.
 build:
@@ -30,11 +30,18 @@ redis:
 	redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 
 # Every test: unit tests, Redis-backed tests and the black-box integration
-# tests. Installs redis-server first if it is missing and can be installed.
+# tests, each fuzz target's seeds included. Installs redis-server first if it
+# is missing and can be installed. The quick command for working on the code.
 test: vet
 	scripts/ensure-redis.sh
-	@echo "make test: every package with -race, packages listed as they finish, then fuzzing."
-	@echo "On a cold build cache this takes about 8 minutes and 3+ GB of cache on 2 cores; warm, about 2 minutes."
+	@echo "make test: every package, listed as it finishes (make check adds the race detector and fuzzing)."
+	$(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./scripts/testreport
+
+# What CI runs (.ci/run): every test under the race detector, then 20,000
+# fuzz inputs per target.
+check: vet
+	scripts/ensure-redis.sh
+	@echo "make check: every package with -race, listed as it finishes, then fuzzing."
 	$(GO) test -race -count=1 -timeout 20m -json ./... | $(GO) run ./scripts/testreport
 	# A count, not a duration: Go 1.26's fuzz coordinator can report a
 	# spurious "context deadline exceeded" when a -fuzztime duration ends
