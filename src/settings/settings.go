@@ -487,6 +487,20 @@ func (s Settings) Validate() error {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
 	}
+	s.validateListeners(bad)
+	s.validateLogs(bad)
+	s.validateConfigSource(bad)
+	s.validateObservability(bad)
+	s.validateStore(bad)
+	s.validateRequestBounds(bad)
+	return errors.Join(errs...)
+}
+
+// complaint reports one bad variable: its name, then what is wrong.
+type complaint func(name, format string, args ...any)
+
+// validateListeners checks the ports, gRPC TLS and connection lifetimes.
+func (s Settings) validateListeners(bad complaint) {
 	for _, p := range []struct {
 		name string
 		v    int
@@ -501,30 +515,29 @@ func (s Settings) Validate() error {
 	if !s.GRPCServerUseTLS && s.GRPCClientTLSCACert != "" {
 		bad("GRPC_CLIENT_TLS_CACERT", "needs GRPC_SERVER_USE_TLS=true")
 	}
+	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 || s.GRPCMaxConnectionIdle < 0 {
+		bad("GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE and GRPC_MAX_CONNECTION_IDLE must not be negative")
+	}
+	if s.GRPCAbuseCooldown < 0 {
+		bad("GRPC_ABUSE_COOLDOWN", "must not be negative, got %v", s.GRPCAbuseCooldown)
+	}
+	if s.GRPCStreamWriteTimeout <= 0 {
+		bad("GRPC_STREAM_WRITE_TIMEOUT", "must be positive, got %v", s.GRPCStreamWriteTimeout)
+	}
+}
+
+// validateLogs checks LOG_LEVEL and LOG_FORMAT.
+func (s Settings) validateLogs(bad complaint) {
 	if _, err := logrus.ParseLevel(s.LogLevel); err != nil {
 		bad("LOG_LEVEL", "unknown level %q (want debug, info, warn, error)", s.LogLevel)
 	}
 	if f := strings.ToLower(s.LogFormat); f != "text" && f != "json" {
 		bad("LOG_FORMAT", "unknown format %q (want text or json)", s.LogFormat)
 	}
-	switch s.Backend() {
-	case "memory":
-	case "redis":
-		if s.Redis.URL == "" {
-			bad("REDIS_URL", "required with BACKEND_TYPE=redis")
-		}
-		s.Redis.validate("REDIS_", bad)
-		if s.RedisPerSecond {
-			if s.RedisPerSecondConfig.URL == "" {
-				bad("REDIS_PERSECOND_URL", "required with REDIS_PERSECOND=true")
-			}
-			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
-		}
-	case "memcache":
-		bad("BACKEND_TYPE", "memcache is not supported by this service (want memory or redis)")
-	default:
-		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
-	}
+}
+
+// validateConfigSource checks CONFIG_TYPE and the xDS client.
+func (s Settings) validateConfigSource(bad complaint) {
 	switch strings.ToUpper(s.ConfigType) {
 	case "FILE", "GRPC_XDS_SOTW":
 	default:
@@ -554,23 +567,15 @@ func (s Settings) Validate() error {
 	if _, err := pairs(s.XDSAdditionalHeaders, ":"); err != nil {
 		bad("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "%v (want k1:v1,k2:v2)", err)
 	}
-	if s.GRPCMaxConnectionAge < 0 || s.GRPCMaxConnectionAgeGrace < 0 || s.GRPCMaxConnectionIdle < 0 {
-		bad("GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE and GRPC_MAX_CONNECTION_IDLE must not be negative")
-	}
-	if s.GRPCAbuseCooldown < 0 {
-		bad("GRPC_ABUSE_COOLDOWN", "must not be negative, got %v", s.GRPCAbuseCooldown)
-	}
-	if s.GRPCStreamWriteTimeout <= 0 {
-		bad("GRPC_STREAM_WRITE_TIMEOUT", "must be positive, got %v", s.GRPCStreamWriteTimeout)
-	}
+}
+
+// validateObservability checks statsd, metrics, tracing and /limited.
+func (s Settings) validateObservability(bad complaint) {
 	if s.StatsdProtocol != "tcp" && s.StatsdProtocol != "udp" {
 		bad("STATSD_PROTOCOL", "unknown protocol %q (want tcp or udp)", s.StatsdProtocol)
 	}
 	if s.StatsFlushInterval <= 0 {
 		bad("STATS_FLUSH_INTERVAL", "must be positive, got %v", s.StatsFlushInterval)
-	}
-	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
-		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
 	}
 	if s.NearLimitRatio <= 0 || s.NearLimitRatio > 1 {
 		bad("NEAR_LIMIT_RATIO", "must be in (0, 1], got %v", s.NearLimitRatio)
@@ -593,6 +598,37 @@ func (s Settings) Validate() error {
 	if s.TracingSamplingRate < 0 || s.TracingSamplingRate > 1 {
 		bad("TRACING_SAMPLING_RATE", "must be in [0, 1], got %v", s.TracingSamplingRate)
 	}
+	if s.TopLimitedSize < 0 || s.TopLimitedMetric < 0 || s.TopLimitedMetric > 1000 {
+		bad("TOP_LIMITED_SIZE", "and TOP_LIMITED_METRIC must not be negative, TOP_LIMITED_METRIC at most 1000")
+	}
+	if s.TopLimitedWindow <= 0 {
+		bad("TOP_LIMITED_WINDOW", "must be positive, got %v", s.TopLimitedWindow)
+	}
+}
+
+// validateStore checks the backend, Redis, the key prefix, failure policies and the embedded store.
+func (s Settings) validateStore(bad complaint) {
+	switch s.Backend() {
+	case "memory":
+	case "redis":
+		if s.Redis.URL == "" {
+			bad("REDIS_URL", "required with BACKEND_TYPE=redis")
+		}
+		s.Redis.validate("REDIS_", bad)
+		if s.RedisPerSecond {
+			if s.RedisPerSecondConfig.URL == "" {
+				bad("REDIS_PERSECOND_URL", "required with REDIS_PERSECOND=true")
+			}
+			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
+		}
+	case "memcache":
+		bad("BACKEND_TYPE", "memcache is not supported by this service (want memory or redis)")
+	default:
+		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
+	}
+	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
+		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
+	}
 	if !config.FailurePolicy(s.BackendFailurePolicy).Valid() {
 		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
 	}
@@ -602,6 +638,19 @@ func (s Settings) Validate() error {
 	if s.CircuitBreakerProbeInterval <= 0 {
 		bad("CIRCUIT_BREAKER_PROBE_INTERVAL", "must be positive, got %v", s.CircuitBreakerProbeInterval)
 	}
+	if s.MemoryMaxBytes < 1<<20 {
+		bad("MEMORY_MAX_BYTES", "must be at least 1048576 (1 MiB), got %d", s.MemoryMaxBytes)
+	}
+	if s.MemoryMaxKeys < 1 {
+		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
+	}
+	if s.LocalCacheSizeInBytes < 0 {
+		bad("LOCAL_CACHE_SIZE_IN_BYTES", "must not be negative")
+	}
+}
+
+// validateRequestBounds checks the bounds on requests and on what gRPC clients may hold.
+func (s Settings) validateRequestBounds(bad complaint) {
 	for _, l := range []struct {
 		name string
 		v    int
@@ -621,28 +670,12 @@ func (s Settings) Validate() error {
 	if s.RequestMaxEntries > config.MaxDepth {
 		bad("REQUEST_MAX_ENTRIES", "must be at most %d (the deepest a config may nest), got %d", config.MaxDepth, s.RequestMaxEntries)
 	}
-	if s.TopLimitedSize < 0 || s.TopLimitedMetric < 0 || s.TopLimitedMetric > 1000 {
-		bad("TOP_LIMITED_SIZE", "and TOP_LIMITED_METRIC must not be negative, TOP_LIMITED_METRIC at most 1000")
-	}
-	if s.TopLimitedWindow <= 0 {
-		bad("TOP_LIMITED_WINDOW", "must be positive, got %v", s.TopLimitedWindow)
-	}
 	if s.RequestMaxHits < 1 {
 		bad("REQUEST_MAX_HITS", "must be at least 1")
 	}
-	if s.MemoryMaxBytes < 1<<20 {
-		bad("MEMORY_MAX_BYTES", "must be at least 1048576 (1 MiB), got %d", s.MemoryMaxBytes)
-	}
-	if s.MemoryMaxKeys < 1 {
-		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
-	}
-	if s.LocalCacheSizeInBytes < 0 {
-		bad("LOCAL_CACHE_SIZE_IN_BYTES", "must not be negative")
-	}
-	return errors.Join(errs...)
 }
 
-func (r Redis) validate(prefix string, bad func(name, format string, args ...any)) {
+func (r Redis) validate(prefix string, bad complaint) {
 	switch r.Type {
 	case "single", "sentinel", "cluster":
 	default:
