@@ -143,6 +143,46 @@ func (t Timeouts) withDefaults() Timeouts {
 
 // Run listens on every address and serves until ctx is done.
 func Run(ctx context.Context, o Options) error {
+	o = o.withDefaults()
+	lis, err := listen(o)
+	if err != nil {
+		return err
+	}
+	// The guards watch plaintext HTTP/2; under TLS they only cap connections.
+	lis[0] = newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
+	gs := grpc.NewServer(grpcOptions(o)...)
+	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	httpSrv, debugSrv, metricsSrv := httpServers(o)
+
+	errc := make(chan error, 4)
+	if o.MetricsAddr != "" {
+		go func() { errc <- serveErr("metrics", metricsSrv.Serve(lis[3])) }()
+	}
+	go func() { errc <- serveErr("gRPC", gs.Serve(lis[0])) }()
+	go func() { errc <- serveErr("HTTP", httpSrv.Serve(lis[1])) }()
+	go func() { errc <- serveErr("debug", debugSrv.Serve(lis[2])) }()
+
+	stopHealth := make(chan struct{})
+	go syncGRPCHealth(o.Health, hs, stopHealth)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	o.Logger.Warn("shutting down")
+	o.Health.Stopping()
+	close(stopHealth)
+	hs.Shutdown()
+	shutdown(o, gs, httpSrv, debugSrv, metricsSrv)
+	return runErr
+}
+
+// withDefaults fills in the zero fields.
+func (o Options) withDefaults() Options {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -157,40 +197,43 @@ func Run(ctx context.Context, o Options) error {
 	if o.OnGuard == nil {
 		o.OnGuard = func(GuardEvent) {}
 	}
-	lis := make([]net.Listener, 0, 3)
-	defer func() {
-		for _, l := range lis {
-			_ = l.Close()
-		}
-	}()
+	return o
+}
+
+// listen opens the gRPC (TCP or Unix socket), HTTP and debug listeners,
+// and the metrics one when asked, in that order; on an error none stays
+// open.
+func listen(o Options) ([]net.Listener, error) {
 	type addr struct{ name, network, addr string }
 	addrs := []addr{{"gRPC", "tcp", o.GRPCAddr}, {"HTTP", "tcp", o.HTTPAddr}, {"debug", "tcp", o.DebugAddr}}
 	if o.GRPCUnixSocket != "" {
 		if err := removeStaleSocket(o.GRPCUnixSocket); err != nil {
-			return err
+			return nil, err
 		}
 		addrs[0] = addr{"gRPC", "unix", o.GRPCUnixSocket}
 	}
 	if o.MetricsAddr != "" {
 		addrs = append(addrs, addr{"metrics", "tcp", o.MetricsAddr})
 	}
+	lis := make([]net.Listener, 0, len(addrs))
 	for _, a := range addrs {
 		l, err := net.Listen(a.network, a.addr)
 		if err != nil {
-			return fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
+			for _, l := range lis {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
 		}
 		lis = append(lis, l)
 		o.Logger.Infof("listening for %s on %s", a.name, l.Addr())
 	}
+	return lis, nil
+}
 
-	// The guards watch plaintext HTTP/2; under TLS they only cap connections.
-	lis[0] = newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
-	gs := grpc.NewServer(grpcOptions(o)...)
-	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-
+// httpServers builds the HTTP port's server (/healthcheck, /json,
+// /metrics), the debug port's (pprof, an index, o.Debug) and the metrics
+// listener's (USE_PROMETHEUS; unused without MetricsAddr).
+func httpServers(o Options) (httpSrv, debugSrv, metricsSrv *http.Server) {
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", o.Health)
 	if o.JSON != nil {
@@ -199,8 +242,8 @@ func Run(ctx context.Context, o Options) error {
 	if o.Metrics != nil {
 		mux.Handle("/metrics", o.Metrics)
 	}
-	httpSrv := httpServer(mux, o.Timeouts, true)
-	metricsSrv := httpServer(nil, o.Timeouts, true)
+	httpSrv = httpServer(mux, o.Timeouts, true)
+	metricsSrv = httpServer(nil, o.Timeouts, true)
 	if o.MetricsAddr != "" {
 		mm := http.NewServeMux()
 		h := o.Metrics
@@ -210,7 +253,6 @@ func Run(ctx context.Context, o Options) error {
 		mm.Handle(o.MetricsPath, h)
 		metricsSrv.Handler = mm
 	}
-
 	dmux := http.NewServeMux()
 	dmux.HandleFunc("/debug/pprof/", pprof.Index)
 	dmux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -221,32 +263,13 @@ func Run(ctx context.Context, o Options) error {
 		dmux.Handle(path, h)
 	}
 	dmux.Handle("/{$}", debugIndex(o.Debug))
-	debugSrv := httpServer(dmux, o.Timeouts, false)
+	debugSrv = httpServer(dmux, o.Timeouts, false)
+	return httpSrv, debugSrv, metricsSrv
+}
 
-	errc := make(chan error, 4)
-	gl, hl, dl := lis[0], lis[1], lis[2]
-	if o.MetricsAddr != "" {
-		ml := lis[3]
-		go func() { errc <- serveErr("metrics", metricsSrv.Serve(ml)) }()
-	}
-	lis = nil // the servers own them now
-	go func() { errc <- serveErr("gRPC", gs.Serve(gl)) }()
-	go func() { errc <- serveErr("HTTP", httpSrv.Serve(hl)) }()
-	go func() { errc <- serveErr("debug", debugSrv.Serve(dl)) }()
-
-	stopHealth := make(chan struct{})
-	go syncGRPCHealth(o.Health, hs, stopHealth)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	o.Logger.Warn("shutting down")
-	o.Health.Stopping()
-	close(stopHealth)
-	hs.Shutdown()
-
+// shutdown drains every server in parallel within o.ShutdownTimeout, then
+// closes what is still open, and says so.
+func shutdown(o Options, gs *grpc.Server, servers ...*http.Server) {
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -263,7 +286,7 @@ func Run(ctx context.Context, o Options) error {
 			forced.Add(1)
 		}
 	}()
-	for _, srv := range []*http.Server{httpSrv, debugSrv, metricsSrv} {
+	for _, srv := range servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -278,7 +301,6 @@ func Run(ctx context.Context, o Options) error {
 		// A stuck client must not turn a requested stop into a failure.
 		o.Logger.Warnf("closed the connections still open after the %v shutdown grace", o.ShutdownTimeout)
 	}
-	return runErr
 }
 
 // removeStaleSocket removes a socket file left by a process that did not
