@@ -1,0 +1,153 @@
+package main
+
+// How main wires metrics, statsd and the gRPC guards' events.
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/metrics"
+	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/service"
+	"github.com/openrls/ratelimit/src/settings"
+	"github.com/openrls/ratelimit/src/topk"
+)
+
+// cooldown is GRPC_ABUSE_COOLDOWN as the guard takes it: 0 turns it off.
+func cooldown(s settings.Settings) time.Duration {
+	if s.GRPCAbuseCooldown == 0 {
+		return -1
+	}
+	return s.GRPCAbuseCooldown
+}
+
+// guardEvents counts what the gRPC guards did, by event, and logs a
+// connection they closed at most once per event and 10 s (an attacker
+// must not flood the log either).
+func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(server.GuardEvent) {
+	events := []server.GuardEvent{server.EventConnectionRefused, server.EventCallRefused, server.EventRapidReset, server.EventUnreadAnswers}
+	counts := make(map[server.GuardEvent]*atomic.Uint64, len(events))
+	logged := make(map[server.GuardEvent]*atomic.Int64, len(events))
+	for _, e := range events {
+		counts[e], logged[e] = new(atomic.Uint64), new(atomic.Int64)
+		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed or refused and calls refused by the listener's guards, by event.",
+			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
+	}
+	return func(e server.GuardEvent) {
+		counts[e].Add(1)
+		if e != server.EventRapidReset && e != server.EventUnreadAnswers {
+			return
+		}
+		now := time.Now().UnixNano()
+		if last := logged[e].Load(); now-last > int64(10*time.Second) && logged[e].CompareAndSwap(last, now) {
+			log.WithField("event", string(e)).Warn("closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)")
+		}
+	}
+}
+
+// countEvictions exports how many live counters a memory store dropped
+// because it was full (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and the bytes
+// it holds.
+func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
+	reg.CounterFunc("ratelimit_memory_evictions_total",
+		"Live counters the embedded store dropped to make room (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES); each starts again from zero.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Evictions()) })
+	reg.GaugeFunc("ratelimit_memory_bytes", "Bytes the embedded store's counters are counted as against MEMORY_MAX_BYTES.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Bytes()) })
+}
+
+// runStatsd sends statsd until ctx ends, reporting an unreachable
+// collector once per outage.
+func runStatsd(ctx context.Context, s settings.Settings, reg *metrics.Registry, log logrus.FieldLogger) {
+	addr := hostPort(s.StatsdHost, s.StatsdPort)
+	slog := log.WithFields(logrus.Fields{"statsd": addr, "protocol": s.StatsdProtocol})
+	reg.CounterFunc("ratelimit_statsd_dropped_timings_total",
+		"Response times not sent to statsd because its buffer was full (a slow or absent collector).", nil,
+		func() float64 { return float64(reg.StatsdDropped()) })
+	err := reg.RunStatsd(ctx, metrics.StatsdOptions{Network: s.StatsdProtocol, Addr: addr, Interval: s.StatsFlushInterval, Tags: s.Tags(),
+		OnError: func(err error) {
+			slog.WithError(err).Warn("statsd collector unreachable; counts are kept and sent when it answers")
+		},
+		OnRecover: func() { slog.Info("statsd collector reachable again") }})
+	if err != nil {
+		slog.WithError(err).Error("statsd disabled")
+	}
+}
+
+// prometheusHandler is what PROMETHEUS_ADDR serves: the reference's series
+// beside this service's, unless DISABLE_STATS.
+func prometheusHandler(s settings.Settings, reg *metrics.Registry) http.Handler {
+	if !s.UsePrometheus || s.DisableStats {
+		return nil
+	}
+	return reg.ReferenceHandler()
+}
+
+func prometheusAddr(s settings.Settings) string {
+	if s.UsePrometheus {
+		return s.PrometheusAddr
+	}
+	return ""
+}
+
+// newRegistry builds the metrics registry and, unless it is off, starts
+// statsd.
+func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogger) *metrics.Registry {
+	var policies []string
+	for _, p := range config.FailurePolicies {
+		policies = append(policies, string(p))
+	}
+	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries, FailurePolicies: policies,
+		Reference: s.UsePrometheus && !s.DisableStats, ReferenceMillis: s.PrometheusResponseTimeAsMilliseconds})
+	if s.UseStatsd && !s.DisableStats {
+		go runStatsd(ctx, s, reg, log)
+	}
+	return reg
+}
+
+// exportConfigMetrics exports the config loads and the served config's
+// version and load time.
+func exportConfigMetrics(reg *metrics.Registry, configs *config.Holder) {
+	reg.CounterFunc("ratelimit_config_load_success_total", "Config loads that were served.", nil,
+		func() float64 { ok, _ := configs.Counts(); return float64(ok) })
+	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
+		func() float64 { _, failed := configs.Counts(); return float64(failed) })
+	reg.InfoFunc("ratelimit_config_info", "1, labelled with the served config's version (a hash of its rules; /rlconfig shows it).",
+		"version", func() string {
+			if cfg := configs.Load(); cfg != nil {
+				return cfg.Version()
+			}
+			return ""
+		})
+	reg.GaugeFunc("ratelimit_config_load_timestamp_seconds", "When the served config was loaded (Unix time; 0 before the first).", nil,
+		func() float64 {
+			if at := configs.LoadedAt(); !at.IsZero() {
+				return float64(at.UnixNano()) / 1e9
+			}
+			return 0
+		})
+	reg.StatFunc("ratelimit.service.config_load_success", func() uint64 { ok, _ := configs.Counts(); return ok })
+	reg.StatFunc("ratelimit.service.config_load_error", func() uint64 { _, failed := configs.Counts(); return failed })
+}
+
+// debugHandlers are the debug port's own endpoints, and the /limited
+// sketch the service feeds (nil when TOP_LIMITED_SIZE=0).
+func debugHandlers(s settings.Settings, reg *metrics.Registry, configs *config.Holder) (map[string]http.Handler, service.Limited) {
+	debug := map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler(), "/explain": explainHandler(configs)}
+	if s.TopLimitedSize == 0 {
+		return debug, nil
+	}
+	sketch := topk.New(s.TopLimitedSize, s.TopLimitedWindow, nil)
+	debug["/limited"] = service.LimitedHandler(sketch, s.TopLimitedWindow)
+	if s.TopLimitedMetric > 0 {
+		reg.MustRegister(service.LimitedCollector(sketch, s.TopLimitedMetric))
+	}
+	return debug, sketch
+}
