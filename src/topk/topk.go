@@ -8,15 +8,24 @@
 // smallest, inheriting its count as its error. Any item whose true count
 // exceeds the stream's total over Size is guaranteed to be kept, and a kept
 // item's count overestimates its true count by at most its error. Memory is
-// Size counters per window whatever the stream holds.
+// Size counters per window whatever the stream holds. The counters are
+// spread over shards by key (see shards), so the guarantee holds per shard:
+// an item above its shard's total over Size/shards is kept.
 package topk
 
 import (
 	"container/heap"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"time"
 )
+
+// shards spread the counters over several locks: every request answered
+// OVER_LIMIT adds to the sketch, and one lock would serialize them. A key
+// always lands in the same shard, so each shard is a Space-Saving summary
+// of its share of the stream.
+const shards = 8
 
 // Item is one reported item.
 type Item struct {
@@ -27,6 +36,12 @@ type Item struct {
 
 // Sketch is safe for concurrent use.
 type Sketch struct {
+	seed   maphash.Seed
+	shards [shards]shard
+}
+
+// shard is one lock's windows.
+type shard struct {
 	size   int
 	window time.Duration
 	now    func() time.Time
@@ -35,53 +50,66 @@ type Sketch struct {
 	cur      *summary
 	prev     *summary
 	curStart time.Time
+	_        [40]byte // keep neighbouring shards' locks off one cache line
 }
 
-// New returns a sketch of size counters per window; now nil means time.Now.
+// New returns a sketch of size counters per window (spread over its
+// shards); now nil means time.Now.
 func New(size int, window time.Duration, now func() time.Time) *Sketch {
 	if now == nil {
 		now = time.Now
 	}
-	return &Sketch{size: size, window: window, now: now, cur: newSummary(size), prev: newSummary(0), curStart: now()}
+	s := &Sketch{seed: maphash.MakeSeed()}
+	per := max(1, size/shards)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.size, sh.window, sh.now = per, window, now
+		sh.cur, sh.prev, sh.curStart = newSummary(per), newSummary(0), now()
+	}
+	return s
 }
 
 // Add counts n of key.
 func (s *Sketch) Add(key string, n uint64) {
-	s.mu.Lock()
-	s.rotate()
-	s.cur.add(key, n)
-	s.mu.Unlock()
+	sh := &s.shards[maphash.String(s.seed, key)%shards]
+	sh.mu.Lock()
+	sh.rotate()
+	sh.cur.add(key, n)
+	sh.mu.Unlock()
 }
 
 // rotate starts a new window when the current one is over; a gap of two
 // windows or more forgets both.
-func (s *Sketch) rotate() {
-	now := s.now()
-	switch elapsed := now.Sub(s.curStart); {
-	case elapsed < s.window:
+func (sh *shard) rotate() {
+	now := sh.now()
+	switch elapsed := now.Sub(sh.curStart); {
+	case elapsed < sh.window:
 		return
-	case elapsed < 2*s.window:
-		s.prev, s.cur = s.cur, newSummary(s.size)
+	case elapsed < 2*sh.window:
+		sh.prev, sh.cur = sh.cur, newSummary(sh.size)
 	default:
-		s.prev, s.cur = newSummary(0), newSummary(s.size)
+		sh.prev, sh.cur = newSummary(0), newSummary(sh.size)
 	}
-	s.curStart = now
+	sh.curStart = now
 }
 
 // Top returns the n heaviest items of the current and previous windows,
 // heaviest first (ties by key).
 func (s *Sketch) Top(n int) []Item {
-	s.mu.Lock()
-	s.rotate()
 	merged := map[string]Item{}
-	for _, sum := range []*summary{s.prev, s.cur} {
-		for _, c := range sum.heap {
-			it := merged[c.key]
-			it.Key, it.Count, it.Error = c.key, it.Count+c.count, it.Error+c.err
-			merged[c.key] = it
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.rotate()
+		for _, sum := range []*summary{sh.prev, sh.cur} {
+			for _, c := range sum.heap {
+				it := merged[c.key]
+				it.Key, it.Count, it.Error = c.key, it.Count+c.count, it.Error+c.err
+				merged[c.key] = it
+			}
 		}
+		sh.mu.Unlock()
 	}
-	s.mu.Unlock()
 	out := make([]Item, 0, len(merged))
 	for _, it := range merged {
 		out = append(out, it)
