@@ -189,3 +189,33 @@ type Store interface {
 	// order. A rejected hit never consumes anything.
 	Apply(ctx context.Context, b Batch) ([]Outcome, error)
 }
+
+// Step is a step of CheckThenCount.
+type Step uint8
+
+// The steps of CheckThenCount.
+const (
+	StepCheck   Step = iota // apply the whole batch as a dry run
+	StepReports             // count only its overdraft hits and refunds; the others keep their checked outcomes
+	StepAll                 // apply the whole batch
+)
+
+// CheckThenCount applies an all-or-nothing batch over parts that share no
+// atomic step (two stores, Redis Cluster slots): it checks the whole batch
+// first, then, by Decide, counts nothing, only the reports, or everything.
+// A concurrent request can slip in between check and count; within one
+// part each step is still atomic. apply runs one step over every part; for
+// StepReports and StepAll it gets the checked outcomes.
+func CheckThenCount(b Batch, apply func(step Step, checked []Outcome) ([]Outcome, error)) ([]Outcome, error) {
+	outs, err := apply(StepCheck, nil)
+	if err != nil {
+		return nil, err
+	}
+	switch Decide(b, outs) {
+	case CommitNone:
+		return outs, nil
+	case CommitReports:
+		return apply(StepReports, outs)
+	}
+	return apply(StepAll, outs)
+}

@@ -34,21 +34,20 @@ func (s Split) Apply(ctx context.Context, b Batch) ([]Outcome, error) {
 	if len(slow) == 0 {
 		return s.PerSecond.Apply(ctx, b)
 	}
-	if b.AllOrNothing && !b.DryRun {
-		check := b
-		check.DryRun = true
-		outs, err := s.apply(ctx, check, fast, slow)
-		if err != nil {
-			return nil, err
-		}
-		switch Decide(b, outs) {
-		case CommitNone:
-			return outs, nil // nothing counted on either side
-		case CommitReports:
-			return s.applyReports(ctx, b, outs)
-		}
+	if !b.AllOrNothing || b.DryRun {
+		return s.apply(ctx, b, fast, slow)
 	}
-	return s.apply(ctx, b, fast, slow)
+	return CheckThenCount(b, func(step Step, checked []Outcome) ([]Outcome, error) {
+		switch step {
+		case StepCheck:
+			check := b
+			check.DryRun = true
+			return s.apply(ctx, check, fast, slow)
+		case StepReports:
+			return s.applyReports(ctx, b, checked)
+		}
+		return s.apply(ctx, b, fast, slow)
+	})
 }
 
 // applyReports counts only the overdraft hits and refunds of b, whose check

@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,34 @@ func splitApplier(t *testing.T) func(allOrNothing bool, hits ...limiter.Hit) []l
 			t.Fatal(err)
 		}
 		return outs
+	}
+}
+
+// TestCheckThenCount: the steps taken follow Decide on the checked
+// outcomes: a blocking rejection counts nothing, an overdraft rejection
+// only the reports, none everything.
+func TestCheckThenCount(t *testing.T) {
+	plain := limiter.Hit{Key: "a", Rule: limiter.Rule{Limit: 1, Period: time.Minute}, Cost: 1}
+	over := limiter.Hit{Key: "b", Rule: limiter.Rule{Limit: 1, Period: time.Minute, Overdraft: true}, Cost: 1}
+	for _, tc := range []struct {
+		name    string
+		hits    []limiter.Hit
+		checked []limiter.Outcome
+		want    []limiter.Step
+	}{
+		{"nothing rejected", []limiter.Hit{plain, over}, []limiter.Outcome{{Allowed: true}, {Allowed: true}}, []limiter.Step{limiter.StepCheck, limiter.StepAll}},
+		{"a blocking rejection", []limiter.Hit{plain, over}, []limiter.Outcome{{}, {Allowed: true}}, []limiter.Step{limiter.StepCheck}},
+		{"only an overdraft rejection", []limiter.Hit{plain, over}, []limiter.Outcome{{Allowed: true}, {}}, []limiter.Step{limiter.StepCheck, limiter.StepReports}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var steps []limiter.Step
+			_, err := limiter.CheckThenCount(limiter.Batch{AllOrNothing: true, Hits: tc.hits}, func(s limiter.Step, _ []limiter.Outcome) ([]limiter.Outcome, error) {
+				steps = append(steps, s)
+				return tc.checked, nil
+			})
+			if err != nil || !slices.Equal(steps, tc.want) {
+				t.Errorf("steps %v (err %v), want %v", steps, err, tc.want)
+			}
+		})
 	}
 }

@@ -129,21 +129,26 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 		}
 	}
 	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
-		// Slots cannot share a script: check every group first, count only
-		// if none rejects. A concurrent request can still slip in between
-		// the two round trips (see docs/stores.md, "Redis Cluster").
-		if err := s.run(ctx, deadline, now, modeDryRun, groups, outs); err != nil {
+		// Slots cannot share a script (see docs/stores.md, "Redis Cluster").
+		counted := false
+		out, err := limiter.CheckThenCount(b, func(step limiter.Step, _ []limiter.Outcome) ([]limiter.Outcome, error) {
+			switch step {
+			case limiter.StepCheck:
+				return outs, s.run(ctx, deadline, now, modeDryRun, groups, outs)
+			case limiter.StepReports:
+				counted = true
+				return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups), outs)
+			}
+			counted = true
+			return outs, s.run(ctx, deadline, now, mode, groups, outs)
+		})
+		if err != nil {
 			return nil, err
 		}
-		switch limiter.Decide(b, outs) {
-		case limiter.CommitNone:
-			return outs, nil
-		case limiter.CommitReports:
-			// Only overdraft hits and refunds count (see
-			// limiter.Batch.AllOrNothing); the others keep their checked
-			// outcomes.
-			groups, mode = reportGroups(groups), modeEach
+		if counted {
+			s.remember(b.Hits, out, localNow)
 		}
+		return out, nil
 	}
 	if err := s.run(ctx, deadline, now, mode, groups, outs); err != nil {
 		return nil, err
