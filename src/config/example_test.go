@@ -41,7 +41,7 @@ descriptors:
 	}
 	defer p.Release()
 	for i, d := range p.Descs {
-		fmt.Printf("descriptor %d: rule %s, %d hit(s), unlimited %v\n", i, d.Node.Path, d.Count, d.Unlimited)
+		fmt.Printf("descriptor %d: rule %s, %d hit(s), unlimited %v\n", i, d.Rule(), d.Count, d.Unlimited)
 	}
 	fmt.Println(p.Hits[0].Rule.Limit, p.Hits[0].Rule.Period)
 	// Output:

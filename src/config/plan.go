@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -221,4 +223,73 @@ func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) 
 		lv = &n.children
 	}
 	return string(b)
+}
+
+// What the service needs of a matched descriptor, so that it reads the plan
+// and never the config's tree.
+
+// Shadow reports whether the matched rule is in shadow mode.
+func (d *DescPlan) Shadow() bool { return d.Node != nil && d.Node.ShadowMode }
+
+// Quota reports whether the matched rule is in quota mode.
+func (d *DescPlan) Quota() bool { return d.Node != nil && d.Node.QuotaMode }
+
+// FailurePolicy is the matched rule's own (or inherited) failure policy;
+// empty when it has none or nothing matched.
+func (d *DescPlan) FailurePolicy() FailurePolicy {
+	if d.Node == nil {
+		return ""
+	}
+	return d.Node.FailurePolicy
+}
+
+// Metadata is the matched rule's metadata, nil when none.
+func (d *DescPlan) Metadata() map[string]any {
+	if d.Node == nil {
+		return nil
+	}
+	return d.Node.Metadata
+}
+
+// Rule is the matched rule's config path, "" when nothing matched.
+func (d *DescPlan) Rule() string {
+	if d.Node == nil {
+		return ""
+	}
+	return d.Node.Path
+}
+
+// Source is where the matched rule is written, "file:line" ("" when
+// nothing matched).
+func (d *DescPlan) Source() string {
+	if d.Node == nil {
+		return ""
+	}
+	return d.Node.File + ":" + strconv.Itoa(d.Node.Line)
+}
+
+// Match says how the last entry matched: "exact", "wildcard", "key_only",
+// or "none".
+func (d *DescPlan) Match() string {
+	switch {
+	case d.Node == nil:
+		return "none"
+	case d.Node.Value == "":
+		return "key_only"
+	case strings.Contains(d.Node.Value, "*"):
+		return "wildcard"
+	}
+	return "exact"
+}
+
+// MetricKey names hit j's rule in metrics: the limit's own key, or, for a
+// rule that asks for request values (detailed_metric, value_to_metric),
+// the key with them, detailed then being true.
+func (p *Plan) MetricKey(j int) (key string, detailed bool) {
+	ref := p.Refs[j]
+	d := &p.Descs[ref.Desc]
+	if d.MetricKey == "" {
+		return ref.Limit.MetricKey, false
+	}
+	return d.MetricKey + strings.TrimPrefix(ref.Limit.MetricKey, d.Node.Path), true
 }

@@ -2,10 +2,11 @@ package service
 
 import (
 	"context"
-	"github.com/openrls/ratelimit/src/limiter"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // nowRecorder is a store that remembers the instant of the last batch.

@@ -2,7 +2,6 @@ package service
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -112,9 +111,9 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 			m["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
 		}
 		st := resp.GetStatuses()[i]
-		n := p.Descs[i].Node
-		if n != nil && st.GetCode() == rlsv3.RateLimitResponse_OK && len(n.Metadata) > 0 {
-			if md, err := structpb.NewValue(n.Metadata); err == nil {
+		dp := &p.Descs[i]
+		if st.GetCode() == rlsv3.RateLimitResponse_OK && len(dp.Metadata()) > 0 {
+			if md, err := structpb.NewValue(dp.Metadata()); err == nil {
 				m["metadata"] = md
 			} else {
 				// Metadata from YAML can hold values structpb cannot (e.g.
@@ -122,7 +121,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 				m["metadataError"] = structpb.NewStringValue(err.Error())
 			}
 		}
-		if inQuota := globalQuota || n != nil && n.QuotaMode; inQuota {
+		if inQuota := globalQuota || dp.Quota(); inQuota {
 			quota = true
 			if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 				violations = append(violations, structpb.NewNumberValue(float64(i)))
@@ -155,21 +154,11 @@ func object(m map[string]*structpb.Value) *structpb.Value {
 
 // describeRule adds to a status what decided it (see dynamicMetadata).
 func describeRule(status map[string]*structpb.Value, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, outs []limiter.Outcome) {
-	n := dp.Node
-	match := "none"
-	if n != nil {
-		status["rule"] = structpb.NewStringValue(n.Path)
-		status["source"] = structpb.NewStringValue(n.File + ":" + strconv.Itoa(n.Line))
-		switch {
-		case n.Value == "":
-			match = "key_only"
-		case strings.Contains(n.Value, "*"):
-			match = "wildcard"
-		default:
-			match = "exact"
-		}
+	if dp.Rule() != "" {
+		status["rule"] = structpb.NewStringValue(dp.Rule())
+		status["source"] = structpb.NewStringValue(dp.Source())
 	}
-	status["match"] = structpb.NewStringValue(match)
+	status["match"] = structpb.NewStringValue(dp.Match())
 	if req.GetLimit() != nil {
 		status["override"] = structpb.NewBoolValue(true)
 	}

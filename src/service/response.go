@@ -48,7 +48,7 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 		if out.Allowed {
 			continue
 		}
-		shadow := globalShadow || d.Node != nil && d.Node.ShadowMode
+		shadow := globalShadow || d.Shadow()
 		if shadow {
 			continue
 		}
@@ -68,14 +68,14 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 func rejects(p *config.Plan, outs []limiter.Outcome, globalQuota bool) bool {
 	quotas, quotasOver := 0, 0
 	for _, d := range p.Descs {
-		if d.Count == 0 || d.Node != nil && d.Node.ShadowMode {
+		if d.Count == 0 || d.Shadow() {
 			continue
 		}
 		over := false
 		for _, o := range outs[d.First : d.First+d.Count] {
 			over = over || !o.Allowed
 		}
-		if globalQuota || d.Node != nil && d.Node.QuotaMode {
+		if globalQuota || d.Quota() {
 			quotas++
 			if over {
 				quotasOver++

@@ -236,10 +236,7 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 	for j, h := range p.Hits {
 		ref := p.Refs[j]
 		d := &p.Descs[ref.Desc]
-		key, detailed := ref.Limit.MetricKey, false
-		if d.MetricKey != "" {
-			key, detailed = d.MetricKey+strings.TrimPrefix(ref.Limit.MetricKey, d.Node.Path), true
-		}
+		key, detailed := p.MetricKey(j)
 		rule := s.opts.Metrics.Rule(domain, key, detailed, ref.Limit.MetricKey)
 		if h.Refund {
 			s.opts.Metrics.Refund(rule, h.Cost)
@@ -247,7 +244,7 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 		}
 		out := outs[j]
 		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
-		shadow := s.opts.ShadowMode || d.Node != nil && d.Node.ShadowMode
+		shadow := s.opts.ShadowMode || d.Shadow()
 		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
 	}
 }
@@ -256,11 +253,11 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 // rule not in shadow mode, its values as its counter key holds them.
 func (s *Server) noteLimited(req *rlsv3.RateLimitRequest, p *config.Plan, resp *rlsv3.RateLimitResponse) {
 	for i, st := range resp.GetStatuses() {
-		n := p.Descs[i].Node
-		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || n == nil || n.ShadowMode {
+		d := &p.Descs[i]
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || d.Rule() == "" || d.Shadow() {
 			continue
 		}
-		s.opts.Limited.Add(LimitedKey(req.GetDomain(), n.Path, p.Domain.Values(req.GetDescriptors()[i].GetEntries())), 1)
+		s.opts.Limited.Add(LimitedKey(req.GetDomain(), d.Rule(), p.Domain.Values(req.GetDescriptors()[i].GetEntries())), 1)
 	}
 }
 
@@ -289,11 +286,9 @@ func (s *Server) logDecisions(req *rlsv3.RateLimitRequest, p *config.Plan, outs 
 			entries = append(entries, e.GetKey()+"="+e.GetValue())
 		}
 		f := logrus.Fields{"domain": req.GetDomain(), "descriptor": strings.Join(entries, ",")}
-		switch {
-		case dp.Node == nil:
-			f["rule"] = "none"
-		default:
-			f["rule"] = fmt.Sprintf("%s (%s:%d)", dp.Node.Path, dp.Node.File, dp.Node.Line)
+		f["rule"] = "none"
+		if dp.Rule() != "" {
+			f["rule"] = dp.Rule() + " (" + dp.Source() + ")"
 		}
 		if dp.Unlimited {
 			f["limit"] = "unlimited"
@@ -338,8 +333,8 @@ func (s *Server) degrade(ctx context.Context, p *config.Plan) ([]limiter.Outcome
 	var local []int
 	for j, ref := range p.Refs {
 		policy := s.opts.FailurePolicy
-		if n := p.Descs[ref.Desc].Node; n != nil && n.FailurePolicy != "" {
-			policy = n.FailurePolicy
+		if own := p.Descs[ref.Desc].FailurePolicy(); own != "" {
+			policy = own
 		}
 		s.opts.Metrics.FailurePolicy(string(policy))
 		switch policy {
