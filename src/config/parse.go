@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/escape"
@@ -68,9 +66,6 @@ type Limit struct {
 	// MetricKey names the limit in metrics: its descriptor's path, plus the
 	// identity when the descriptor has several limits. Set by Build.
 	MetricKey string
-	// response is the limit as the RLS answer carries it, built once and
-	// shared by every answer (marshalling only reads it).
-	response *rlsv3.RateLimitResponse_RateLimit
 }
 
 var (
@@ -347,16 +342,8 @@ func (l *Limit) finish() error {
 		}
 	}
 	l.identity = algorithmCode[l.Algorithm] + strconv.FormatInt(int64(period/time.Second), 10)
-	l.response = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit.Proto()}
-	if l.UnitMultiplier > 1 {
-		l.response.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
-	}
 	return nil
 }
-
-// Response returns the limit as the RLS answer's current_limit. The message
-// is shared: callers must not modify it.
-func (l *Limit) Response() *rlsv3.RateLimitResponse_RateLimit { return l.response }
 
 var algorithmCode = [...]string{"fw", "sw", "tb", "sl"}
 

@@ -6,6 +6,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
@@ -28,6 +29,7 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 	// one per descriptor each.
 	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs))
 	durs := make([]durationpb.Duration, len(p.Descs))
+	lims := make([]rlsv3.RateLimitResponse_RateLimit, len(p.Descs))
 	for i, d := range p.Descs {
 		st := &sts[i]
 		st.Code = rlsv3.RateLimitResponse_OK
@@ -40,7 +42,12 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 		}
 		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
 		out, l := outs[j], p.Refs[j].Limit
-		st.CurrentLimit = l.Response()
+		lim := &lims[i]
+		lim.Name, lim.RequestsPerUnit, lim.Unit = l.Name, l.RequestsPerUnit, l.Unit.Proto()
+		if l.UnitMultiplier > 1 {
+			lim.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+		}
+		st.CurrentLimit = lim
 		st.LimitRemaining = uint32(min(out.Remaining, math.MaxUint32))
 		reset := ceilMillis(out.ResetAfter)
 		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
