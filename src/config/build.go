@@ -46,23 +46,23 @@ type Domain struct {
 
 // Node is one descriptor of the tree. Nodes are immutable.
 type Node struct {
-	Key, Value     string // Value is "" for a key-only descriptor, the pattern for a wildcard
-	Path           string // metric path, e.g. "message_type_marketing.to_number"
-	File           string
-	Line           int
-	Limits         []*Limit
-	ShadowMode     bool
-	QuotaMode      bool
-	DetailedMetric bool
-	ValueToMetric  bool
-	ShareThreshold bool
-	Metadata       map[string]any
-	// FailurePolicy is what to answer when the store fails: the nearest
+	key, value     string // value is "" for a key-only descriptor, the pattern for a wildcard
+	path           string // metric path, e.g. "message_type_marketing.to_number"
+	file           string
+	line           int
+	limits         []*Limit
+	shadowMode     bool
+	quotaMode      bool
+	detailedMetric bool
+	valueToMetric  bool
+	shareThreshold bool
+	metadata       map[string]any
+	// failurePolicy is what to answer when the store fails: the nearest
 	// failure_policy on this descriptor or an ancestor; empty means the
 	// global BACKEND_FAILURE_POLICY.
-	FailurePolicy FailurePolicy
-	// HashValue writes this level's request value hashed in counter keys.
-	HashValue bool
+	failurePolicy FailurePolicy
+	// hashValue writes this level's request value hashed in counter keys.
+	hashValue bool
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
 	literal  int      // a wildcard's literal characters (its precedence)
@@ -149,32 +149,32 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 	var errs []error
 	for _, desc := range descs {
 		n := &Node{
-			Key: desc.Key, Value: desc.Value, File: file, Line: desc.Line, Limits: desc.Limits,
-			ShadowMode: desc.ShadowMode, QuotaMode: desc.QuotaMode, DetailedMetric: desc.DetailedMetric,
-			ValueToMetric: desc.ValueToMetric, ShareThreshold: desc.ShareThreshold, Metadata: desc.Metadata,
-			FailurePolicy: desc.FailurePolicy, HashValue: desc.HashValue,
+			key: desc.Key, value: desc.Value, file: file, line: desc.Line, limits: desc.Limits,
+			shadowMode: desc.ShadowMode, quotaMode: desc.QuotaMode, detailedMetric: desc.DetailedMetric,
+			valueToMetric: desc.ValueToMetric, shareThreshold: desc.ShareThreshold, metadata: desc.Metadata,
+			failurePolicy: desc.FailurePolicy, hashValue: desc.HashValue,
 		}
-		n.Path = desc.Key
+		n.path = desc.Key
 		if desc.Value != "" {
-			n.Path += "_" + desc.Value
+			n.path += "_" + desc.Value
 		}
 		n.valueInPath = desc.ValueToMetric
 		if parent != nil {
-			n.Path = parent.Path + "." + n.Path
+			n.path = parent.path + "." + n.path
 			n.valueInPath = n.valueInPath || parent.valueInPath
-			if n.FailurePolicy == "" {
-				n.FailurePolicy = parent.FailurePolicy
+			if n.failurePolicy == "" {
+				n.failurePolicy = parent.failurePolicy
 			}
 		}
-		for _, l := range n.Limits {
-			l.MetricKey = n.Path
-			if len(n.Limits) > 1 {
+		for _, l := range n.limits {
+			l.MetricKey = n.path
+			if len(n.limits) > 1 {
 				l.MetricKey += "." + l.identity
 			}
 		}
 		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {
 			errs = append(errs, &Error{File: file, Line: desc.Line, Path: desc.Path,
-				Msg: fmt.Sprintf("duplicate descriptor key=%q value=%q (also at %s:%d)", desc.Key, desc.Value, prev.File, prev.Line)})
+				Msg: fmt.Sprintf("duplicate descriptor key=%q value=%q (also at %s:%d)", desc.Key, desc.Value, prev.file, prev.line)})
 			continue
 		}
 		lv.insert(n)
@@ -198,27 +198,27 @@ func (lv *level) lookup(key, value string) *Node {
 
 func (lv *level) insert(n *Node) {
 	switch {
-	case n.Value == "":
+	case n.value == "":
 		if lv.keyOnly == nil {
 			lv.keyOnly = map[string]*Node{}
 		}
-		lv.keyOnly[n.Key] = n
-	case strings.Contains(n.Value, "*"):
+		lv.keyOnly[n.key] = n
+	case strings.Contains(n.value, "*"):
 		if lv.wild == nil {
 			lv.wild = map[string]*wildIndex{}
 		}
-		if lv.wild[n.Key] == nil {
-			lv.wild[n.Key] = &wildIndex{}
+		if lv.wild[n.key] == nil {
+			lv.wild[n.key] = &wildIndex{}
 		}
-		lv.wild[n.Key].add(n)
+		lv.wild[n.key].add(n)
 	default:
 		if lv.exact == nil {
 			lv.exact = map[string]map[string]*Node{}
 		}
-		if lv.exact[n.Key] == nil {
-			lv.exact[n.Key] = map[string]*Node{}
+		if lv.exact[n.key] == nil {
+			lv.exact[n.key] = map[string]*Node{}
 		}
-		lv.exact[n.Key][n.Value] = n
+		lv.exact[n.key][n.value] = n
 	}
 }
 

@@ -53,9 +53,9 @@ func (c *Config) Summary() string {
 		d := c.domains[name]
 		var rules, wild, limits int
 		d.visit(func(n *Node) {
-			if len(n.Limits) > 0 {
+			if len(n.limits) > 0 {
 				rules++
-				limits += len(n.Limits)
+				limits += len(n.limits)
 				if n.wildcard != nil {
 					wild++
 				}
@@ -70,23 +70,23 @@ func (c *Config) Summary() string {
 // when pos is set.
 func (lv *level) dump(b *bufio.Writer, domain string, pos bool) {
 	for _, n := range lv.nodes() {
-		for _, l := range n.Limits {
-			fmt.Fprintf(b, "%s.%s: %s", domain, n.Path, l)
-			if n.ShadowMode {
+		for _, l := range n.limits {
+			fmt.Fprintf(b, "%s.%s: %s", domain, n.path, l)
+			if n.shadowMode {
 				b.WriteString(", shadow_mode")
 			}
-			if n.QuotaMode {
+			if n.quotaMode {
 				b.WriteString(", quota_mode")
 			}
-			if n.ShareThreshold {
+			if n.shareThreshold {
 				b.WriteString(", share_threshold")
 			}
-			if l.MetricKey != n.Path {
+			if l.MetricKey != n.path {
 				// Several limits on one descriptor: metrics tell them apart.
 				fmt.Fprintf(b, ", metrics as %s.%s", domain, l.MetricKey)
 			}
 			if pos {
-				fmt.Fprintf(b, " (%s:%d)", n.File, l.Line)
+				fmt.Fprintf(b, " (%s:%d)", n.file, l.Line)
 			}
 			b.WriteByte('\n')
 		}
@@ -109,10 +109,10 @@ func (lv *level) nodes() []*Node {
 		out = append(out, n)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].File != out[j].File {
-			return out[i].File < out[j].File
+		if out[i].file != out[j].file {
+			return out[i].file < out[j].file
 		}
-		return out[i].Line < out[j].Line
+		return out[i].line < out[j].line
 	})
 	return out
 }

@@ -50,19 +50,19 @@ func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDesc
 		case n == nil:
 			b.WriteString("  rule: none: answered OK without a limit\n")
 		default:
-			fmt.Fprintf(&b, "  rule: %s (%s:%d)\n", n.Path, n.File, n.Line)
+			fmt.Fprintf(&b, "  rule: %s (%s:%d)\n", n.path, n.file, n.line)
 		}
 		if dp.Unlimited {
 			b.WriteString("  limit: unlimited\n")
 		}
-		if n != nil && len(n.Limits) == 0 && !dp.Unlimited && dp.Count == 0 {
+		if n != nil && len(n.limits) == 0 && !dp.Unlimited && dp.Count == 0 {
 			b.WriteString("  limit: none at this depth (limits apply at the depth of the request's last entry)\n")
 		}
 		for j := dp.First; j < dp.First+dp.Count; j++ {
 			fmt.Fprintf(&b, "  limit: %s  key %s\n", p.Refs[j].Limit, p.Hits[j].Key)
 		}
 		if n != nil {
-			for _, l := range n.Limits {
+			for _, l := range n.limits {
 				if !slices.ContainsFunc(p.Refs[dp.First:dp.First+dp.Count], func(r Ref) bool { return r.Limit == l }) && !l.Unlimited {
 					fmt.Fprintf(&b, "  replaced: %s (another descriptor of the request replaces %q)\n", l, l.Name)
 				}
@@ -94,13 +94,13 @@ func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescri
 		switch {
 		case exact != nil:
 			n = exact
-			fmt.Fprintf(b, "exact value (%s:%d)\n", n.File, n.Line)
+			fmt.Fprintf(b, "exact value (%s:%d)\n", n.file, n.line)
 		case len(wilds) > 0:
 			n = wilds[0]
-			fmt.Fprintf(b, "wildcard %q (%s:%d)\n", n.Value, n.File, n.Line)
+			fmt.Fprintf(b, "wildcard %q (%s:%d)\n", n.value, n.file, n.line)
 		case keyOnly != nil:
 			n = keyOnly
-			fmt.Fprintf(b, "key only, any value (%s:%d)\n", n.File, n.Line)
+			fmt.Fprintf(b, "key only, any value (%s:%d)\n", n.file, n.line)
 		default:
 			fmt.Fprintf(b, "no rule at depth %d has key %q (or its value): nothing matches\n", depth+1, key)
 			return nil
@@ -111,15 +111,15 @@ func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescri
 			}
 			why := "an exact value wins"
 			if exact == nil {
-				why = fmt.Sprintf("%q has more literal characters", n.Value)
+				why = fmt.Sprintf("%q has more literal characters", n.value)
 				if l.literal == n.literal {
-					why = fmt.Sprintf("as literal as %q, which comes first in the config", n.Value)
+					why = fmt.Sprintf("as literal as %q, which comes first in the config", n.value)
 				}
 			}
-			fmt.Fprintf(b, "    also matched, lost: wildcard %q (%s:%d): %s\n", l.Value, l.File, l.Line, why)
+			fmt.Fprintf(b, "    also matched, lost: wildcard %q (%s:%d): %s\n", l.value, l.file, l.line, why)
 		}
 		if keyOnly != nil && keyOnly != n {
-			fmt.Fprintf(b, "    also matched, lost: key only (%s:%d): a value wins\n", keyOnly.File, keyOnly.Line)
+			fmt.Fprintf(b, "    also matched, lost: key only (%s:%d): a value wins\n", keyOnly.file, keyOnly.line)
 		}
 		lv = &n.children
 	}

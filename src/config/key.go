@@ -58,10 +58,10 @@ func appendKeyStart(b []byte, domain string) []byte {
 // (CACHE_KEY_HASH_VALUES, hash_value), so personal data never reaches Redis.
 func appendKeyEntry(b []byte, n *Node, key, value string, hash bool) []byte {
 	b = appendField(b, key, ':', '#', false)
-	if n != nil && n.ShareThreshold {
-		return appendField(b, n.Value, '*', '%', false)
+	if n != nil && n.shareThreshold {
+		return appendField(b, n.value, '*', '%', false)
 	}
-	return appendField(b, value, ':', '#', hash || n != nil && n.HashValue)
+	return appendField(b, value, ':', '#', hash || n != nil && n.hashValue)
 }
 
 func appendKeyEnd(b []byte) []byte { return append(b, '}', ':') }
@@ -95,9 +95,9 @@ func (d *Domain) Values(entries []*rlv3.RateLimitDescriptor_Entry) string {
 		b = append(append(b, e.GetKey()...), '=')
 		v := e.GetValue()
 		switch {
-		case n != nil && n.ShareThreshold:
-			b = append(b, n.Value...)
-		case len(v) > MaxRawField || d != nil && d.hashValues || n != nil && n.HashValue:
+		case n != nil && n.shareThreshold:
+			b = append(b, n.value...)
+		case len(v) > MaxRawField || d != nil && d.hashValues || n != nil && n.hashValue:
 			b = appendHash(append(b, '#'), v)
 		default:
 			b = append(b, v...)

@@ -79,7 +79,7 @@ func TestMatch(t *testing.T) {
 			n := c.Domain("shop").Match(desc(tc.entries...).Entries)
 			got := ""
 			if n != nil {
-				got = n.Path
+				got = n.path
 			}
 			if got != tc.want {
 				t.Errorf("Match(%v) = %q, want %q", tc.entries, got, tc.want)
@@ -224,11 +224,11 @@ func TestLimitRule(t *testing.T) {
 	c := loadExample(t)
 	n := c.Domain("shop").Match(desc("quota=q").Entries)
 	want := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 5 * 60 * 1e9}
-	if got := n.Limits[0].Rule; got != want {
+	if got := n.limits[0].Rule; got != want {
 		t.Errorf("Rule = %+v, want %+v", got, want)
 	}
-	if n.Metadata["team"] != "payments" {
-		t.Errorf("Metadata = %v, want team=payments", n.Metadata)
+	if n.metadata["team"] != "payments" {
+		t.Errorf("Metadata = %v, want team=payments", n.metadata)
 	}
 }
 

@@ -74,8 +74,8 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		n := p.Domain.match(desc.GetEntries(), &p.keyBuf)
 		dp.keyEnd = len(p.keyBuf)
 		dp.Node = n
-		if n != nil && (n.DetailedMetric || n.valueInPath) {
-			dp.MetricKey = p.Domain.metricKey(desc.GetEntries(), n.DetailedMetric)
+		if n != nil && (n.detailedMetric || n.valueInPath) {
+			dp.MetricKey = p.Domain.metricKey(desc.GetEntries(), n.detailedMetric)
 		}
 		limits, err := p.limitsFor(n, desc.GetLimit())
 		if err != nil {
@@ -115,7 +115,7 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 				Key:      string(p.scratch),
 				Rule:     l.Rule,
 				Cost:     cost,
-				Advisory: dp.Node != nil && (dp.Node.ShadowMode || dp.Node.QuotaMode),
+				Advisory: dp.Node != nil && (dp.Node.shadowMode || dp.Node.quotaMode),
 				Refund:   desc.GetIsNegativeHits(),
 			})
 			p.Refs = append(p.Refs, Ref{Desc: i, Limit: l})
@@ -143,7 +143,7 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 		if n == nil {
 			return nil, nil
 		}
-		return n.Limits, nil
+		return n.limits, nil
 	}
 	l, err := OverrideLimit(o)
 	if err != nil {
@@ -152,14 +152,14 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 	// Metrics never name an override by its request values.
 	l.MetricKey = "_override"
 	if n != nil {
-		l.MetricKey = n.Path + "._override"
+		l.MetricKey = n.path + "._override"
 	}
-	if n != nil && len(n.Limits) > 0 && !n.Limits[0].Unlimited {
-		l.Algorithm = n.Limits[0].Algorithm
+	if n != nil && len(n.limits) > 0 && !n.limits[0].Unlimited {
+		l.Algorithm = n.limits[0].Algorithm
 		if err := l.finish(); err != nil {
 			return nil, err
 		}
-		l.Rule.Overdraft = n.Limits[0].Rule.Overdraft
+		l.Rule.Overdraft = n.limits[0].Rule.Overdraft
 	}
 	start := len(p.limits)
 	p.limits = append(p.limits, l)
@@ -213,12 +213,12 @@ func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) 
 		}
 		b = append(b, e.GetKey()...)
 		switch {
-		case all || n.ValueToMetric:
+		case all || n.valueToMetric:
 			b = append(b, '_')
 			b = appendMetricValue(b, e.GetValue())
-		case n.Value != "":
+		case n.value != "":
 			b = append(b, '_')
-			b = append(b, n.Value...)
+			b = append(b, n.value...)
 		}
 		lv = &n.children
 	}
@@ -229,10 +229,10 @@ func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) 
 // and never the config's tree.
 
 // Shadow reports whether the matched rule is in shadow mode.
-func (d *DescPlan) Shadow() bool { return d.Node != nil && d.Node.ShadowMode }
+func (d *DescPlan) Shadow() bool { return d.Node != nil && d.Node.shadowMode }
 
 // Quota reports whether the matched rule is in quota mode.
-func (d *DescPlan) Quota() bool { return d.Node != nil && d.Node.QuotaMode }
+func (d *DescPlan) Quota() bool { return d.Node != nil && d.Node.quotaMode }
 
 // FailurePolicy is the matched rule's own (or inherited) failure policy;
 // empty when it has none or nothing matched.
@@ -240,7 +240,7 @@ func (d *DescPlan) FailurePolicy() FailurePolicy {
 	if d.Node == nil {
 		return ""
 	}
-	return d.Node.FailurePolicy
+	return d.Node.failurePolicy
 }
 
 // Metadata is the matched rule's metadata, nil when none.
@@ -248,7 +248,7 @@ func (d *DescPlan) Metadata() map[string]any {
 	if d.Node == nil {
 		return nil
 	}
-	return d.Node.Metadata
+	return d.Node.metadata
 }
 
 // Rule is the matched rule's config path, "" when nothing matched.
@@ -256,7 +256,7 @@ func (d *DescPlan) Rule() string {
 	if d.Node == nil {
 		return ""
 	}
-	return d.Node.Path
+	return d.Node.path
 }
 
 // Source is where the matched rule is written, "file:line" ("" when
@@ -265,7 +265,7 @@ func (d *DescPlan) Source() string {
 	if d.Node == nil {
 		return ""
 	}
-	return d.Node.File + ":" + strconv.Itoa(d.Node.Line)
+	return d.Node.file + ":" + strconv.Itoa(d.Node.line)
 }
 
 // Match says how the last entry matched: "exact", "wildcard", "key_only",
@@ -274,9 +274,9 @@ func (d *DescPlan) Match() string {
 	switch {
 	case d.Node == nil:
 		return "none"
-	case d.Node.Value == "":
+	case d.Node.value == "":
 		return "key_only"
-	case strings.Contains(d.Node.Value, "*"):
+	case strings.Contains(d.Node.value, "*"):
 		return "wildcard"
 	}
 	return "exact"
@@ -291,5 +291,5 @@ func (p *Plan) MetricKey(j int) (key string, detailed bool) {
 	if d.MetricKey == "" {
 		return ref.Limit.MetricKey, false
 	}
-	return d.MetricKey + strings.TrimPrefix(ref.Limit.MetricKey, d.Node.Path), true
+	return d.MetricKey + strings.TrimPrefix(ref.Limit.MetricKey, d.Node.path), true
 }

@@ -23,7 +23,7 @@ func (d *Domain) Reach(shape []ShapeEntry) []string {
 		var cands []*Node
 		if e.Dynamic {
 			for _, n := range lv.nodes() {
-				if n.Key == e.Key {
+				if n.key == e.Key {
 					cands = append(cands, n)
 				}
 			}
@@ -32,8 +32,8 @@ func (d *Domain) Reach(shape []ShapeEntry) []string {
 		}
 		for _, n := range cands {
 			if depth == len(shape)-1 {
-				if len(n.Limits) > 0 {
-					out = append(out, n.Path)
+				if len(n.limits) > 0 {
+					out = append(out, n.path)
 				}
 				continue
 			}
@@ -48,8 +48,8 @@ func (d *Domain) Reach(shape []ShapeEntry) []string {
 func (d *Domain) LimitPaths() []string {
 	var out []string
 	d.visit(func(n *Node) {
-		if len(n.Limits) > 0 {
-			out = append(out, n.Path)
+		if len(n.limits) > 0 {
+			out = append(out, n.path)
 		}
 	})
 	return out
@@ -75,8 +75,8 @@ func (lv *level) visit(fn func(*Node)) {
 func (d *Domain) LimitsAt(path string) []*Limit {
 	var found []*Limit
 	d.visit(func(n *Node) {
-		if n.Path == path && found == nil {
-			found = n.Limits
+		if n.path == path && found == nil {
+			found = n.limits
 		}
 	})
 	return found

@@ -25,14 +25,14 @@ type wildIndex struct {
 }
 
 func (w *wildIndex) add(n *Node) {
-	n.wildcard = strings.Split(n.Value, "*")
-	n.literal = len(n.Value) - strings.Count(n.Value, "*")
+	n.wildcard = strings.Split(n.value, "*")
+	n.literal = len(n.value) - strings.Count(n.value, "*")
 	n.seq = len(w.all)
 	w.all = append(w.all, n)
 	if w.byValue == nil {
 		w.byValue, w.byPrefix, w.bySuffix = map[string]*Node{}, map[string][]*Node{}, map[string][]*Node{}
 	}
-	w.byValue[n.Value] = n
+	w.byValue[n.value] = n
 	prefix, suffix := n.wildcard[0], n.wildcard[len(n.wildcard)-1]
 	switch {
 	case prefix != "":

@@ -43,7 +43,7 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 				continue
 			}
 			seen[p] = true
-			w.add(&Node{Key: "k", Value: p})
+			w.add(&Node{key: "k", value: p})
 		}
 		w.seal()
 		for range 200 {
@@ -54,7 +54,7 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 					if n == nil {
 						return "nothing"
 					}
-					return n.Value
+					return n.value
 				}
 				t.Fatalf("round %d: patterns %q, value %q: index matches %s, linear scan %s", round, slices.Sorted(func(yield func(string) bool) {
 					for p := range seen {
@@ -99,7 +99,7 @@ descriptors:
 		{[]string{"org=o", "x=abd"}, 4},
 	} {
 		n := c.Domain("w").Match(desc(tc.entries...).GetEntries())
-		if n == nil || n.Limits[0].RequestsPerUnit != tc.want {
+		if n == nil || n.limits[0].RequestsPerUnit != tc.want {
 			t.Errorf("Match(%v) = %v, want the rule of %d", tc.entries, n, tc.want)
 		}
 	}
