@@ -171,6 +171,9 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 			if len(n.limits) > 1 {
 				l.MetricKey += "." + l.identity
 			}
+			if l.Lease {
+				l.Rule.Lease = l.MetricKey
+			}
 		}
 		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {
 			errs = append(errs, &Error{File: file, Line: desc.Line, Path: desc.Path,

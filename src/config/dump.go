@@ -129,6 +129,9 @@ func (l *Limit) String() string {
 	if l.Rule.Overdraft {
 		s += ", overdraft"
 	}
+	if l.Lease {
+		s += ", lease"
+	}
 	return s + l.nameString()
 }
 

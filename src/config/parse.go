@@ -55,8 +55,11 @@ type Limit struct {
 	Unlimited       bool
 	Algorithm       limiter.Algorithm
 	Burst           uint32 // token bucket capacity; 0 means RequestsPerUnit
-	Replaces        []string
-	Line            int
+	// Lease lets the Redis store take this limit's budget in slices (see
+	// limiter.Rule.Lease); Build sets Rule.Lease from it.
+	Lease    bool
+	Replaces []string
+	Line     int
 
 	// Rule is what a store applies; identity is the part of the key that
 	// names the limit (algorithm and period), so changing requests_per_unit
@@ -73,7 +76,7 @@ var (
 		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value",
 		"overdraft"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"unit_multiplier", "burst"}
+		"unit_multiplier", "burst", "lease"}
 )
 
 // Parse reads one config file. The error, if any, joins one *Error per
@@ -224,6 +227,10 @@ func (d *decoder) applyOverdraft(desc *Descriptor, n *yaml.Node, path string) {
 	}
 	counted := false
 	for _, l := range desc.Limits {
+		if l.Lease {
+			d.errf(n, path+".overdraft", "overdraft cannot be combined with lease (the limit at line %d): overdraft counts usage after the fact, "+
+				"past what a slice another replica holds can see", l.Line)
+		}
 		if !l.Unlimited {
 			l.Rule.Overdraft, counted = true, true
 		}
@@ -267,7 +274,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		}
 	}
 	if l.Unlimited {
-		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "unit_multiplier", "burst"} {
+		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "unit_multiplier", "burst", "lease"} {
 			if f[k] != nil {
 				d.errf(f[k], path+"."+k, "unlimited: true cannot have %s", k)
 			}
@@ -306,6 +313,13 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 			d.errf(n, path+".burst", "burst applies only to algorithm: token_bucket")
 		} else if l.Burst == 0 {
 			d.errf(n, path+".burst", "burst must be at least 1")
+		}
+	}
+	if n := f["lease"]; n != nil {
+		l.Lease = d.boolean(n, path, "lease")
+		if l.Lease && !limiter.LeaseSupported(l.Algorithm) {
+			d.errf(n, path+".lease", "lease holds the limit exactly only for fixed_window and sliding_window, not %s: "+
+				"a slice's hits are counted when it is taken and spent later, under which a token bucket refills and a sliding log loses their times", l.Algorithm)
 		}
 	}
 	if l.Unit != 0 {

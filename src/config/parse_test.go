@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +44,9 @@ func TestParseBadFiles(t *testing.T) {
 		{"alias_cycle.yaml", []string{`alias_cycle.yaml:5: alias *all refers to a node that contains it (anchored at line 2)`}},
 		{"overdraft_without_limit.yaml", []string{`overdraft_without_limit.yaml:4: descriptors[0].overdraft: overdraft applies to this descriptor's own limits, and it has none (it is not inherited)`}},
 		{"sliding_log_too_large.yaml", []string{`sliding_log_too_large.yaml:5: descriptors[0].rate_limit: sliding_log keeps every counted request, so it allows at most 1000 requests per window, not 20000`}},
+		{"lease_token_bucket.yaml", []string{`lease_token_bucket.yaml:8: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not token_bucket`}},
+		{"lease_overdraft.yaml", []string{`lease_overdraft.yaml:4: descriptors[0].overdraft: overdraft cannot be combined with lease (the limit at line 6)`}},
+		{"lease_unlimited.yaml", []string{`lease_unlimited.yaml:6: descriptors[0].rate_limit.lease: unlimited: true cannot have lease`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,
 			`two_problems.yaml:6: descriptors[0].rate_limit.requests_per_unit: unlimited: true cannot have requests_per_unit`,
@@ -209,5 +213,55 @@ d.tenant.model: 10 per minute, fixed_window (od.yaml:10)
 	defer p.Release()
 	if len(p.Hits) != 2 || !p.Hits[0].Rule.Overdraft || p.Hits[0].Rule.Limit != 5 || p.Hits[1].Rule.Overdraft {
 		t.Errorf("Plan hits = %+v, want the override with overdraft and the child without", p.Hits)
+	}
+}
+
+func TestLeaseNamesItsRule(t *testing.T) {
+	f := mustParse(t, "lease.yaml", `domain: d
+descriptors:
+  - key: api
+    rate_limits:
+      - {unit: second, requests_per_unit: 50000, lease: true}
+      - {unit: minute, requests_per_unit: 2000000, algorithm: sliding_window, lease: true}
+      - {unit: hour, requests_per_unit: 50000000}
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100, lease: false}
+`)
+	c, err := Build([]*File{f}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `d.api: 50000 per second, fixed_window, lease, metrics as d.api.fw1 (lease.yaml:5)
+d.api: 2000000 per minute, sliding_window, lease, metrics as d.api.sw60 (lease.yaml:6)
+d.api: 50000000 per hour, fixed_window, metrics as d.api.fw3600 (lease.yaml:7)
+d.tenant: 100 per second, fixed_window (lease.yaml:9)
+`
+	if got := c.Dump(); got != want {
+		t.Errorf("Dump() =\n%s\nwant\n%s", got, want)
+	}
+	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{desc("api=x"), desc("tenant=t")}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	var got []string
+	for _, h := range p.Hits {
+		got = append(got, h.Rule.Lease)
+	}
+	// The lease carries the name its metrics use; a limit without lease
+	// carries none, and neither does a per-request override (its limit
+	// changes from request to request, so no slice could outlive one).
+	if want := []string{"api.fw1", "api.sw60", "", ""}; !slices.Equal(got, want) {
+		t.Errorf("Rule.Lease per hit = %q, want %q", got, want)
+	}
+	override := desc("api=x")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	po, err := c.Plan("d", []*rlv3.RateLimitDescriptor{override}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer po.Release()
+	if len(po.Hits) != 1 || po.Hits[0].Rule.Lease != "" {
+		t.Errorf("override hits = %+v, want one without lease", po.Hits)
 	}
 }

@@ -75,7 +75,22 @@ type Rule struct {
 	// rejected until the window, the refill or refunds bring usage under
 	// the limit. For usage reported after the fact (tokens, bytes).
 	Overdraft bool
+	// Lease, when set, lets a store that shares its counts between
+	// replicas (Redis) take the budget of a hot key in slices and admit
+	// from a slice locally; it names the rule in the lease's metrics.
+	// Only FixedWindow and SlidingWindow rules without Overdraft may carry
+	// it (LeaseSupported); the embedded store, exact and local anyway,
+	// ignores it.
+	Lease string
 }
+
+// LeaseSupported reports whether a slice of a's budget, counted when it
+// is taken and spent later on one replica, can never let a window admit
+// past its limit: the hits of a slice are counted in the window in which
+// they are admitted, before the window's end, which holds for window
+// counts. A token bucket would have refilled under the slice's hits by
+// the time they are spent, and a sliding log keeps each hit's own time.
+func LeaseSupported(a Algorithm) bool { return a == FixedWindow || a == SlidingWindow }
 
 // Hit asks a store to count Cost hits against Key under Rule.
 type Hit struct {

@@ -16,8 +16,12 @@
 --          algorithm (0 fixed, 1 sliding, 2 token bucket, 3 sliding
 --          log), limit,
 --          period (µs), burst, cost, flags (1 advisory + 2 refund +
---          4 overdraft). One packed argument instead of six halves the
---          script's cost per hit in Redis.
+--          4 overdraft + 8 * lease). One packed argument instead of six
+--          halves the script's cost per hit in Redis. lease (see
+--          lease.go): on an allowed hit of a window algorithm, up to that
+--          many more hits to count now as a slice the replica spends
+--          locally; on a refund, 1 + the window number of the slice it
+--          gives back (see lease_return; its answer means nothing).
 --
 -- Several decisions per call let the client batch concurrent requests into
 -- one command (REDIS_PIPELINE_WINDOW); each decision still reads and writes
@@ -31,7 +35,9 @@
 -- integers below 2^53, exact as doubles.
 --
 -- Returns one string: 4 little-endian doubles per hit, decision after
--- decision: allowed (1/0), remaining, reset (µs), retry (µs). (One bulk
+-- decision: allowed (1 + the slice granted, or 0), remaining, reset (µs),
+-- retry (µs; for a granted slice, the window number it was counted in,
+-- which a give-back names). (One bulk
 -- string costs Redis and the client less than an array of integers.) When
 -- nothing is counted because of a rejection, allowed hits report what a
 -- cost of 0 sees (nothing was consumed).
@@ -71,9 +77,36 @@ local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdra
   return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft)
 end
 
--- flags splits a hit's flags double: advisory, refund, overdraft.
+-- flags splits a hit's flags double: advisory, refund, overdraft, lease.
 local function flags(f)
-  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1
+  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8)
+end
+
+-- lease_grant counts a slice on top of an allowed hit of a window
+-- algorithm: up to want more hits, never more than half of what remains,
+-- so that replicas near the limit take smaller and smaller slices and the
+-- last hits are decided here one by one. count is the window's current
+-- count (the state's second double for both window algorithms); the
+-- slice is part of it, so no window ever counts past its limit.
+local function lease_grant(count, rem, want)
+  local extra = math.min(want, math.floor(rem / 2))
+  return count + extra, rem - extra, extra
+end
+
+-- lease_return gives back n unspent hits of a slice counted in window w:
+-- from that window's count while it is the key's current window (s1), or
+-- for a sliding window, from the previous window's count once the key has
+-- moved on by one (those hits still weigh on it). Later, or on a fixed
+-- window that has moved on, they expired with their window. Returns the
+-- new state and whether it changed; the window number stays, so the key's
+-- TTL does.
+local function lease_return(alg, s1, s2, s3, w, n)
+  if s1 == w and s2 > 0 then
+    return s1, s2 - math.min(s2, n), s3, true
+  elseif alg == 1 and s1 == w + 1 and s3 > 0 then
+    return s1, s2, s3 - math.min(s3, n), true
+  end
+  return s1, s2, s3, false
 end
 
 -- store writes a key's new state. A window algorithm's key expires at a
@@ -108,13 +141,26 @@ local function apply_each(now, k, n, a, results)
   for i = 1, n do
     local key = KEYS[k + i]
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
-    local _, refund, overdraft = flags(f)
+    local _, refund, overdraft, lease = flags(f)
     local s1, s2, s3, found = load(key, alg)
-    local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+    local n1, n2, n3, ok, rem, reset, retry, exp, write
+    if refund and lease > 0 then
+      n1, n2, n3, write = lease_return(alg, s1, s2, s3, lease - 1, cost)
+      ok, rem, reset, retry, exp = true, 0, 0, 0, now
+    else
+      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+    end
+    local extra = 0
+    if ok and write and lease > 0 and not refund then
+      n2, rem, extra = lease_grant(n2, rem, lease)
+      if extra > 0 then
+        reset, retry = exp - now, n1
+      end
+    end
     if write then
       store(key, alg, found, s1, n1, n2, n3, exp, now)
     end
-    results[#results + 1] = struct.pack('<dddd', ok and 1 or 0, rem, reset, retry)
+    results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
   end
 end
 
@@ -131,13 +177,26 @@ local function apply_all(now, mode, k, n, a, results)
   for i = 1, n do
     local key = KEYS[k + i]
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
-    local advisory, refund, overdraft = flags(f)
+    local advisory, refund, overdraft, lease = flags(f)
     if stored[key] == nil then
       stored[key] = {load(key, alg)} -- {s1, s2, s3, found}
     end
     local st = latest[key] or stored[key]
-    local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)
-    out[i] = {ok and 1 or 0, rem, reset, retry}
+    local n1, n2, n3, ok, rem, reset, retry, exp, write
+    if refund and lease > 0 then
+      n1, n2, n3, write = lease_return(alg, st[1], st[2], st[3], lease - 1, cost)
+      ok, rem, reset, retry, exp = true, 0, 0, 0, now
+    else
+      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)
+    end
+    local extra = 0
+    if ok and write and lease > 0 and not refund and mode == 1 then
+      n2, rem, extra = lease_grant(n2, rem, lease)
+      if extra > 0 then
+        reset, retry = exp - now, n1
+      end
+    end
+    out[i] = {ok and 1 + extra or 0, rem, reset, retry}
     if write then
       latest[key] = {n1, n2, n3}
       writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft}
@@ -163,11 +222,15 @@ local function apply_all(now, mode, k, n, a, results)
     local i = w[1]
     if not written[i] then
       -- Not counted: report what a cost of 0 sees, with the hit's own
-      -- decision (and retry).
+      -- decision (and retry), and no slice.
       local alg, limit, p, burst = struct.unpack('<dddd', ARGV[a + i])
       local st = stored[KEYS[k + i]]
       local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
-      out[i] = {out[i][1], rem, reset, out[i][4]}
+      local retry = out[i][4]
+      if out[i][1] > 0 then
+        retry = 0
+      end
+      out[i] = {math.min(out[i][1], 1), rem, reset, retry}
     end
   end
   for i = 1, n do

@@ -53,12 +53,12 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}))
+	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}, nil))
 	if err != nil {
 		res <- batchResult{err: err}
 		return
 	}
-	outs, err := parseOutcomes(reply, 1)
+	outs, err := parseOutcomes(reply, 1, nil)
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -284,7 +284,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		return &call{keys: []string{keyVersion + key}, args: scriptArgs("", modeEach, []*limiter.Hit{h}), done: make(chan struct{}, 1)}
+		return &call{keys: []string{keyVersion + key}, args: scriptArgs("", modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
 	}
 	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -297,7 +297,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	if follower.err != nil {
 		t.Fatalf("follower in a cancelled leader's batch failed: %v", follower.err)
 	}
-	outs, err := parseOutcomes(follower.reply, 1)
+	outs, err := parseOutcomes(follower.reply, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.do(ctx, time.Time{}, keys, scriptArgs("", modeEach, hits))
+		_, err := b.do(ctx, time.Time{}, keys, scriptArgs("", modeEach, hits, nil))
 		done <- err
 	}()
 	for {

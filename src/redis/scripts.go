@@ -50,8 +50,9 @@ const hitArgBytes = 6 * 8
 
 // scriptArgs builds one decision's ARGV segment (see batch.lua): now, mode,
 // the number of hits, then one packed argument per hit, all sliced from one
-// buffer.
-func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
+// buffer. leases, when not nil, holds each hit's lease parameter (see
+// batch.lua and lease.go).
+func scriptArgs(now string, mode int, hits []*limiter.Hit, leases []uint64) []any {
 	args := make([]any, 0, 3+len(hits))
 	args = append(args, now, modeArgs[mode], len(hits))
 	buf := make([]byte, hitArgBytes*len(hits))
@@ -65,6 +66,9 @@ func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
 		}
 		if h.Rule.Overdraft {
 			flags += 4
+		}
+		if leases != nil {
+			flags += 8 * float64(min(leases[i], 1<<44))
 		}
 		b := buf[i*hitArgBytes : (i+1)*hitArgBytes]
 		for j, v := range [6]float64{
@@ -82,8 +86,16 @@ func scriptArgs(now string, mode int, hits []*limiter.Hit) []any {
 	return args
 }
 
+// grant is a slice batch.lua counted beside an allowed hit: extra hits,
+// counted in window number window.
+type grant struct {
+	extra  uint64
+	window int64
+}
+
 // parseOutcomes reads batch.lua's reply: 4 little-endian doubles per hit.
-func parseOutcomes(reply any, n int) ([]limiter.Outcome, error) {
+// A hit granted a slice gets it in grants, when not nil.
+func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) {
 	b, ok := reply.(string)
 	if !ok || len(b) != 4*8*n {
 		return nil, fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(b), n)
@@ -97,11 +109,19 @@ func parseOutcomes(reply any, n int) ([]limiter.Outcome, error) {
 	}
 	outs := make([]limiter.Outcome, n)
 	for i := range outs {
+		allowed, retry := f(4*i), f(4*i+3)
+		if allowed > 1 {
+			// A slice: the retry double names its window.
+			if grants != nil {
+				grants[i] = grant{extra: uint64(allowed - 1), window: retry}
+			}
+			retry = 0
+		}
 		outs[i] = limiter.Outcome{
-			Allowed:    f(4*i) == 1,
+			Allowed:    allowed >= 1,
 			Remaining:  uint64(max(f(4*i+1), 0)),
 			ResetAfter: time.Duration(max(f(4*i+2), 0)) * time.Microsecond,
-			RetryAfter: time.Duration(max(f(4*i+3), 0)) * time.Microsecond,
+			RetryAfter: time.Duration(max(retry, 0)) * time.Microsecond,
 		}
 	}
 	return outs, nil

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -36,6 +37,13 @@ type Options struct {
 	Batch         bool
 	BatchLimit    int
 	BatchInFlight int
+	// LeaseInterval turns leased budgets on for rules with a lease (see
+	// lease.go): a slice is sized to last this long at the replica's
+	// recent rate on its key. 0 decides every hit in Redis.
+	LeaseInterval time.Duration
+	// LeaseIdle is how long a slice may go unused before it is given
+	// back (0: one second); the sweep that does it runs twice per LeaseIdle.
+	LeaseIdle time.Duration
 }
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
@@ -50,6 +58,9 @@ type Store struct {
 	clock     func() time.Time
 	timeout   time.Duration
 	batch     *batcher // nil when pipelining is off
+	leases    *leases  // nil when leasing is off
+	stop      context.CancelFunc
+	swept     chan struct{} // closed when the lease sweeper has stopped
 }
 
 // CacheHits returns how many hits the local over-limit cache answered.
@@ -72,7 +83,50 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if opts.Batch {
 		s.batch = newBatcher(client, !cluster, opts)
 	}
+	if opts.LeaseInterval > 0 {
+		if opts.LeaseIdle <= 0 {
+			opts.LeaseIdle = time.Second
+		}
+		s.leases = newLeases(opts.LeaseInterval, opts.LeaseIdle, opts.Clock)
+		ctx, stop := context.WithCancel(context.Background())
+		s.stop, s.swept = stop, make(chan struct{})
+		go s.sweepEvery(ctx, opts.LeaseIdle/2)
+	}
 	return s, nil
+}
+
+// sweepEvery sweeps the slices every period until ctx ends.
+func (s *Store) sweepEvery(ctx context.Context, period time.Duration) {
+	defer close(s.swept)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep(s.leases.idle)
+		}
+	}
+}
+
+// sweep gives back the slices unused for idle (every slice when idle is
+// 0), within the store's timeout.
+func (s *Store) sweep(idle time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.timeout, time.Second))
+	defer cancel()
+	s.sweepLeases(ctx, s.clock(), idle)
+}
+
+// Close gives every slice back to Redis (within the store's timeout) and
+// stops the sweeper. It does not close the client, which the caller owns.
+func (s *Store) Close() {
+	if s.leases == nil {
+		return
+	}
+	s.stop()
+	<-s.swept
+	s.sweep(0)
 }
 
 // Preload loads the script (on every shard of a Cluster) so that the first
@@ -93,11 +147,25 @@ type group struct {
 	idx  []int // positions in the batch
 	keys []string
 	hits []*limiter.Hit
+	// leases and grants, when not nil, hold each hit's lease parameter
+	// (see batch.lua) and the slice its answer granted.
+	leases []uint64
+	grants []grant
 }
 
 // Apply implements limiter.Store.
 func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
-	outs := make([]limiter.Outcome, len(b.Hits))
+	if s.leases != nil && leased(b) {
+		return s.applyLeased(ctx, b)
+	}
+	outs, _, err := s.apply(ctx, b, nil)
+	return outs, err
+}
+
+// apply runs b in Redis. leases, when not nil, holds each hit's lease
+// parameter; the slices granted come back in grants, by hit.
+func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (outs []limiter.Outcome, grants []grant, err error) {
+	outs = make([]limiter.Outcome, len(b.Hits))
 	now := ""
 	if !b.Now.IsZero() {
 		now = strconv.FormatInt(b.Now.UnixMicro(), 10)
@@ -113,9 +181,9 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	case b.AllOrNothing:
 		mode = modeAllOrNothing
 	}
-	groups := s.groups(b, outs, localNow, &mode)
+	groups := s.groups(b, outs, localNow, &mode, leases)
 	if len(groups) == 0 {
-		return outs, nil
+		return outs, nil, nil
 	}
 	var deadline time.Time
 	if s.timeout > 0 {
@@ -143,25 +211,43 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 			return outs, s.run(ctx, deadline, now, mode, groups, outs)
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if counted {
 			s.remember(b.Hits, out, localNow)
 		}
-		return out, nil
+		return out, collectGrants(groups, len(b.Hits)), nil
 	}
 	if err := s.run(ctx, deadline, now, mode, groups, outs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.remember(b.Hits, outs, localNow)
-	return outs, nil
+	return outs, collectGrants(groups, len(b.Hits)), nil
+}
+
+// collectGrants gathers the slices the groups' answers granted, by hit;
+// nil when no hit asked for one.
+func collectGrants(groups []*group, n int) []grant {
+	var grants []grant
+	for _, g := range groups {
+		if g.grants == nil {
+			continue
+		}
+		if grants == nil {
+			grants = make([]grant, n)
+		}
+		for j, i := range g.idx {
+			grants[i] = g.grants[j]
+		}
+	}
+	return grants
 }
 
 // groups answers what the local cache knows and groups the rest: one group
 // per hash tag in Cluster mode, else one group. A cached rejection under
 // AllOrNothing turns the call into a dry run: the request is rejected anyway.
-func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, mode *int) []*group {
-	if !s.cluster && s.cache == nil {
+func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, mode *int, leases []uint64) []*group {
+	if !s.cluster && s.cache == nil && leases == nil {
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
 		for i := range b.Hits {
@@ -199,6 +285,14 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, s.prefix+h.Key)
 		g.hits = append(g.hits, h)
+		if leases != nil {
+			g.leases = append(g.leases, leases[i])
+		}
+	}
+	for _, g := range gs {
+		if g.leases != nil {
+			g.grants = make([]grant, len(g.hits))
+		}
 	}
 	return gs
 }
@@ -237,7 +331,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode in
 	}
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits)}
+		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits, g.leases)}
 	}
 	exec(ctx, s.client, false, calls)
 	for i, g := range groups {
@@ -256,7 +350,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode in
 func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, mode int, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
-		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits))
+		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
 		if err != nil {
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
 		}
@@ -272,7 +366,7 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits))
+			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
 		}()
 	}
 	wg.Wait()
@@ -288,7 +382,7 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, 
 }
 
 func fill(reply any, g *group, outs []limiter.Outcome) error {
-	got, err := parseOutcomes(reply, len(g.hits))
+	got, err := parseOutcomes(reply, len(g.hits), g.grants)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func newStore(t testing.TB, c goredis.UniversalClient, opts Options) *Store {
 	if err := s.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s
 }
 
@@ -422,7 +423,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits)})
+		calls = append(calls, &call{keys: keys, args: scriptArgs(strconv.FormatInt(bt.Now.UnixMicro(), 10), mode, hits, nil)})
 	}
 	sendMerged(context.Background(), c, calls)
 	for i, bt := range batches {
@@ -430,7 +431,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("decision %d: %v", i, r.err)
 		}
-		got, err := parseOutcomes(r.reply, len(bt.Hits))
+		got, err := parseOutcomes(r.reply, len(bt.Hits), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,520 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// Leased budgets
+//
+// A hot key (one limit for a whole API, a tenant, a provider) sends every
+// request of every replica to one Redis key, on one shard. For a rule with
+// a lease (limiter.Rule.Lease), a replica instead takes a slice of the
+// window's remaining budget in the script call that decides a hit: Redis
+// counts the slice at once, as hits of the current window, and the replica
+// admits from it locally until it is spent, then asks again.
+//
+// Exact: every hit a slice admits was counted in Redis, in the window in
+// which it is admitted, before anyone else was told what remains, so no
+// window counts, or admits, past its limit on any number of replicas. A
+// slice admits only until its window's end as seen from before the call
+// that took it (the call's start plus the reset Redis answered), which is
+// never later than the window's end in Redis, whatever the clocks say.
+// Hits a slice does not spend were counted and are lost to that window:
+// what leasing gives up is liveness at the limit, not safety.
+//
+// Sizing: a slice covers the replica's own recent rate on the key for
+// Interval (or until the window ends, if sooner); Redis caps it at half of
+// what remains, so that near the limit slices shrink to nothing and the
+// last hits are decided in Redis one by one.
+//
+// Given back: a slice unused for Idle, one whose rule changed (a reload),
+// and every slice at Close go back as a refund that names the slice's
+// window, which Redis applies only while that window is the key's
+// current one. A slice lost with its replica stays counted, never twice.
+
+// leases holds this replica's slices, one per leased key.
+type leases struct {
+	slices   sync.Map // limiter.Hit.Key -> *slice
+	count    atomic.Int64
+	interval time.Duration
+	idle     time.Duration
+	clock    func() time.Time
+
+	mu      sync.Mutex
+	returns []giveBack // slices to give back at the next sweep
+	stats   map[string]*leaseStats
+}
+
+// leaseStats are one rule's lease counters.
+type leaseStats struct {
+	taken, leased, returned atomic.Uint64
+}
+
+// giveBack is a slice to return: n hits of window under rule.
+type giveBack struct {
+	key    string
+	rule   limiter.Rule
+	window int64
+	n      uint64
+}
+
+// slice is a replica's budget on one key.
+type slice struct {
+	mu   sync.Mutex
+	rule limiter.Rule
+	// left hits of the slice are not yet admitted; they were counted in
+	// Redis's window number window, and may be admitted before until.
+	left   uint64
+	window int64
+	until  time.Time
+	// remaining is what Redis said remains beyond every slice it granted,
+	// as of its last answer; reset is when the window's count empties.
+	remaining uint64
+	reset     time.Time
+	// taking is set while a call that may grant a slice is in flight: one
+	// at a time, so concurrent misses do not each take a slice.
+	taking bool
+	// seen counts the hits on this key since since, the start of the last
+	// call that could grant: the replica's recent rate.
+	seen    uint64
+	since   time.Time
+	lastUse time.Time
+}
+
+// LeaseStats is one rule's lease activity: slices taken, the hits they
+// held, hits given back, and hits held now (taken, not yet admitted,
+// window not over).
+type LeaseStats struct {
+	Slices, Leased, Returned, Held uint64
+}
+
+func newLeases(interval, idle time.Duration, clock func() time.Time) *leases {
+	return &leases{interval: interval, idle: idle, clock: clock, stats: map[string]*leaseStats{}}
+}
+
+// leased reports whether b has a hit on a leased rule.
+func leased(b limiter.Batch) bool {
+	for i := range b.Hits {
+		if b.Hits[i].Rule.Lease != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// maxSlices bounds how many keys hold lease state at once. A lease pays
+// on hot keys; a leased rule with many values (a client per key) has few
+// hot ones, and a client sending new values must not grow this without
+// bound: past it, new keys are decided in Redis hit by hit until idle
+// keys are forgotten (after Idle).
+const maxSlices = 1 << 16
+
+// get returns key's slice, or nil when maxSlices keys hold one.
+func (l *leases) get(h *limiter.Hit, now time.Time) *slice {
+	if v, ok := l.slices.Load(h.Key); ok {
+		return v.(*slice)
+	}
+	if l.count.Load() >= maxSlices {
+		return nil
+	}
+	v, loaded := l.slices.LoadOrStore(h.Key, &slice{rule: h.Rule, lastUse: now})
+	if !loaded {
+		l.count.Add(1)
+	}
+	return v.(*slice)
+}
+
+func (l *leases) ruleStats(name string) *leaseStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stats[name]
+	if st == nil {
+		st = &leaseStats{}
+		l.stats[name] = st
+	}
+	return st
+}
+
+// returnable reports whether giving sl's unspent hits back changes
+// anything (sl.mu held): while its window lasts, and for a sliding window
+// during the next one, on which it still weighs.
+func (sl *slice) returnable(now time.Time) bool {
+	return sl.left > 0 && now.Before(sl.until.Add(slack(sl.rule)))
+}
+
+// queue schedules sl's unspent hits for return (sl.mu held).
+func (l *leases) queue(key string, sl *slice, now time.Time) {
+	if sl.returnable(now) {
+		l.mu.Lock()
+		l.returns = append(l.returns, giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left})
+		l.mu.Unlock()
+	}
+	sl.left = 0
+}
+
+// use is what a leased hit did with its slice.
+type use struct {
+	sl *slice
+	// local is set when its slice answered it, taking its cost (put back
+	// if the batch counts nothing).
+	local bool
+	took  uint64
+	// want is the lease parameter of its call to Redis: the slice it asks
+	// for.
+	want uint64
+	// base is what Redis last said remains beyond the slices.
+	base uint64
+	// back hits of the slice, of window, go back to Redis before the
+	// batch.
+	back   uint64
+	window int64
+}
+
+// admit answers h from sl when the slice holds its whole cost, and takes
+// it. Otherwise the hit goes to Redis, and admit says what goes with it:
+// what is left of the slice, to give back first, so that Redis decides on
+// everything that remains (a refund is then clamped at what was admitted,
+// and a sliding window's unspent hits stop weighing on the next window),
+// and the slice to ask for (none while another call is taking one, or in
+// a dry run).
+func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dryRun, mayTake bool) (out limiter.Outcome, u use) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	u.sl = sl
+	if sl.rule != h.Rule {
+		// The config changed under the slice: its budget goes back.
+		l.queue(key, sl, now)
+		*sl = slice{rule: h.Rule, lastUse: now}
+	}
+	if !dryRun {
+		sl.seen += h.Cost
+		sl.lastUse = now
+	}
+	if now.Before(sl.until) && !h.Refund && sl.left >= max(h.Cost, 1) {
+		sl.left -= h.Cost
+		u.local, u.took, u.base = true, h.Cost, sl.remaining
+		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
+	}
+	if sl.returnable(now) {
+		u.back, u.window = sl.left, sl.window
+	}
+	sl.left = 0
+	if !h.Refund && !dryRun && mayTake && !sl.taking {
+		u.want = l.want(sl, now)
+		sl.since, sl.seen = now, 0
+		sl.taking = u.want > 0
+	}
+	return out, u
+}
+
+// want sizes a slice: the hits seen since the last call that could
+// grant, scaled from the time they took to Interval, or to the window's
+// end when that comes sooner; at most the limit.
+func (l *leases) want(sl *slice, now time.Time) uint64 {
+	if sl.since.IsZero() {
+		return 0 // no rate yet: the first hit only starts the clock
+	}
+	horizon := l.interval
+	if left := sl.until.Sub(now); left > 0 && left < horizon {
+		horizon = left // the window ends first; the next one starts afresh
+	}
+	elapsed := max(now.Sub(sl.since), time.Microsecond)
+	w := float64(sl.seen) * float64(horizon) / float64(elapsed)
+	return uint64(min(w, float64(sl.rule.Limit)))
+}
+
+// slack is how long after a slice's window ends its count still matters:
+// a sliding window's count weighs on the next window.
+func slack(r limiter.Rule) time.Duration {
+	if r.Algorithm == limiter.SlidingWindow {
+		return r.Period
+	}
+	return 0
+}
+
+// putBack returns n hits to sl after a hit that took them was not
+// counted: the batch counted nothing.
+func (sl *slice) putBack(n uint64) {
+	if sl == nil || n == 0 {
+		return
+	}
+	sl.mu.Lock()
+	sl.left += n
+	sl.mu.Unlock()
+}
+
+// credit notes that n hits of sl went back to Redis, which now has them
+// remaining.
+func (sl *slice) credit(n uint64) {
+	sl.mu.Lock()
+	sl.remaining += n
+	sl.mu.Unlock()
+}
+
+// view returns what Redis last said remains beyond the slices and what sl
+// holds for its replica now.
+func (sl *slice) view(now time.Time) (remaining, held uint64) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if now.Before(sl.until) {
+		held = sl.left
+	}
+	return sl.remaining, held
+}
+
+// observe notes what Redis said remains on sl's key (beyond every
+// slice), and returns what sl holds for its replica now: its unspent hits.
+func (sl *slice) observe(out limiter.Outcome, now time.Time) uint64 {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if out.Allowed {
+		sl.remaining = out.Remaining
+	}
+	if now.Before(sl.until) {
+		return sl.left
+	}
+	return 0
+}
+
+// took records the answer to a call that could grant a slice on sl. sent
+// is the local instant before the call: the answer's times are counted
+// from it, so the slice ends no later than its window in Redis.
+func (l *leases) took(key string, sl *slice, h *limiter.Hit, out limiter.Outcome, g grant, ok bool, sent time.Time) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sl.taking = false
+	if !ok {
+		return
+	}
+	if sl.rule != h.Rule {
+		// The rule changed while the call was out: the slice goes back.
+		if g.extra > 0 {
+			l.mu.Lock()
+			l.returns = append(l.returns, giveBack{key: key, rule: h.Rule, window: g.window, n: g.extra})
+			l.mu.Unlock()
+		}
+		return
+	}
+	if !out.Allowed {
+		return
+	}
+	sl.remaining = out.Remaining
+	sl.reset = sent.Add(out.ResetAfter)
+	if g.extra == 0 {
+		return
+	}
+	st := l.ruleStats(h.Rule.Lease)
+	st.taken.Add(1)
+	st.leased.Add(g.extra)
+	if g.window != sl.window || !sent.Before(sl.until) {
+		sl.left = 0 // a slice of an earlier window ended with it
+	}
+	sl.left += g.extra
+	sl.window = g.window
+	sl.until = sl.reset.Add(-slack(h.Rule))
+}
+
+// applyLeased answers what slices hold locally and sends the rest to
+// Redis, asking for slices where they ran out.
+func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	now := b.Now
+	if now.IsZero() {
+		now = s.clock()
+	}
+	outs := make([]limiter.Outcome, len(b.Hits))
+	uses := make([]use, len(b.Hits))
+	rest := limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
+	var (
+		restIdx []int
+		backs           []giveBack
+	)
+	for i := range b.Hits {
+		h := &b.Hits[i]
+		if h.Rule.Lease != "" {
+			if sl := s.leases.get(h, now); sl != nil {
+				out, u := s.leases.admit(h.Key, sl, h, now, b.DryRun, lastOnKey(b.Hits, i))
+				uses[i] = u
+				if u.local {
+					outs[i] = out
+					continue
+				}
+				if u.back > 0 {
+					backs = append(backs, giveBack{key: h.Key, rule: h.Rule, window: u.window, n: u.back})
+				}
+			}
+		}
+		rest.Hits, restIdx = append(rest.Hits, *h), append(restIdx, i)
+	}
+	if len(backs) > 0 {
+		// Given back on their own, before the batch and whatever it
+		// decides: a slice given back is never wrong to give back.
+		if err := s.giveBack(ctx, backs); err != nil {
+			s.abandon(b, uses)
+			return nil, err
+		}
+		for _, u := range uses {
+			if u.back > 0 {
+				u.sl.credit(u.back)
+			}
+		}
+	}
+	if len(rest.Hits) > 0 {
+		var wants []uint64
+		for j, i := range restIdx {
+			if uses[i].want > 0 {
+				if wants == nil {
+					wants = make([]uint64, len(rest.Hits))
+				}
+				wants[j] = uses[i].want
+			}
+		}
+		routs, grants, err := s.apply(ctx, rest, wants)
+		if err != nil {
+			s.abandon(b, uses)
+			return nil, err
+		}
+		// In batch order, so that what a hit reports holds the slices
+		// granted before it, not after.
+		for j, i := range restIdx {
+			outs[i] = routs[j]
+			u := &uses[i]
+			if u.sl == nil {
+				continue
+			}
+			if u.want > 0 {
+				var g grant
+				if grants != nil {
+					g = grants[j]
+				}
+				s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], routs[j], g, true, now)
+			}
+			u.base = outs[i].Remaining
+			outs[i].Remaining += u.sl.observe(outs[i], now)
+		}
+	}
+	if b.DryRun || b.AllOrNothing && limiter.Decide(b, outs) != limiter.CommitAll {
+		// Nothing was counted: what slices answered goes back to them, and
+		// each allowed hit reports what a cost of 0 sees, what Redis said
+		// remains beyond the slices plus what its slice now holds (a
+		// rejected one keeps what it saw when it was decided).
+		for _, u := range uses {
+			u.sl.putBack(u.took)
+		}
+		for i, u := range uses {
+			if u.sl == nil || !outs[i].Allowed {
+				continue
+			}
+			remaining, held := u.sl.view(now)
+			if u.local {
+				u.base = remaining
+			}
+			outs[i].Remaining = u.base + held
+		}
+	}
+	return outs, nil
+}
+
+// abandon undoes what b's hits did to their slices when Redis could not
+// be asked: the calls that were taking slices are over, and what slices
+// answered goes back. What was to be given back stays counted.
+func (s *Store) abandon(b limiter.Batch, uses []use) {
+	for i, u := range uses {
+		if u.want > 0 {
+			s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], limiter.Outcome{}, grant{}, false, time.Time{})
+		}
+		u.sl.putBack(u.took)
+	}
+}
+
+// giveBack returns slices to Redis in one round trip: each as a refund
+// naming its window (see batch.lua's lease_return).
+func (s *Store) giveBack(ctx context.Context, backs []giveBack) error {
+	b := limiter.Batch{Hits: make([]limiter.Hit, len(backs))}
+	params := make([]uint64, len(backs))
+	for i, r := range backs {
+		b.Hits[i] = limiter.Hit{Key: r.key, Rule: r.rule, Cost: r.n, Refund: true}
+		params[i] = uint64(r.window) + 1
+	}
+	if _, _, err := s.apply(ctx, b, params); err != nil {
+		return err
+	}
+	for _, r := range backs {
+		s.leases.ruleStats(r.rule.Lease).returned.Add(r.n)
+	}
+	return nil
+}
+
+// lastOnKey reports whether hits[i] is the last hit on its key: only that
+// one may ask for a slice, which would otherwise take budget from under
+// the hits after it in the same call.
+func lastOnKey(hits []limiter.Hit, i int) bool {
+	for j := i + 1; j < len(hits); j++ {
+		if hits[j].Key == hits[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+
+// sweepLeases gives back the slices unused for idle, and forgets keys
+// whose slices are spent and unused as long, then sends every queued
+// give-back in one round trip.
+func (s *Store) sweepLeases(ctx context.Context, now time.Time, idle time.Duration) {
+	l := s.leases
+	l.slices.Range(func(k, v any) bool {
+		sl := v.(*slice)
+		sl.mu.Lock()
+		unused := now.Sub(sl.lastUse) >= idle
+		if unused {
+			l.queue(k.(string), sl, now)
+		}
+		forget := !sl.taking && sl.left == 0 && unused
+		sl.mu.Unlock()
+		if forget && l.slices.CompareAndDelete(k, v) {
+			l.count.Add(-1)
+		}
+		return true
+	})
+	l.mu.Lock()
+	returns := l.returns
+	l.returns = nil
+	l.mu.Unlock()
+	if len(returns) > 0 {
+		// On failure those hits stay counted, which never admits more.
+		_ = s.giveBack(ctx, returns)
+	}
+}
+
+// LeaseStats reports lease activity per rule (limiter.Rule.Lease); nil
+// when leasing is off.
+func (s *Store) LeaseStats() map[string]LeaseStats {
+	if s.leases == nil {
+		return nil
+	}
+	l := s.leases
+	now := l.clock()
+	out := map[string]LeaseStats{}
+	l.mu.Lock()
+	for name, st := range l.stats {
+		out[name] = LeaseStats{Slices: st.taken.Load(), Leased: st.leased.Load(), Returned: st.returned.Load()}
+	}
+	l.mu.Unlock()
+	l.slices.Range(func(_, v any) bool {
+		sl := v.(*slice)
+		sl.mu.Lock()
+		if sl.left > 0 && now.Before(sl.until) {
+			st := out[sl.rule.Lease]
+			st.Held += sl.left
+			out[sl.rule.Lease] = st
+		}
+		sl.mu.Unlock()
+		return true
+	})
+	return out
+}
