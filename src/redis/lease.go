@@ -65,7 +65,11 @@ type giveBack struct {
 
 // slice is a replica's budget on one key.
 type slice struct {
-	mu   sync.Mutex
+	mu sync.Mutex
+	sliceState
+}
+
+type sliceState struct {
 	rule limiter.Rule
 	// left hits of the slice are not yet admitted; they were counted in
 	// Redis's window number window, and may be admitted before until.
@@ -122,7 +126,7 @@ func (l *leases) get(h *limiter.Hit, now time.Time) *slice {
 	if l.count.Load() >= maxSlices {
 		return nil
 	}
-	v, loaded := l.slices.LoadOrStore(h.Key, &slice{rule: h.Rule, lastUse: now})
+	v, loaded := l.slices.LoadOrStore(h.Key, &slice{sliceState: sliceState{rule: h.Rule, lastUse: now}})
 	if !loaded {
 		l.count.Add(1)
 	}
@@ -169,10 +173,8 @@ type use struct {
 	want uint64
 	// base is what Redis last said remains beyond the slices.
 	base uint64
-	// back hits of the slice, of window, go back to Redis before the
-	// batch.
-	back   uint64
-	window int64
+	// back is what goes back to Redis before the batch (n > 0).
+	back giveBack
 }
 
 // admit answers h from sl when the slice holds its whole cost, and takes
@@ -187,9 +189,12 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 	defer sl.mu.Unlock()
 	u.sl = sl
 	if sl.rule != h.Rule {
-		// The config changed under the slice: its budget goes back.
-		l.queue(key, sl, now)
-		*sl = slice{rule: h.Rule, lastUse: now}
+		// The config changed under the slice (a reload): it goes back
+		// before this hit is decided under the new rule.
+		if !dryRun && sl.returnable(now) {
+			u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
+		}
+		sl.sliceState = sliceState{rule: h.Rule, lastUse: now}
 	}
 	if !dryRun {
 		sl.seen += h.Cost
@@ -200,10 +205,12 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 		u.local, u.took, u.base = true, h.Cost, sl.remaining
 		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
 	}
-	if sl.returnable(now) {
-		u.back, u.window = sl.left, sl.window
+	if !dryRun && sl.returnable(now) {
+		u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
 	}
-	sl.left = 0
+	if !dryRun {
+		sl.left = 0
+	}
 	if !h.Refund && !dryRun && mayTake && !sl.taking {
 		u.want = l.want(sl, now)
 		sl.since, sl.seen = now, 0
@@ -343,8 +350,8 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 					outs[i] = out
 					continue
 				}
-				if u.back > 0 {
-					backs = append(backs, giveBack{key: h.Key, rule: h.Rule, window: u.window, n: u.back})
+				if u.back.n > 0 {
+					backs = append(backs, u.back)
 				}
 			}
 		}
@@ -358,8 +365,8 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 			return nil, err
 		}
 		for _, u := range uses {
-			if u.back > 0 {
-				u.sl.credit(u.back)
+			if u.back.n > 0 && u.back.rule == u.sl.rule {
+				u.sl.credit(u.back.n)
 			}
 		}
 	}

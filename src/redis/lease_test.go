@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +115,386 @@ func leaseDifferential(t *testing.T, rules []limiter.Rule, seed uint64) {
 		t.Errorf("only %d of 2000 batches were answered without Redis: the slices are not used", local)
 	}
 	t.Logf("%d of 2000 batches answered from slices; %d script calls; %+v", local, commandCalls(t, srv)["evalsha"]-before, rs.LeaseStats())
+}
+
+// hammer has workers goroutines per replica send attempts unit hits each
+// on key under r, through the replicas' own clocks, and returns how many
+// were allowed and how many failed.
+func hammer(t *testing.T, replicas []*Store, key string, r limiter.Rule, workers, attempts int, during func(done int64)) (allowed, failed int64) {
+	t.Helper()
+	var ok, bad, done atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range replicas {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range attempts {
+					out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
+					switch {
+					case err != nil:
+						bad.Add(1)
+					case out[0].Allowed:
+						ok.Add(1)
+					}
+					if n := done.Add(1); during != nil {
+						during(n)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return ok.Load(), bad.Load()
+}
+
+// testReplicasNeverPassTheLimit has three replicas, each with its own
+// client, hammer one leased key at over three times its limit in one
+// window: exactly as many hits may be allowed as the limit, at least 98%
+// of it must be, and once the replicas have given their slices back,
+// Redis's count is exactly what was allowed.
+func testReplicasNeverPassTheLimit(t *testing.T, newClient func() goredis.UniversalClient) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit = 3000
+			r := limiter.Rule{Algorithm: alg, Limit: limit, Period: time.Hour, Lease: "hot"}
+			c := newClient()
+			var replicas []*Store
+			for range 3 {
+				replicas = append(replicas, newStore(t, newClient(), leaseOptions()))
+			}
+			key := fmt.Sprintf("{hot%d}:%s", time.Now().UnixNano(), alg)
+			allowed, failed := hammer(t, replicas, key, r, 8, 400, nil)
+			if failed > 0 {
+				t.Fatalf("%d calls failed", failed)
+			}
+			if allowed > limit || allowed < limit*98/100 {
+				t.Errorf("3 replicas, 9,600 hits on a limit of %d: allowed %d, want at most %d and at least 98%%", limit, allowed, limit)
+			}
+			var slices uint64
+			for _, s := range replicas {
+				slices += s.LeaseStats()["hot"].Slices
+				s.Close()
+			}
+			if slices == 0 {
+				t.Error("no slice was taken: the test does not exercise leases")
+			}
+			if got := windowCount(t, c, key); got != uint64(allowed) {
+				t.Errorf("after every slice went back, Redis counts %d, want the %d allowed", got, allowed)
+			}
+		})
+	}
+}
+
+func TestLeaseReplicasNeverPassTheLimitSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient { return single(t, srv) })
+}
+
+func TestLeaseReplicasNeverPassTheLimitCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient {
+		c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	})
+}
+
+func sentinelClient(t *testing.T, st *redistest.Sentinel) goredis.UniversalClient {
+	t.Helper()
+	c, err := NewClient(ClientOptions{URL: st.MasterName + "," + strings.Join(st.SentinelAddrs(), ","), Type: "sentinel", PoolSize: 16, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestLeaseReplicasNeverPassTheLimitSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient { return sentinelClient(t, st) })
+}
+
+// takeSlice sends two hits 1 ms apart at T0: the second one's call asks
+// for a slice sized from the rate since the first (50 hits for 50 ms,
+// under half of what remains of r's limit of 1,000).
+func takeSlice(t *testing.T, s *Store, key string, r limiter.Rule) {
+	t.Helper()
+	for _, at := range []time.Duration{0, time.Millisecond} {
+		if out := applyAt(t, s, key, r, at); !out.Allowed {
+			t.Fatalf("hit at T0+%v rejected", at)
+		}
+	}
+	if got := s.LeaseStats()[r.Lease].Leased; got != 50 {
+		t.Fatalf("leased %d hits, want a slice of 50", got)
+	}
+}
+
+func applyAt(t *testing.T, s *Store, key string, r limiter.Rule, at time.Duration) limiter.Outcome {
+	t.Helper()
+	out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0.Add(at), Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
+	if err != nil {
+		t.Fatalf("hit at T0+%v: %v", at, err)
+	}
+	return out[0]
+}
+
+// spend sends unit hits at T0+at on until one is rejected (at most n)
+// and returns how many were allowed.
+func spend(t *testing.T, s *Store, key string, r limiter.Rule, at time.Duration, n int) int {
+	t.Helper()
+	allowed := 0
+	for i := range n {
+		if !applyAt(t, s, key, r, at+time.Duration(i)*time.Microsecond).Allowed {
+			break
+		}
+		allowed++
+	}
+	return allowed
+}
+
+var leased1000 = limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1000, Period: time.Minute, Lease: "hot"}
+
+// With Redis gone, a replica admits what its slice holds, no more: those
+// hits were counted before Redis went away.
+func TestLeaseRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), leaseOptions())
+	key := "{down}:fw60"
+	takeSlice(t, s, key, leased1000)
+	srv.Stop()
+	allowed := 0
+	for i := range 200 {
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0.Add(2*time.Millisecond + time.Duration(i)*time.Microsecond),
+			Hits: []limiter.Hit{{Key: key, Rule: leased1000, Cost: 1}}})
+		if err != nil {
+			break
+		}
+		if !out[0].Allowed {
+			t.Fatalf("hit %d rejected while the slice held budget", i)
+		}
+		allowed++
+	}
+	if allowed != 50 {
+		t.Errorf("with Redis down, allowed %d hits, want exactly the slice's 50, then errors", allowed)
+	}
+}
+
+// A replica killed while it holds a slice loses it: the others can spend
+// only what it did not take, and nothing is counted twice.
+func TestLeaseReplicaKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	key := "{killed}:fw60"
+	a, err := New(c, leaseOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeSlice(t, a, key, leased1000)
+	if got := spend(t, a, key, leased1000, 2*time.Millisecond, 10); got != 10 {
+		t.Fatalf("a spent %d of its slice, want 10", got)
+	}
+	// Killed: its sweeper stops and nothing is given back.
+	a.stop()
+	<-a.swept
+	counted := windowCount(t, c, key)
+	if counted != 52 {
+		t.Fatalf("Redis counts %d, want 2 hits and a slice of 50", counted)
+	}
+	b := newStore(t, c, leaseOptions())
+	got := spend(t, b, key, leased1000, 3*time.Millisecond, 2000)
+	if want := 1000 - 52; got != want {
+		t.Errorf("after a's death b allowed %d, want the %d that a's hits and slice left", got, want)
+	}
+	b.Close()
+	if n := windowCount(t, c, key); n != 1000 {
+		t.Errorf("Redis counts %d, want the full 1000: a's 12, its lost 40, b's %d", n, got)
+	}
+}
+
+// A reload that changes the limit gives the old slice back before the
+// first hit under the new rule is decided.
+func TestLeaseReloadGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, leaseOptions())
+	key := "{reload}:fw60"
+	takeSlice(t, s, key, leased1000)
+	if got := spend(t, s, key, leased1000, 2*time.Millisecond, 5); got != 5 {
+		t.Fatalf("spent %d of the slice, want 5", got)
+	}
+	lower := leased1000
+	lower.Limit = 20
+	if !applyAt(t, s, key, lower, 3*time.Millisecond).Allowed {
+		t.Fatal("first hit under the new limit rejected")
+	}
+	// 7 allowed under the old limit, 1 under the new: the slice's other
+	// 45 went back in the same request.
+	if n := windowCount(t, c, key); n != 8 {
+		t.Errorf("Redis counts %d after the reload's first hit, want 8", n)
+	}
+	got := spend(t, s, key, lower, 4*time.Millisecond, 100)
+	if got != 12 {
+		t.Errorf("under the new limit of 20, %d more allowed, want 12", got)
+	}
+	if st := s.LeaseStats()["hot"]; st.Returned < 45 {
+		t.Errorf("returned %d hits, want at least the 45 of the old slice", st.Returned)
+	}
+}
+
+// A slice unused for LeaseIdle goes back at the next sweep; every slice
+// goes back at Close.
+func TestLeaseIdleAndCloseGiveBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, leaseOptions())
+	takeSlice(t, s, "{idle}:fw60", leased1000)
+	takeSlice(t, s, "{closed}:fw60", limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1000, Period: time.Minute, Lease: "other"})
+	if got := spend(t, s, "{idle}:fw60", leased1000, 2*time.Millisecond, 3); got != 3 {
+		t.Fatal("slice not spent")
+	}
+	// Not idle yet at T0+1s-1ms: nothing goes back.
+	s.sweepLeases(context.Background(), limitertest.T0.Add(time.Second), time.Second)
+	if n := windowCount(t, c, "{idle}:fw60"); n != 52 {
+		t.Errorf("before the slice was idle for 1 s, Redis counts %d, want 52", n)
+	}
+	s.sweepLeases(context.Background(), limitertest.T0.Add(time.Second+10*time.Millisecond), time.Second)
+	if n := windowCount(t, c, "{idle}:fw60"); n != 5 {
+		t.Errorf("after an idle sweep, Redis counts %d, want the 5 allowed", n)
+	}
+	if st := s.LeaseStats()["hot"]; st.Returned != 47 || st.Held != 0 {
+		t.Errorf("lease stats %+v, want 47 returned and nothing held", st)
+	}
+	s.sweepLeases(context.Background(), limitertest.T0.Add(0), 0) // what Close does, at the slices' own time
+	if n := windowCount(t, c, "{closed}:fw60"); n != 2 {
+		t.Errorf("after giving every slice back, Redis counts %d, want the 2 allowed", n)
+	}
+}
+
+// The slice ends when its window ends in Redis, whatever the replica's
+// clock says: a replica an hour behind takes a slice on a 1 s window
+// (Redis's clock decides), and once Redis's window is over its next hit
+// goes to Redis.
+func TestLeaseEndsWithRedisWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	skewed := func() time.Time { return time.Now().Add(-time.Hour) }
+	opts := leaseOptions()
+	opts.Clock = skewed
+	s := newStore(t, c, opts)
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1_000_000, Period: time.Second, Lease: "hot"}
+	key := "{skew}:fw1"
+	hit := func() limiter.Outcome {
+		out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
+		if err != nil || !out[0].Allowed {
+			t.Fatalf("hit: %+v %v", out, err)
+		}
+		return out[0]
+	}
+	redisWindow := func() int64 {
+		tm, err := c.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.Unix()
+	}
+	for range 3 {
+		hit()
+	}
+	if s.LeaseStats()["hot"].Slices == 0 {
+		t.Fatal("no slice taken")
+	}
+	w := redisWindow()
+	calls := commandCalls(t, srv)["evalsha"]
+	hit()
+	if redisWindow() == w && commandCalls(t, srv)["evalsha"] != calls {
+		t.Fatal("a hit within the slice's window went to Redis")
+	}
+	for deadline := time.Now().Add(3 * time.Second); redisWindow() == w; {
+		if time.Now().After(deadline) {
+			t.Fatal("Redis's clock did not move to the next second")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for Redis's clock, not for our code
+	}
+	calls = commandCalls(t, srv)["evalsha"]
+	hit()
+	if commandCalls(t, srv)["evalsha"] == calls {
+		t.Error("after Redis's window ended, a hit was still answered from the old slice")
+	}
+}
+
+// A Sentinel failover (writes paused until the replica has them, then
+// promoted) in the middle of a hot key's window: the slices taken before
+// it stay counted on the new master, and the window never passes its
+// limit.
+func TestLeaseSentinelFailover(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	const limit = 3000
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: limit, Period: time.Hour, Lease: "hot"}
+	var replicas []*Store
+	for range 3 {
+		replicas = append(replicas, newStore(t, sentinelClient(t, st), leaseOptions()))
+	}
+	key := fmt.Sprintf("{failover%d}:fw3600", time.Now().UnixNano())
+	before, _ := hammer(t, replicas, key, r, 4, 80, nil)
+	if _, err := st.Master.Do("CLIENT", "PAUSE", "10000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	// Then wait until the replica has every write (WAIT is paused too).
+	offset := func(s *redistest.Server, field string) string {
+		info, err := s.Do("INFO", "replication")
+		if err != nil {
+			return err.Error()
+		}
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, field+":"); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for deadline := time.Now().Add(10 * time.Second); offset(st.Master, "master_repl_offset") != offset(st.Replica, "slave_repl_offset"); {
+		if time.Now().After(deadline) {
+			info, _ := st.Replica.Do("INFO", "replication")
+			t.Fatalf("the replica did not catch up with the paused master: %q vs %q (%q)", offset(st.Master, "master_repl_offset"), offset(st.Replica, "slave_repl_offset"), info)
+		}
+		time.Sleep(20 * time.Millisecond) // readiness polling
+	}
+	if _, err := st.Sentinels[0].Do("SENTINEL", "FAILOVER", st.MasterName); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		role, _ := st.Replica.Do("ROLE")
+		if strings.Contains(role, "master") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica was not promoted: %q", role)
+		}
+		time.Sleep(50 * time.Millisecond) // readiness polling
+	}
+	after, failed := hammer(t, replicas, key, r, 8, 400, nil)
+	if allowed := before + after; allowed > limit {
+		t.Errorf("allowed %d across the failover, over the limit of %d", allowed, limit)
+	} else if after == 0 {
+		t.Errorf("nothing allowed after the failover (%d calls failed)", failed)
+	}
+	for _, s := range replicas {
+		s.Close()
+	}
+	b, err := goredis.NewClient(&goredis.Options{Addr: st.Replica.Addr}).Get(context.Background(), keyVersion+key).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := uint64(math.Float64frombits(binary.LittleEndian.Uint64(b[8:16]))); n < uint64(before+after) {
+		t.Errorf("the new master counts %d, fewer than the %d allowed", n, before+after)
+	}
+	t.Logf("allowed %d before and %d after the failover; %d calls failed during it", before, after, failed)
 }

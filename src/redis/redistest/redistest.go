@@ -305,11 +305,12 @@ func (s *Sentinel) SentinelAddrs() []string {
 }
 
 // StartSentinel starts a monitored master + replica + 3 sentinels and waits
-// until every sentinel knows the master and its replica.
+// until the replica is in sync and every sentinel knows it.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
 	st := &Sentinel{MasterName: "mymaster"}
-	st.Master = Start(tb)
+	// Replicas sync at once (the default waits 5 s for more replicas).
+	st.Master = Start(tb, "--repl-diskless-sync-delay", "0")
 	st.Replica = Start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(st.Master.Port))
 	conf := []string{
 		"port $PORT", "bind 127.0.0.1", "dir " + tb.TempDir(),
@@ -321,6 +322,16 @@ func StartSentinel(tb testing.TB) *Sentinel {
 		st.Sentinels = append(st.Sentinels, start(tb, "redis-server", conf))
 	}
 	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := st.Master.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, "state=online") {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the replica is not in sync within 30s: %q %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond) // readiness polling
+	}
 	for _, s := range st.Sentinels {
 		for {
 			reply, err := s.Do("SENTINEL", "REPLICAS", "mymaster")
