@@ -183,7 +183,8 @@ type use struct {
 // everything that remains (a refund is then clamped at what was admitted,
 // and a sliding window's unspent hits stop weighing on the next window),
 // and the slice to ask for (none while another call is taking one, or in
-// a dry run).
+// a dry run). A dry run gives back too: giving a slice back is never part
+// of what a batch decides, so it is never wrong to do.
 func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dryRun, mayTake bool) (out limiter.Outcome, u use) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -191,7 +192,7 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 	if sl.rule != h.Rule {
 		// The config changed under the slice (a reload): it goes back
 		// before this hit is decided under the new rule.
-		if !dryRun && sl.returnable(now) {
+		if sl.returnable(now) {
 			u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
 		}
 		sl.sliceState = sliceState{rule: h.Rule, lastUse: now}
@@ -205,12 +206,10 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 		u.local, u.took, u.base = true, h.Cost, sl.remaining
 		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
 	}
-	if !dryRun && sl.returnable(now) {
+	if sl.returnable(now) {
 		u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
 	}
-	if !dryRun {
-		sl.left = 0
-	}
+	sl.left = 0
 	if !h.Refund && !dryRun && mayTake && !sl.taking {
 		u.want = l.want(sl, now)
 		sl.since, sl.seen = now, 0
@@ -338,7 +337,7 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 	rest := limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
 	var (
 		restIdx []int
-		backs           []giveBack
+		backs   []giveBack
 	)
 	for i := range b.Hits {
 		h := &b.Hits[i]
@@ -467,7 +466,6 @@ func lastOnKey(hits []limiter.Hit, i int) bool {
 	}
 	return true
 }
-
 
 // sweepLeases gives back the slices unused for idle, and forgets keys
 // whose slices are spent and unused as long, then sends every queued
