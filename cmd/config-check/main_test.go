@@ -24,6 +24,12 @@ func TestRun(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(fifoDir, "pipe.yaml"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	leased := filepath.Join(dir, "lease", "ok.yaml")
+	_ = os.MkdirAll(filepath.Dir(leased), 0o755)
+	_ = os.WriteFile(leased, []byte("domain: l\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 50000, lease: true}\n"), 0o644)
+	leaseBad := filepath.Join(dir, "leasebad", "bad.yaml")
+	_ = os.MkdirAll(filepath.Dir(leaseBad), 0o755)
+	_ = os.WriteFile(leaseBad, []byte("domain: lb\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, lease: true}\n"), 0o644)
 	env := map[string]string{"REQUEST_MAX_STRING_BYTES": "8"}
 	tests := []struct {
 		name     string
@@ -51,6 +57,9 @@ func TestRun(t *testing.T) {
 				"descriptors[1] nothing=1\n", nil},
 		{"explain without descriptors", []string{"-explain", "example"}, 2, "", []string{"usage: config-check -explain"}},
 		{"explain a malformed descriptor", []string{"-explain", "example", "novalue", good}, 2, "", []string{`descriptor entry "novalue" is not key=value`}},
+		{"lease where it holds", []string{"-dump", filepath.Dir(leased)}, 0, "l.api: 50000 per second, fixed_window, lease", nil},
+		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
+			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}

@@ -60,11 +60,15 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 		return nil, nil, fmt.Errorf("%sURL: %w", name, err)
 	}
 	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
-		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight})
+		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
+		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
+	// Slices go back before the connections close.
+	release := func() { store.Close(); _ = client.Close() }
+	exportLeases(reg, strings.TrimSuffix(name, "_"), store)
 	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	if err := store.Preload(pctx); err != nil {
@@ -83,7 +87,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
-		return store, func() { _ = client.Close() }, nil
+		return store, release, nil
 	}
 	blog := log.WithField("redis", r.URL)
 	var isOpen atomic.Bool
@@ -104,5 +108,16 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 				blog.Warn("redis circuit breaker closed: redis answers again")
 			}
 		}})
-	return br, func() { br.Close(); _ = client.Close() }, nil
+	return br, func() { br.Close(); release() }, nil
+}
+
+// exportLeases exports a Redis store's leased budgets per rule.
+func exportLeases(reg *metrics.Registry, name string, store *redis.Store) {
+	reg.Leases(name, func() map[string]metrics.LeaseStat {
+		out := map[string]metrics.LeaseStat{}
+		for rule, st := range store.LeaseStats() {
+			out[rule] = metrics.LeaseStat(st)
+		}
+		return out
+	})
 }

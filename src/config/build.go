@@ -111,6 +111,13 @@ func Build(files []*File, opts Options) (*Config, error) {
 	}
 	for _, d := range c.domains {
 		d.root.seal()
+		d.root.visit(func(n *Node) {
+			for _, l := range n.limits {
+				if l.Lease { // named in the lease's metrics
+					l.Rule.Lease = d.Name + "." + l.MetricKey
+				}
+			}
+		})
 	}
 	return c, nil
 }
@@ -170,9 +177,6 @@ func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
 			l.MetricKey = n.path
 			if len(n.limits) > 1 {
 				l.MetricKey += "." + l.identity
-			}
-			if l.Lease {
-				l.Rule.Lease = l.MetricKey
 			}
 		}
 		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {

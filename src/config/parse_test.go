@@ -251,7 +251,7 @@ d.tenant: 100 per second, fixed_window (lease.yaml:9)
 	// The lease carries the name its metrics use; a limit without lease
 	// carries none, and neither does a per-request override (its limit
 	// changes from request to request, so no slice could outlive one).
-	if want := []string{"api.fw1", "api.sw60", "", ""}; !slices.Equal(got, want) {
+	if want := []string{"d.api.fw1", "d.api.sw60", "", ""}; !slices.Equal(got, want) {
 		t.Errorf("Rule.Lease per hit = %q, want %q", got, want)
 	}
 	override := desc("api=x")

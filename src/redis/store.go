@@ -42,9 +42,13 @@ type Options struct {
 	// recent rate on its key. 0 decides every hit in Redis.
 	LeaseInterval time.Duration
 	// LeaseIdle is how long a slice may go unused before it is given
-	// back (0: one second); the sweep that does it runs twice per LeaseIdle.
+	// back (0: DefaultLeaseIdle); the sweep that does it runs twice per
+	// LeaseIdle.
 	LeaseIdle time.Duration
 }
+
+// DefaultLeaseIdle is Options.LeaseIdle's default.
+const DefaultLeaseIdle = time.Second
 
 // Store is the Redis limiter.Store. Every Apply is one round trip: a single
 // script call over all keys on a single node or Sentinel, one pipeline per
@@ -85,7 +89,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.LeaseInterval > 0 {
 		if opts.LeaseIdle <= 0 {
-			opts.LeaseIdle = time.Second
+			opts.LeaseIdle = DefaultLeaseIdle
 		}
 		s.leases = newLeases(opts.LeaseInterval, opts.LeaseIdle, opts.Clock)
 		ctx, stop := context.WithCancel(context.Background())

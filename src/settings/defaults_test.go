@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
@@ -45,6 +46,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"GRPC_ABUSE_COOLDOWN":              server.DefaultGuard.Cooldown,
 		"MEMORY_MAX_KEYS":                  limiter.DefaultMaxKeys,
 		"MEMORY_MAX_BYTES":                 limiter.DefaultMaxBytes,
+		"LEASE_IDLE":                       redis.DefaultLeaseIdle,
 	} {
 		def, ok := defaults[name]
 		if !ok {

@@ -206,6 +206,11 @@ type Settings struct {
 	CacheKeyHashValues bool `envconfig:"CACHE_KEY_HASH_VALUES" default:"false"`
 	// LocalCacheSizeInBytes sizes the local over-limit cache (0: off).
 	LocalCacheSizeInBytes int `envconfig:"LOCAL_CACHE_SIZE_IN_BYTES" default:"0"`
+	// Leased budgets for limits with lease: true (ours): how long a slice
+	// should last at a replica's recent rate (0: every hit is decided in
+	// Redis), and how long an unused slice is kept before it goes back.
+	LeaseInterval time.Duration `envconfig:"LEASE_INTERVAL" default:"50ms"`
+	LeaseIdle     time.Duration `envconfig:"LEASE_IDLE" default:"1s"`
 }
 
 // Redis is one Redis connection's settings; the REDIS_ and
@@ -492,6 +497,7 @@ func (s Settings) Validate() error {
 	s.validateConfigSource(bad)
 	s.validateObservability(bad)
 	s.validateStore(bad)
+	s.validateLease(bad)
 	s.validateRequestBounds(bad)
 	return errors.Join(errs...)
 }
@@ -603,6 +609,16 @@ func (s Settings) validateObservability(bad complaint) {
 	}
 	if s.TopLimitedWindow <= 0 {
 		bad("TOP_LIMITED_WINDOW", "must be positive, got %v", s.TopLimitedWindow)
+	}
+}
+
+// validateLease checks the leased budgets' timing.
+func (s Settings) validateLease(bad complaint) {
+	if s.LeaseInterval < 0 || s.LeaseInterval > 10*time.Second {
+		bad("LEASE_INTERVAL", "must be from 0 (off) to 10s, got %v", s.LeaseInterval)
+	}
+	if s.LeaseIdle < 10*time.Millisecond || s.LeaseIdle > time.Hour {
+		bad("LEASE_IDLE", "must be from 10ms to 1h, got %v", s.LeaseIdle)
 	}
 }
 

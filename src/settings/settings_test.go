@@ -84,6 +84,8 @@ func TestLoad(t *testing.T) {
 		{"bad sampling rate", map[string]string{"TRACING_SAMPLING_RATE": "2"}, "TRACING_SAMPLING_RATE: must be in [0, 1]", nil},
 		{"bad near limit ratio", map[string]string{"NEAR_LIMIT_RATIO": "0"}, "NEAR_LIMIT_RATIO: must be in (0, 1]", nil},
 		{"bad extra tags", map[string]string{"EXTRA_TAGS": "a:1,b"}, `EXTRA_TAGS: "b" is not key:value`, nil},
+		{"bad lease interval", map[string]string{"LEASE_INTERVAL": "-1s"}, "LEASE_INTERVAL: must be from 0 (off) to 10s, got -1s", nil},
+		{"bad lease idle", map[string]string{"LEASE_IDLE": "1ms"}, "LEASE_IDLE: must be from 10ms to 1h, got 1ms", nil},
 		{"extra tags", map[string]string{"EXTRA_TAGS": "env:prod, team:rl"}, "", func(s Settings) bool { return s.Tags()["team"] == "rl" && len(s.Tags()) == 2 }},
 		{"bad failure policy", map[string]string{"BACKEND_FAILURE_POLICY": "retry"}, `BACKEND_FAILURE_POLICY: unknown policy "retry"`, nil},
 		{"negative pipeline window", map[string]string{"REDIS_URL": "a:1", "REDIS_PIPELINE_WINDOW": "-1ms"}, "REDIS_PIPELINE_WINDOW: must not be negative", nil},

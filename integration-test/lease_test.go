@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+const leaseConfig = `
+domain: api
+descriptors:
+  - key: route
+    value: hot
+    rate_limit: {unit: hour, requests_per_unit: 2000, lease: true}
+  - key: route
+    value: far
+    rate_limit: {unit: hour, requests_per_unit: 1000000, lease: true}
+`
+
+// send has 8 goroutines per process send n requests each for route and
+// returns how many were allowed.
+func send(t *testing.T, procs []*proc, route string, n int) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs(desc("route=" + route))})
+					cancel()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return allowed.Load()
+}
+
+var scriptCallsRE = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+)`)
+
+func scriptCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := scriptCallsRE.FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestLeaseThroughTheBinary runs two service processes on one Redis with
+// leased limits, as a user deploys them: on a key far from its limit
+// almost nothing reaches Redis; on a hot key hammered at over three times
+// its limit, the two admit exactly the limit between them, or within 2% of
+// it; the metrics show the slices; and a process that stops gives its
+// slices back, so Redis's count ends equal to what was admitted.
+func TestLeaseThroughTheBinary(t *testing.T) {
+	srv := redistest.Start(t)
+	env := writeConfig(t, map[string]string{"api.yaml": leaseConfig})
+	env["REDIS_URL"] = srv.Addr
+	procs := []*proc{start(t, env), start(t, env)}
+
+	before := scriptCalls(t, srv)
+	const farPerWorker = 500
+	if got := send(t, procs, "far", farPerWorker); got != 2*8*farPerWorker {
+		t.Fatalf("far from its limit, %d of %d allowed", got, 2*8*farPerWorker)
+	}
+	calls := scriptCalls(t, srv) - before
+	perRequest := float64(calls) / (2 * 8 * farPerWorker)
+	t.Logf("far key: %d script calls for %d requests (%.4f per request)", calls, 2*8*farPerWorker, perRequest)
+	if perRequest > 0.05 {
+		t.Errorf("far from its limit, %.3f script calls per request, want leases to spare Redis (under 0.05 here)", perRequest)
+	}
+
+	allowed := send(t, procs, "hot", 400) // 6,400 requests on a limit of 2,000
+	if allowed > 2000 || allowed < 1960 {
+		t.Errorf("two processes, 6,400 requests on a limit of 2,000: allowed %d, want at most 2000 and at least 98%%", allowed)
+	}
+	body := metricsBody(t, procs[0])
+	if !regexp.MustCompile(`ratelimit_lease_slices_total\{redis="REDIS",rule="api.route_hot"\} [1-9]`).MatchString(body) {
+		t.Errorf("no slices counted for api.route_hot in /metrics:\n%s", grepLines(body, "ratelimit_lease_"))
+	}
+	for _, p := range procs {
+		p.stop(t)
+	}
+	keys, err := srv.Do("KEYS", "*route3:hot*")
+	if err != nil || keys == "" {
+		t.Fatalf("hot key not found: %q %v", keys, err)
+	}
+	key := strings.Fields(keys)[0]
+	v, err := srv.Do("GET", key)
+	if err != nil || len(v) != 24 {
+		t.Fatalf("GET %s: %q %v", key, v, err)
+	}
+	if n := windowCount([]byte(v)); n != uint64(allowed) {
+		t.Errorf("after both processes stopped, Redis counts %d hits, want the %d admitted (slices given back)", n, allowed)
+	}
+}
+
+func grepLines(body, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// windowCount reads a window algorithm's count from its stored state:
+// the second of three little-endian doubles.
+func windowCount(state []byte) uint64 {
+	return uint64(math.Float64frombits(binary.LittleEndian.Uint64(state[8:16])))
+}
