@@ -57,13 +57,14 @@ fuzz:
 
 # The benchmarks of docs/performance.md: every algorithm's accuracy (virtual
 # time, both stores), then the load benchmark (starts redis-server, the
-# service on both stores and a no-op server) and the config-scale rows.
+# service on both stores and a no-op server), the hot-key rows (with and
+# without lease) and the config-scale rows.
 # BENCHFLAGS=-load.duration=5s shortens it.
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
 	$(GO) test ./src/redis -run '^$$' -bench Accuracy -benchtime 1x -timeout 10m
-	$(GO) test ./integration-test -run '^$$' -bench 'Load|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/default.pgo (profile-guided optimisation; every
 # `go build` of the server uses it) from the load benchmark's CPU profiles.

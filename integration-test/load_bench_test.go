@@ -220,7 +220,7 @@ func processCPU(pid int) time.Duration {
 }
 
 // redisCPU is the CPU time redis-server has used so far (INFO cpu).
-func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
+func redisCPU(b testing.TB, srv *redistest.Server) time.Duration {
 	if srv == nil {
 		return 0
 	}
@@ -239,7 +239,7 @@ func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
 
 // redisCalls counts the scripts Redis has run (each decision's round trip)
 // and the time it spent running them.
-func redisCalls(b *testing.B, srv *redistest.Server) (n int, busy time.Duration) {
+func redisCalls(b testing.TB, srv *redistest.Server) (n int, busy time.Duration) {
 	if srv == nil {
 		return 0, 0
 	}

@@ -75,3 +75,31 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotKeyLeased measures one hot key from parallel callers through
+// a leased rule, beside the embedded store on the same key: what a
+// decision costs the service when slices answer it.
+func BenchmarkHotKeyLeased(b *testing.B) {
+	srv := redistest.Start(b)
+	leased := newStore(b, single(b, srv), Options{Batch: true, LeaseInterval: 50 * time.Millisecond})
+	mem := limiter.NewMemoryStore(limiter.MemoryOptions{})
+	b.Cleanup(mem.Close)
+	r := limiter.Rule{Limit: 1<<32 - 1, Period: time.Hour, Lease: "hot"}
+	for _, tc := range []struct {
+		name string
+		s    limiter.Store
+	}{{"embedded", mem}, {"redis,leased", leased}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				hs := []limiter.Hit{{Key: "{hot}:fw3600", Rule: r, Cost: 1}}
+				for pb.Next() {
+					if _, err := tc.s.Apply(context.Background(), limiter.Batch{Hits: hs}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -23,19 +23,23 @@ import (
 // window counts, or admits, past its limit on any number of replicas. A
 // slice admits only until its window's end as seen from before the call
 // that took it (the call's start plus the reset Redis answered), which is
-// never later than the window's end in Redis, whatever the clocks say.
-// Hits a slice does not spend were counted and are lost to that window:
-// what leasing gives up is liveness at the limit, not safety.
+// never later than the window's end in Redis, whatever the offset between
+// the clocks (the replica's monotonic clock measures the time). Hits a
+// slice does not spend were counted and are lost to that window: what
+// leasing gives up is liveness at the limit, not safety.
 //
 // Sizing: a slice covers the replica's own recent rate on the key for
 // Interval (or until the window ends, if sooner); Redis caps it at half of
 // what remains, so that near the limit slices shrink to nothing and the
 // last hits are decided in Redis one by one.
 //
-// Given back: a slice unused for Idle, one whose rule changed (a reload),
-// and every slice at Close go back as a refund that names the slice's
-// window, which Redis applies only while that window is the key's
-// current one. A slice lost with its replica stays counted, never twice.
+// Given back: what a slice holds goes back when a hit does not fit in it
+// (before Redis decides that hit, so that one replica decides exactly as
+// without leases), before a refund, when its rule changes (a reload), when
+// unused for Idle, and at Close: as a refund naming the slice's window,
+// which Redis applies only while that window still counts on the key (see
+// batch.lua's lease_return). A slice lost with its replica stays counted,
+// never twice.
 
 // leases holds this replica's slices, one per leased key.
 type leases struct {
@@ -479,6 +483,9 @@ func (s *Store) sweepLeases(ctx context.Context, now time.Time, idle time.Durati
 		if unused {
 			l.queue(k.(string), sl, now)
 		}
+		// A request that found the slice just before it is forgotten may
+		// still take a slice on it: those hits are counted and lost, never
+		// admitted twice.
 		forget := !sl.taking && sl.left == 0 && unused
 		sl.mu.Unlock()
 		if forget && l.slices.CompareAndDelete(k, v) {

@@ -19,8 +19,12 @@ import (
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
+// leaseOptions is leasing as configured by default, except that the
+// background sweep never runs within a test: tests that set their own
+// time (Batch.Now) sweep themselves (sweepLeases), and the sweeper's real
+// clock would see their slices as idle.
 func leaseOptions() Options {
-	return Options{LeaseInterval: 50 * time.Millisecond, LeaseIdle: time.Second}
+	return Options{LeaseInterval: 50 * time.Millisecond, LeaseIdle: time.Hour}
 }
 
 // windowCount reads a window algorithm's current count from Redis: the
