@@ -168,10 +168,11 @@ func (l *leases) queue(key string, sl *slice, now time.Time) {
 // use is what a leased hit did with its slice.
 type use struct {
 	sl *slice
-	// local is set when its slice answered it, taking its cost (put back
-	// if the batch counts nothing).
-	local bool
-	took  uint64
+	// local is set when its slice answered it, taking its cost from the
+	// slice of window (put back if the batch counts nothing).
+	local  bool
+	took   uint64
+	window int64
 	// want is the lease parameter of its call to Redis: the slice it asks
 	// for.
 	want uint64
@@ -207,7 +208,7 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 	}
 	if now.Before(sl.until) && !h.Refund && sl.left >= max(h.Cost, 1) {
 		sl.left -= h.Cost
-		u.local, u.took, u.base = true, h.Cost, sl.remaining
+		u.local, u.took, u.window, u.base = true, h.Cost, sl.window, sl.remaining
 		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
 	}
 	if sl.returnable(now) {
@@ -247,15 +248,18 @@ func slack(r limiter.Rule) time.Duration {
 	return 0
 }
 
-// putBack returns n hits to sl after a hit that took them was not
-// counted: the batch counted nothing.
-func (sl *slice) putBack(n uint64) {
-	if sl == nil || n == 0 {
+// putBack returns what u took from its slice after the batch counted
+// nothing, unless the slice has moved to another window meanwhile (then
+// those hits ended with theirs).
+func (u *use) putBack() {
+	if u.sl == nil || u.took == 0 {
 		return
 	}
-	sl.mu.Lock()
-	sl.left += n
-	sl.mu.Unlock()
+	u.sl.mu.Lock()
+	if u.sl.window == u.window {
+		u.sl.left += u.took
+	}
+	u.sl.mu.Unlock()
 }
 
 // credit notes that n hits of sl went back to Redis, which now has them
@@ -412,8 +416,8 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 		// each allowed hit reports what a cost of 0 sees, what Redis said
 		// remains beyond the slices plus what its slice now holds (a
 		// rejected one keeps what it saw when it was decided).
-		for _, u := range uses {
-			u.sl.putBack(u.took)
+		for i := range uses {
+			uses[i].putBack()
 		}
 		for i, u := range uses {
 			if u.sl == nil || !outs[i].Allowed {
@@ -437,7 +441,7 @@ func (s *Store) abandon(b limiter.Batch, uses []use) {
 		if u.want > 0 {
 			s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], limiter.Outcome{}, grant{}, false, time.Time{})
 		}
-		u.sl.putBack(u.took)
+		u.putBack()
 	}
 }
 
