@@ -38,16 +38,24 @@ func redisEnv(t *testing.T, extra map[string]string) map[string]string {
 // how many were allowed.
 func hammer(t *testing.T, procs []*proc, perProc int) int {
 	t.Helper()
+	req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=hot"))}
+	return int(send(t, procs, req, 4, perProc/4))
+}
+
+// send has workers goroutines per process send req n times each and
+// returns how many were allowed.
+func send(t *testing.T, procs []*proc, req *rlsv3.RateLimitRequest, workers, n int) int64 {
+	t.Helper()
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		for range 4 {
+		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for range perProc / 4 {
+				for range n {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=hot"))})
+					resp, err := p.client().ShouldRateLimit(ctx, req)
 					cancel()
 					if err != nil {
 						t.Error(err)
@@ -61,7 +69,7 @@ func hammer(t *testing.T, procs []*proc, perProc int) int {
 		}
 	}
 	wg.Wait()
-	return int(allowed.Load())
+	return allowed.Load()
 }
 
 func TestRedisTwoProcessesShareOneLimit(t *testing.T) {
