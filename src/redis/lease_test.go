@@ -181,27 +181,6 @@ func testReplicasNeverPassTheLimit(t *testing.T, newClient func() goredis.Univer
 	}
 }
 
-func TestLeaseReplicasNeverPassTheLimitSingle(t *testing.T) {
-	srv := redistest.Start(t)
-	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient { return single(t, srv) })
-}
-
-func TestLeaseReplicasNeverPassTheLimitCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient {
-		c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	})
-}
-
 func sentinelClient(t *testing.T, st *redistest.Sentinel) goredis.UniversalClient {
 	t.Helper()
 	c, err := NewClient(ClientOptions{URL: st.MasterName + "," + strings.Join(st.SentinelAddrs(), ","), Type: "sentinel", PoolSize: 16, Timeout: 2 * time.Second})
@@ -212,9 +191,51 @@ func sentinelClient(t *testing.T, st *redistest.Sentinel) goredis.UniversalClien
 	return c
 }
 
-func TestLeaseReplicasNeverPassTheLimitSentinel(t *testing.T) {
-	st := redistest.StartSentinel(t)
-	testReplicasNeverPassTheLimit(t, func() goredis.UniversalClient { return sentinelClient(t, st) })
+// TestLeaseOnEveryTopology runs the lease tests on a single node, a
+// 3-master Cluster and Sentinel: replicas never pass the limit; a killed
+// replica's slice is lost, never counted twice; a reload gives back; idle
+// slices go back; with Redis down a replica admits only what its slice
+// holds (last: it stops the servers).
+func TestLeaseOnEveryTopology(t *testing.T) {
+	for _, topo := range []string{"single", "cluster", "sentinel"} {
+		t.Run(topo, func(t *testing.T) {
+			var client func() goredis.UniversalClient
+			var stop func()
+			switch topo {
+			case "single":
+				srv := redistest.Start(t)
+				client, stop = func() goredis.UniversalClient { return single(t, srv) }, srv.Stop
+			case "cluster":
+				nodes := redistest.StartCluster(t, 3)
+				var addrs []string
+				for _, n := range nodes {
+					addrs = append(addrs, n.Addr)
+				}
+				client = func() goredis.UniversalClient {
+					c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 2 * time.Second})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { c.Close() })
+					return c
+				}
+				stop = func() {
+					for _, n := range nodes {
+						n.Stop()
+					}
+				}
+			case "sentinel":
+				st := redistest.StartSentinel(t)
+				client = func() goredis.UniversalClient { return sentinelClient(t, st) }
+				stop = func() { st.Master.Stop(); st.Replica.Stop() }
+			}
+			t.Run("replicas never pass the limit", func(t *testing.T) { testReplicasNeverPassTheLimit(t, client) })
+			t.Run("replica killed", func(t *testing.T) { testReplicaKilled(t, client()) })
+			t.Run("reload gives back", func(t *testing.T) { testReloadGivesBack(t, client()) })
+			t.Run("idle and close give back", func(t *testing.T) { testIdleAndCloseGiveBack(t, client()) })
+			t.Run("redis down", func(t *testing.T) { testRedisDown(t, client(), stop) })
+		})
+	}
 }
 
 // takeSlice sends two hits 1 ms apart at T0: the second one's call asks
@@ -259,12 +280,11 @@ var leased1000 = limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1000, Perio
 
 // With Redis gone, a replica admits what its slice holds, no more: those
 // hits were counted before Redis went away.
-func TestLeaseRedisDown(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, single(t, srv), leaseOptions())
+func testRedisDown(t *testing.T, c goredis.UniversalClient, stop func()) {
+	s := newStore(t, c, leaseOptions())
 	key := "{down}:fw60"
 	takeSlice(t, s, key, leased1000)
-	srv.Stop()
+	stop()
 	allowed := 0
 	for i := range 200 {
 		out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0.Add(2*time.Millisecond + time.Duration(i)*time.Microsecond),
@@ -284,9 +304,7 @@ func TestLeaseRedisDown(t *testing.T) {
 
 // A replica killed while it holds a slice loses it: the others can spend
 // only what it did not take, and nothing is counted twice.
-func TestLeaseReplicaKilled(t *testing.T) {
-	srv := redistest.Start(t)
-	c := single(t, srv)
+func testReplicaKilled(t *testing.T, c goredis.UniversalClient) {
 	key := "{killed}:fw60"
 	a, err := New(c, leaseOptions())
 	if err != nil {
@@ -316,9 +334,7 @@ func TestLeaseReplicaKilled(t *testing.T) {
 
 // A reload that changes the limit gives the old slice back before the
 // first hit under the new rule is decided.
-func TestLeaseReloadGivesBack(t *testing.T) {
-	srv := redistest.Start(t)
-	c := single(t, srv)
+func testReloadGivesBack(t *testing.T, c goredis.UniversalClient) {
 	s := newStore(t, c, leaseOptions())
 	key := "{reload}:fw60"
 	takeSlice(t, s, key, leased1000)
@@ -346,9 +362,7 @@ func TestLeaseReloadGivesBack(t *testing.T) {
 
 // A slice unused for LeaseIdle goes back at the next sweep; every slice
 // goes back at Close.
-func TestLeaseIdleAndCloseGiveBack(t *testing.T) {
-	srv := redistest.Start(t)
-	c := single(t, srv)
+func testIdleAndCloseGiveBack(t *testing.T, c goredis.UniversalClient) {
 	s := newStore(t, c, leaseOptions())
 	takeSlice(t, s, "{idle}:fw60", leased1000)
 	takeSlice(t, s, "{closed}:fw60", limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1000, Period: time.Minute, Lease: "other"})
