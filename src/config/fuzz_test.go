@@ -150,3 +150,18 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChunks: whenever a file is taken in pieces, the pieces decode to
+// what the whole document does, errors included.
+func FuzzChunks(f *testing.F) {
+	for _, s := range []string{
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n  - key: a\n",
+		"descriptors:\n- {key: a, value: \"x'y\"}\n- key: b\n  descriptors:\n  - key: c\ndomain: d\n",
+		"domain: d\ndescriptors:\n  - key: a\n    value: 'q\n      r'\n  - key: b\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sameParse(t, string(data))
+	})
+}

@@ -80,8 +80,17 @@ var (
 )
 
 // Parse reads one config file. The error, if any, joins one *Error per
-// problem found, so a single run shows them all.
+// problem found, so a single run shows them all. A large file is decoded in
+// pieces (chunks.go) when its shape allows.
 func Parse(name string, data []byte) (*File, error) {
+	if f, err, ok := parseInChunks(name, data, chunkMin, chunkItems); ok {
+		return f, err
+	}
+	return parseWhole(name, data)
+}
+
+// parseWhole decodes data as one document.
+func parseWhole(name string, data []byte) (*File, error) {
 	d := &decoder{file: name}
 	f := &File{Name: name}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -142,20 +151,23 @@ func (d *decoder) descriptors(n *yaml.Node, path string) []*Descriptor {
 	out := make([]*Descriptor, 0, len(n.Content))
 	seen := map[[2]string]int{}
 	for i, c := range n.Content {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		desc := d.descriptor(c, p)
-		if desc == nil {
-			continue
+		if desc := d.descriptor(c, fmt.Sprintf("%s[%d]", path, i)); desc != nil && d.unique(seen, desc) {
+			out = append(out, desc)
 		}
-		id := [2]string{desc.Key, desc.Value}
-		if first, dup := seen[id]; dup {
-			d.errf(c, p, "duplicate descriptor key=%q value=%q (first at line %d)", desc.Key, desc.Value, first)
-			continue
-		}
-		seen[id] = desc.Line
-		out = append(out, desc)
 	}
 	return out
+}
+
+// unique reports whether desc is the first of its key and value in seen
+// (by line), and records it; a second one is an error.
+func (d *decoder) unique(seen map[[2]string]int, desc *Descriptor) bool {
+	id := [2]string{desc.Key, desc.Value}
+	if first, dup := seen[id]; dup {
+		d.errAt(desc.Line, desc.Path, "duplicate descriptor key=%q value=%q (first at line %d)", desc.Key, desc.Value, first)
+		return false
+	}
+	seen[id] = desc.Line
+	return true
 }
 
 func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
