@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +26,21 @@ func scaleYAML(exact, wild int) string {
 		fmt.Fprintf(&b, "  - key: tenant\n    value: org-%d-*\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", i, 1_000_000_000-i%5)
 	}
 	b.WriteString("  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n")
+	return b.String()
+}
+
+// scaleFlowYAML is scaleYAML with one line per rule, as large generated
+// configs are often written (about 88 bytes a rule).
+func scaleFlowYAML(exact, wild int) string {
+	var b strings.Builder
+	b.WriteString("domain: scale\ndescriptors:\n")
+	for i := range exact {
+		fmt.Fprintf(&b, "  - {key: tenant, value: t-%d, rate_limit: {unit: hour, requests_per_unit: %d}}\n", i, 1_000_000_000-i%7)
+	}
+	for i := range wild {
+		fmt.Fprintf(&b, "  - {key: tenant, value: org-%d-*, rate_limit: {unit: hour, requests_per_unit: %d}}\n", i, 1_000_000_000-i%5)
+	}
+	b.WriteString("  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000000000}}\n")
 	return b.String()
 }
 
@@ -59,22 +75,36 @@ func BenchmarkConfigScale(b *testing.B) {
 		type cfg struct {
 			name        string
 			exact, wild int
+			yaml        func(exact, wild int) string
 			tg          loadTarget
 		}
-		cfgs := []*cfg{{name: "100 rules", exact: 80, wild: 20}, {name: "100,000 rules", exact: 80_000, wild: 20_000}}
-		rows := []string{"| config | start-up | RSS after start-up | RSS when quiet | file |", "|---|---|---|---|---|"}
+		cfgs := []*cfg{{name: "100 rules", exact: 80, wild: 20, yaml: scaleYAML},
+			{name: "100,000 rules", exact: 80_000, wild: 20_000, yaml: scaleYAML},
+			{name: "100,000 rules, a line each", exact: 80_000, wild: 20_000, yaml: scaleFlowYAML}}
+		check := filepath.Join(filepath.Dir(serverBin), "config-check")
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", check, "../cmd/config-check").CombinedOutput(); err != nil {
+			b.Fatalf("build config-check: %v\n%s", err, out)
+		}
+		rows := []string{"| config | file | start-up to healthy | peak RSS | RSS after start-up | RSS when quiet | config-check |", "|---|---|---|---|---|---|---|"}
 		for _, c := range cfgs {
-			env := writeConfig(b, map[string]string{"scale.yaml": scaleYAML(c.exact, c.wild)})
-			info, _ := os.Stat(filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config", "scale.yaml"))
+			env := writeConfig(b, map[string]string{"scale.yaml": c.yaml(c.exact, c.wild)})
+			dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+			info, _ := os.Stat(filepath.Join(dir, "scale.yaml"))
 			env["BACKEND_TYPE"], env["LOG_LEVEL"] = "memory", "warn"
 			began := time.Now()
 			p := start(b, env)
 			up := time.Since(began)
 			rss := memKB(b, p, "VmRSS")
 			time.Sleep(12 * time.Second) // a quiet spell: src/memtrim gives the load's garbage back
-			quiet := memKB(b, p, "VmRSS")
+			quiet, peak := memKB(b, p, "VmRSS"), memKB(b, p, "VmHWM")
+			began = time.Now()
+			if out, err := exec.Command(check, dir).CombinedOutput(); err != nil {
+				b.Fatalf("config-check: %v\n%s", err, out)
+			}
+			checked := time.Since(began)
 			c.tg = loadTarget{name: c.name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid}
-			rows = append(rows, fmt.Sprintf("| %s | %v | %d MiB | %d MiB | %.1f MB |", c.name, up.Round(10*time.Millisecond), rss>>10, quiet>>10, float64(info.Size())/1e6))
+			rows = append(rows, fmt.Sprintf("| %s | %.1f MB | %v | %d MiB | %d MiB | %d MiB | %v |", c.name, float64(info.Size())/1e6, up.Round(10*time.Millisecond),
+				peak>>10, rss>>10, quiet>>10, checked.Round(10*time.Millisecond)))
 		}
 		rows = append(rows, "", "| requests | config | req/s | ratio to 100 rules (by turn) | p50 | p99 | CPU µs/req |", "|---|---|---|---|---|---|---|")
 		for _, kind := range []string{"exact", "wildcard", "fall-through"} {

@@ -43,6 +43,10 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			return nil
 		})
 	}
+	// Every load, from files or xDS, with the collector tight (tightGC).
+	install := func(build func() (*config.Config, error)) error {
+		return holder.Install(func() (*config.Config, error) { return tightGC(build) })
+	}
 	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
 		Skipped: func(path string, why error) {
 			log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
@@ -53,7 +57,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandomFactor,
 				Jitter: s.XDSBackoffJitter},
 			NodeMetadata: s.XDSMetadata(), Headers: s.XDSHeaders(), MaxMsgSize: s.XDSMaxMsgSize,
-			Install: holder.Install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)}
+			Install: install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)}
 		if s.XDSServerUseTLS {
 			dial, err := xds.TLSDialOption(xds.TLSOptions{CAFile: s.XDSServerTLSCA, CertFile: s.XDSClientTLSCert,
 				KeyFile: s.XDSClientTLSKey, ServerName: s.XDSServerTLSSAN})
@@ -76,7 +80,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 
 	dir := s.ConfigDir()
 	reload := func() error {
-		return holder.Install(func() (*config.Config, error) { return config.LoadDir(dir, s.RuntimeIgnoreDotFiles, opts) })
+		return install(func() (*config.Config, error) { return config.LoadDir(dir, s.RuntimeIgnoreDotFiles, opts) })
 	}
 	w, err := config.NewWatcher(config.WatchOptions{Dir: dir, Root: s.RuntimeRoot, WatchRoot: s.RuntimeWatchRoot, Reload: reload})
 	if err != nil {
