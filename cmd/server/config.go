@@ -45,7 +45,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 	}
 	// Every load, from files or xDS, with the collector tight (tightGC).
 	install := func(build func() (*config.Config, error)) error {
-		return holder.Install(func() (*config.Config, error) { return tightGC(build) })
+		return holder.Install(func() (*config.Config, error) { return tightGC(holder.Load() != nil, build) })
 	}
 	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
 		Skipped: func(path string, why error) {

@@ -104,3 +104,14 @@ func Run(ctx context.Context, o Options) {
 		prev = cur
 	}
 }
+
+// LimitTo lowers Go's soft memory limit to bytes, unless it is already
+// lower, and returns the function that puts the previous limit back.
+func LimitTo(bytes int64) (restore func()) {
+	prev := debug.SetMemoryLimit(-1) // reads it
+	if bytes <= 0 || bytes >= prev {
+		return func() {}
+	}
+	debug.SetMemoryLimit(bytes)
+	return func() { debug.SetMemoryLimit(prev) }
+}

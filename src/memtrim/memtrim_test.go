@@ -2,6 +2,7 @@ package memtrim
 
 import (
 	"runtime"
+	"runtime/debug"
 	"testing"
 )
 
@@ -34,5 +35,31 @@ func TestReadSeesTheHeap(t *testing.T) {
 	s := Read()
 	if s.Cycles == 0 || s.Live == 0 || s.Held < s.Live {
 		t.Errorf("Read() = %+v, want cycles and live heap counted and held >= live", s)
+	}
+}
+
+func TestLimitTo(t *testing.T) {
+	orig := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(orig)
+	for _, tc := range []struct {
+		name          string
+		before, bound int64
+		during        int64
+	}{
+		{"lowers a higher limit", 1 << 30, 256 << 20, 256 << 20},
+		{"keeps a lower one", 128 << 20, 256 << 20, 128 << 20},
+		{"ignores nothing", 1 << 30, 0, 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			debug.SetMemoryLimit(tc.before)
+			restore := LimitTo(tc.bound)
+			if got := debug.SetMemoryLimit(-1); got != tc.during {
+				t.Errorf("limit during = %d, want %d", got, tc.during)
+			}
+			restore()
+			if got := debug.SetMemoryLimit(-1); got != tc.before {
+				t.Errorf("limit after = %d, want %d back", got, tc.before)
+			}
+		})
 	}
 }
