@@ -139,7 +139,7 @@ type xdsServer struct {
 	cache cachev3.SnapshotCache
 }
 
-func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
+func startXDS(t testing.TB, opts ...grpc.ServerOption) *xdsServer {
 	t.Helper()
 	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
 	gs := grpc.NewServer(opts...)
@@ -155,7 +155,7 @@ func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
 }
 
 // set serves cfgs to node as snapshot version.
-func (x *xdsServer) set(t *testing.T, node, version string, cfgs ...*rlconfv3.RateLimitConfig) {
+func (x *xdsServer) set(t testing.TB, node, version string, cfgs ...*rlconfv3.RateLimitConfig) {
 	t.Helper()
 	res := make([]types.Resource, len(cfgs))
 	for i, c := range cfgs {

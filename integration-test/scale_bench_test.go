@@ -12,6 +12,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
 )
 
 // scaleYAML is a multi-tenant config: exact tenant values, prefix wildcards
@@ -42,6 +44,27 @@ func scaleFlowYAML(exact, wild int) string {
 	}
 	b.WriteString("  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000000000}}\n")
 	return b.String()
+}
+
+// scaleXDS serves scaleYAML's rules as one RateLimitConfig resource from
+// an xDS server, and returns the environment that points the service at it.
+func scaleXDS(b *testing.B, exact, wild int) map[string]string {
+	x := startXDS(b, grpc.MaxSendMsgSize(64<<20))
+	var ds []*rlconfv3.RateLimitDescriptor
+	add := func(value string, rpu int) {
+		ds = append(ds, &rlconfv3.RateLimitDescriptor{Key: "tenant", Value: value,
+			RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_HOUR, RequestsPerUnit: uint32(rpu)}})
+	}
+	for i := range exact {
+		add(fmt.Sprintf("t-%d", i), 1_000_000_000-i%7)
+	}
+	for i := range wild {
+		add(fmt.Sprintf("org-%d-*", i), 1_000_000_000-i%5)
+	}
+	add("", 1_000_000_000)
+	x.set(b, "rl-node", "1", &rlconfv3.RateLimitConfig{Name: "scale", Domain: "scale", Descriptors: ds})
+	return map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.addr, "CONFIG_GRPC_XDS_NODE_ID": "rl-node",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "100ms", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "67108864"}
 }
 
 // scaleRequests are requests of one kind against a config of exact and
@@ -75,21 +98,30 @@ func BenchmarkConfigScale(b *testing.B) {
 		type cfg struct {
 			name        string
 			exact, wild int
-			yaml        func(exact, wild int) string
+			yaml        func(exact, wild int) string // nil: through xDS
 			tg          loadTarget
 		}
 		cfgs := []*cfg{{name: "100 rules", exact: 80, wild: 20, yaml: scaleYAML},
 			{name: "100,000 rules", exact: 80_000, wild: 20_000, yaml: scaleYAML},
-			{name: "100,000 rules, a line each", exact: 80_000, wild: 20_000, yaml: scaleFlowYAML}}
+			{name: "100,000 rules, a line each", exact: 80_000, wild: 20_000, yaml: scaleFlowYAML},
+			{name: "100,000 rules through xDS", exact: 80_000, wild: 20_000}}
 		check := filepath.Join(filepath.Dir(serverBin), "config-check")
 		if out, err := exec.Command("go", "build", "-trimpath", "-o", check, "../cmd/config-check").CombinedOutput(); err != nil {
 			b.Fatalf("build config-check: %v\n%s", err, out)
 		}
 		rows := []string{"| config | file | start-up to healthy | peak RSS | RSS after start-up | RSS when quiet | config-check |", "|---|---|---|---|---|---|---|"}
 		for _, c := range cfgs {
-			env := writeConfig(b, map[string]string{"scale.yaml": c.yaml(c.exact, c.wild)})
-			dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
-			info, _ := os.Stat(filepath.Join(dir, "scale.yaml"))
+			var env map[string]string
+			var dir, size string
+			if c.yaml != nil {
+				env = writeConfig(b, map[string]string{"scale.yaml": c.yaml(c.exact, c.wild)})
+				dir = filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+				info, _ := os.Stat(filepath.Join(dir, "scale.yaml"))
+				size = fmt.Sprintf("%.1f MB", float64(info.Size())/1e6)
+			} else {
+				env = scaleXDS(b, c.exact, c.wild)
+				size = "one resource"
+			}
 			env["BACKEND_TYPE"], env["LOG_LEVEL"] = "memory", "warn"
 			began := time.Now()
 			p := start(b, env)
@@ -97,14 +129,17 @@ func BenchmarkConfigScale(b *testing.B) {
 			rss := memKB(b, p, "VmRSS")
 			time.Sleep(12 * time.Second) // a quiet spell: src/memtrim gives the load's garbage back
 			quiet, peak := memKB(b, p, "VmRSS"), memKB(b, p, "VmHWM")
-			began = time.Now()
-			if out, err := exec.Command(check, dir).CombinedOutput(); err != nil {
-				b.Fatalf("config-check: %v\n%s", err, out)
+			checked := "n/a"
+			if dir != "" {
+				began = time.Now()
+				if out, err := exec.Command(check, dir).CombinedOutput(); err != nil {
+					b.Fatalf("config-check: %v\n%s", err, out)
+				}
+				checked = time.Since(began).Round(10 * time.Millisecond).String()
 			}
-			checked := time.Since(began)
 			c.tg = loadTarget{name: c.name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid}
-			rows = append(rows, fmt.Sprintf("| %s | %.1f MB | %v | %d MiB | %d MiB | %d MiB | %v |", c.name, float64(info.Size())/1e6, up.Round(10*time.Millisecond),
-				peak>>10, rss>>10, quiet>>10, checked.Round(10*time.Millisecond)))
+			rows = append(rows, fmt.Sprintf("| %s | %s | %v | %d MiB | %d MiB | %d MiB | %s |", c.name, size, up.Round(10*time.Millisecond),
+				peak>>10, rss>>10, quiet>>10, checked))
 		}
 		rows = append(rows, "", "| requests | config | req/s | ratio to 100 rules (by turn) | p50 | p99 | CPU µs/req |", "|---|---|---|---|---|---|---|")
 		for _, kind := range []string{"exact", "wildcard", "fall-through"} {

@@ -180,7 +180,10 @@ func plainYAML(data []byte) bool {
 	for i := 0; i < len(data); i++ {
 		c := data[i]
 		if inQuote != 0 {
-			if c == inQuote {
+			switch {
+			case c == '\\' && inQuote == '"':
+				i++ // an escape: the next byte is not the closing quote
+			case c == inQuote:
 				inQuote = 0
 			}
 			continue

@@ -65,6 +65,9 @@ func TestChunksMatchWhole(t *testing.T) {
 		"domain: d\ndescriptors:\n  - just text\n  - [a, b]\n  - key: ok\n# the end\n",
 		// A plain scalar with an apostrophe.
 		"domain: d\ndescriptors:\n  - key: user's\n    value: o'neil\n",
+		// Double-quoted strings holding escapes and YAML indicators, as the
+		// xDS source writes them.
+		"domain: \"d\"\ndescriptors:\n  - key: \"a\\\"b & *c\"\n    value: \"#d\\n- e\"\n    rate_limit: {unit: \"minute\", requests_per_unit: 1, name: \"x\\\\\"}\n  - key: \"f\"\n",
 	}
 	for i, data := range taken {
 		if !sameParse(t, data) {

@@ -7,6 +7,7 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +33,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
-	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/config"
 )
@@ -250,13 +251,7 @@ func Files(resources []*anypb.Any) ([]*config.File, error) {
 		if name == "" {
 			name = rc.GetDomain()
 		}
-		doc := map[string]any{"domain": rc.GetDomain(), "descriptors": descriptors(rc.GetDescriptors())}
-		data, err := yaml.Marshal(doc)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("xds: %s: %w", name, err))
-			continue
-		}
-		f, err := config.Parse("xds:"+name, data)
+		f, err := config.Parse("xds:"+name, render(rc))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -266,45 +261,68 @@ func Files(resources []*anypb.Any) ([]*config.File, error) {
 	return files, errors.Join(errs...)
 }
 
-// descriptors renders the proto tree in the YAML shape the config package
-// parses, so that both sources share one validation.
-func descriptors(ds []*rlconfv3.RateLimitDescriptor) []any {
-	out := make([]any, 0, len(ds))
+// render writes a resource as the YAML the config package parses, so that
+// both sources share one validation: a line per descriptor (its position is
+// what errors and /explain name), every string double-quoted (strconv.Quote
+// writes only escapes YAML shares), in the plain block shape the config
+// package decodes in pieces. Writing it directly, rather than through
+// yaml.Marshal of a map tree, keeps 100,000 rules from taking a gigabyte.
+func render(rc *rlconfv3.RateLimitConfig) []byte {
+	var b bytes.Buffer
+	b.WriteString("domain: ")
+	b.WriteString(strconv.Quote(rc.GetDomain()))
+	b.WriteString("\ndescriptors:\n")
+	renderDescriptors(&b, rc.GetDescriptors(), "  ")
+	return b.Bytes()
+}
+
+func renderDescriptors(b *bytes.Buffer, ds []*rlconfv3.RateLimitDescriptor, indent string) {
+	inner := indent + "  "
 	for _, d := range ds {
-		m := map[string]any{"key": d.GetKey()}
+		b.WriteString(indent)
+		b.WriteString("- key: ")
+		b.WriteString(strconv.Quote(d.GetKey()))
+		b.WriteByte('\n')
+		field := func(name, value string) {
+			b.WriteString(inner)
+			b.WriteString(name)
+			b.WriteString(": ")
+			b.WriteString(value)
+			b.WriteByte('\n')
+		}
 		if d.GetValue() != "" {
-			m["value"] = d.GetValue()
+			field("value", strconv.Quote(d.GetValue()))
 		}
 		if d.GetShadowMode() {
-			m["shadow_mode"] = true
+			field("shadow_mode", "true")
 		}
 		if d.GetDetailedMetric() {
-			m["detailed_metric"] = true
+			field("detailed_metric", "true")
 		}
 		if p := d.GetRateLimit(); p != nil {
-			rl := map[string]any{}
+			var rl []string
 			if p.GetUnlimited() {
-				rl["unlimited"] = true
+				rl = append(rl, "unlimited: true")
 			} else {
-				rl["unit"] = strings.ToLower(p.GetUnit().String())
-				rl["requests_per_unit"] = p.GetRequestsPerUnit()
+				rl = append(rl, "unit: "+strconv.Quote(strings.ToLower(p.GetUnit().String())),
+					"requests_per_unit: "+strconv.FormatUint(uint64(p.GetRequestsPerUnit()), 10))
 			}
 			if p.GetName() != "" {
-				rl["name"] = p.GetName()
+				rl = append(rl, "name: "+strconv.Quote(p.GetName()))
 			}
-			var rs []any
-			for _, r := range p.GetReplaces() {
-				rs = append(rs, map[string]any{"name": r.GetName()})
+			if rs := p.GetReplaces(); len(rs) > 0 {
+				names := make([]string, len(rs))
+				for i, r := range rs {
+					names[i] = "{name: " + strconv.Quote(r.GetName()) + "}"
+				}
+				rl = append(rl, "replaces: ["+strings.Join(names, ", ")+"]")
 			}
-			if len(rs) > 0 {
-				rl["replaces"] = rs
-			}
-			m["rate_limit"] = rl
+			field("rate_limit", "{"+strings.Join(rl, ", ")+"}")
 		}
 		if len(d.GetDescriptors()) > 0 {
-			m["descriptors"] = descriptors(d.GetDescriptors())
+			b.WriteString(inner)
+			b.WriteString("descriptors:\n")
+			renderDescriptors(b, d.GetDescriptors(), inner+"  ")
 		}
-		out = append(out, m)
 	}
-	return out
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
@@ -239,5 +240,41 @@ func TestRunOverMutualTLS(t *testing.T) {
 	}
 	if _, err := TLSDialOption(TLSOptions{CAFile: filepath.Join(dir, "missing.pem")}); err == nil {
 		t.Error("TLSDialOption with a missing CA file: nil error")
+	}
+}
+
+// TestRenderRoundTrip: what render writes parses back to exactly the
+// resource's strings, whatever bytes they hold (quotes, backslashes, YAML
+// indicators, line breaks, non-ASCII), nested and with every field.
+func TestRenderRoundTrip(t *testing.T) {
+	hostile := []string{`a"b`, `c\d`, "e\nf", "#g", "&h", "*i", "j: k", "- l", "{m}", "ü n", "\x7f", "'o'", " p ", "q\tr"}
+	var ds []*rlconfv3.RateLimitDescriptor
+	for i, v := range hostile {
+		ds = append(ds, &rlconfv3.RateLimitDescriptor{Key: "k" + v, Value: v, ShadowMode: i%2 == 0, DetailedMetric: i%3 == 0,
+			RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: uint32(i + 1), Name: "n" + v,
+				Replaces: []*rlconfv3.RateLimitReplace{{Name: "r" + v}}},
+			Descriptors: []*rlconfv3.RateLimitDescriptor{{Key: "inner" + v, RateLimit: &rlconfv3.RateLimitPolicy{Unlimited: true}}}})
+	}
+	rc := &rlconfv3.RateLimitConfig{Name: "x", Domain: `dom"ain`, Descriptors: ds}
+	f, err := config.Parse("xds:x", render(rc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, render(rc))
+	}
+	if f.Domain != rc.Domain || len(f.Descriptors) != len(ds) {
+		t.Fatalf("domain %q, %d descriptors; want %q, %d", f.Domain, len(f.Descriptors), rc.Domain, len(ds))
+	}
+	for i, d := range f.Descriptors {
+		want := ds[i]
+		l := d.Limits[0]
+		if d.Key != escape.String(want.Key) || d.Value != escape.String(want.Value) || d.ShadowMode != want.ShadowMode ||
+			d.DetailedMetric != want.DetailedMetric || l.RequestsPerUnit != want.RateLimit.RequestsPerUnit ||
+			l.Name != want.RateLimit.Name || len(l.Replaces) != 1 || l.Replaces[0] != want.RateLimit.Replaces[0].Name ||
+			len(d.Descriptors) != 1 || d.Descriptors[0].Key != escape.String(want.Descriptors[0].Key) || !d.Descriptors[0].Limits[0].Unlimited {
+			t.Errorf("descriptor %d = %+v (limit %+v), want %+v", i, d, l, want)
+		}
+		// Each descriptor on a line of its own: errors and /explain name it.
+		if i > 0 && d.Line <= f.Descriptors[i-1].Descriptors[0].Line || d.Descriptors[0].Line <= d.Line {
+			t.Errorf("descriptor %d at line %d, its child at %d: not a line each", i, d.Line, d.Descriptors[0].Line)
+		}
 	}
 }
