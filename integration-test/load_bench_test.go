@@ -324,7 +324,7 @@ type loadSession struct {
 	reqs  []*rlsv3.RateLimitRequest
 }
 
-func newLoadSession(b *testing.B, tg loadTarget, spec loadSpec) *loadSession {
+func newLoadSession(b testing.TB, tg loadTarget, spec loadSpec) *loadSession {
 	b.Helper()
 	ls := &loadSession{tg: tg, spec: spec, reqs: requests(spec)}
 	for range *loadConns {
@@ -339,7 +339,7 @@ func newLoadSession(b *testing.B, tg loadTarget, spec loadSpec) *loadSession {
 }
 
 // run drives the target for d (recording only when record is set).
-func (ls *loadSession) run(b *testing.B, d time.Duration, record bool) sample {
+func (ls *loadSession) run(b testing.TB, d time.Duration, record bool) sample {
 	tg, spec := ls.tg, ls.spec
 	deadline := time.Now().Add(d)
 	lat := make([][]time.Duration, *loadCallers)

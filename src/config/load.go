@@ -15,9 +15,10 @@ import (
 )
 
 // MaxFileBytes bounds one config file. 100,000 rules written out take
-// about 10 MB; parsing holds yaml.v3's node tree of the whole file, about 35
-// times its size, so the bound is also what keeps a hostile file from
-// taking gigabytes. Larger configs split into files, each parsed alone.
+// about 10 MB. A file that Parse cannot decode in pieces (aliases, say) is
+// decoded whole, into yaml.v3's node tree of about 35 times its size, so
+// the bound is also what keeps a hostile file from taking gigabytes.
+// Larger configs split into files, each parsed alone.
 const MaxFileBytes = 16 << 20
 
 // ErrNotRegular says that a path named like a config file is not a regular
