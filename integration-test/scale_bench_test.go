@@ -17,32 +17,29 @@ import (
 )
 
 // scaleYAML is a multi-tenant config: exact tenant values, prefix wildcards
-// (org-N-*) and a key-only default.
+// (org-N-*) and a key-only default, in block style.
 func scaleYAML(exact, wild int) string {
-	var b strings.Builder
-	b.WriteString("domain: scale\ndescriptors:\n")
-	for i := range exact {
-		fmt.Fprintf(&b, "  - key: tenant\n    value: t-%d\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", i, 1_000_000_000-i%7)
-	}
-	for i := range wild {
-		fmt.Fprintf(&b, "  - key: tenant\n    value: org-%d-*\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", i, 1_000_000_000-i%5)
-	}
-	b.WriteString("  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n")
-	return b.String()
+	return scaleRules(exact, wild, "  - key: tenant\n    value: %s\n    rate_limit: {unit: hour, requests_per_unit: %d}\n")
 }
 
 // scaleFlowYAML is scaleYAML with one line per rule, as large generated
 // configs are often written (about 88 bytes a rule).
 func scaleFlowYAML(exact, wild int) string {
+	return scaleRules(exact, wild, "  - {key: tenant, value: %s, rate_limit: {unit: hour, requests_per_unit: %d}}\n")
+}
+
+// scaleRules writes the rules, each with rule (a format of the value and
+// the limit); the default's value is null.
+func scaleRules(exact, wild int, rule string) string {
 	var b strings.Builder
 	b.WriteString("domain: scale\ndescriptors:\n")
 	for i := range exact {
-		fmt.Fprintf(&b, "  - {key: tenant, value: t-%d, rate_limit: {unit: hour, requests_per_unit: %d}}\n", i, 1_000_000_000-i%7)
+		fmt.Fprintf(&b, rule, fmt.Sprintf("t-%d", i), 1_000_000_000-i%7)
 	}
 	for i := range wild {
-		fmt.Fprintf(&b, "  - {key: tenant, value: org-%d-*, rate_limit: {unit: hour, requests_per_unit: %d}}\n", i, 1_000_000_000-i%5)
+		fmt.Fprintf(&b, rule, fmt.Sprintf("org-%d-*", i), 1_000_000_000-i%5)
 	}
-	b.WriteString("  - {key: tenant, rate_limit: {unit: hour, requests_per_unit: 1000000000}}\n")
+	fmt.Fprintf(&b, rule, "null", 1_000_000_000)
 	return b.String()
 }
 
