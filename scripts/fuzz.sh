@@ -7,6 +7,7 @@ set -euo pipefail
 time="${1:-5s}"
 targets=(
   "./src/config FuzzParse"
+  "./src/config FuzzChunks"
   "./src/config FuzzKey"
   "./src/config FuzzMatch"
   "./src/service FuzzShouldRateLimit"
