@@ -83,6 +83,7 @@ type level struct {
 // problem.
 func Build(files []*File, opts Options) (*Config, error) {
 	c := &Config{domains: map[string]*Domain{}}
+	var p packer
 	first := map[string]*File{}
 	var errs []error
 	for _, f := range files {
@@ -104,7 +105,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 			continue
 		}
 		d.Files = append(d.Files, f.Name)
-		errs = append(errs, d.root.add(f.Name, nil, f.Descriptors)...)
+		errs = append(errs, d.root.add(&p, f.Name, nil, f.Descriptors)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 		d.root.visit(func(n *Node) {
 			for _, l := range n.limits {
 				if l.Lease { // named in the lease's metrics
-					l.Rule.Lease = d.Name + "." + l.MetricKey
+					l.Rule.Lease = p.str(d.Name + "." + l.MetricKey)
 				}
 			}
 		})
@@ -152,40 +153,45 @@ func (lv *level) sealWild() {
 	}
 }
 
-func (lv *level) add(file string, parent *Node, descs []*Descriptor) []error {
+func (lv *level) add(p *packer, file string, parent *Node, descs []*Descriptor) []error {
 	var errs []error
 	for _, desc := range descs {
-		n := &Node{
-			key: desc.Key, value: desc.Value, file: file, line: desc.Line, limits: desc.Limits,
-			shadowMode: desc.ShadowMode, quotaMode: desc.QuotaMode, detailedMetric: desc.DetailedMetric,
-			valueToMetric: desc.ValueToMetric, shareThreshold: desc.ShareThreshold, metadata: desc.Metadata,
-			failurePolicy: desc.FailurePolicy, hashValue: desc.HashValue,
-		}
-		n.path = desc.Key
-		if desc.Value != "" {
-			n.path += "_" + desc.Value
-		}
-		n.valueInPath = desc.ValueToMetric
-		if parent != nil {
-			n.path = parent.path + "." + n.path
-			n.valueInPath = n.valueInPath || parent.valueInPath
-			if n.failurePolicy == "" {
-				n.failurePolicy = parent.failurePolicy
-			}
-		}
-		for _, l := range n.limits {
-			l.MetricKey = n.path
-			if len(n.limits) > 1 {
-				l.MetricKey += "." + l.identity
-			}
-		}
 		if prev := lv.lookup(desc.Key, desc.Value); prev != nil {
 			errs = append(errs, &Error{File: file, Line: desc.Line, Path: desc.Path,
 				Msg: fmt.Sprintf("duplicate descriptor key=%q value=%q (also at %s:%d)", desc.Key, desc.Value, prev.file, prev.line)})
 			continue
 		}
+		n := p.node()
+		*n = Node{
+			key: p.key(desc.Key), value: p.str(desc.Value), file: file, line: desc.Line, limits: p.copyLimits(desc.Limits),
+			shadowMode: desc.ShadowMode, quotaMode: desc.QuotaMode, detailedMetric: desc.DetailedMetric,
+			valueToMetric: desc.ValueToMetric, shareThreshold: desc.ShareThreshold, metadata: desc.Metadata,
+			failurePolicy: desc.FailurePolicy, hashValue: desc.HashValue,
+		}
+		path := desc.Key
+		if desc.Value != "" {
+			path += "_" + desc.Value
+		}
+		n.valueInPath = desc.ValueToMetric
+		if parent != nil {
+			path = parent.path + "." + path
+			n.valueInPath = n.valueInPath || parent.valueInPath
+			if n.failurePolicy == "" {
+				n.failurePolicy = parent.failurePolicy
+			}
+		}
+		n.path = p.str(path)
+		for _, l := range n.limits {
+			l.MetricKey = n.path
+			if len(n.limits) > 1 {
+				l.MetricKey = p.str(n.path + "." + l.identity)
+			}
+		}
+		if strings.Contains(n.value, "*") {
+			n.wildcard = p.split(n.value)
+		}
 		lv.insert(n)
-		errs = append(errs, n.children.add(file, n, desc.Descriptors)...)
+		errs = append(errs, n.children.add(p, file, n, desc.Descriptors)...)
 	}
 	return errs
 }
@@ -210,7 +216,7 @@ func (lv *level) insert(n *Node) {
 			lv.keyOnly = map[string]*Node{}
 		}
 		lv.keyOnly[n.key] = n
-	case strings.Contains(n.value, "*"):
+	case n.wildcard != nil:
 		if lv.wild == nil {
 			lv.wild = map[string]*wildIndex{}
 		}

@@ -24,8 +24,8 @@ type wildIndex struct {
 	rest       []*Node
 }
 
+// add files n, whose wildcard holds its pattern split at '*'.
 func (w *wildIndex) add(n *Node) {
-	n.wildcard = strings.Split(n.value, "*")
 	n.literal = len(n.value) - strings.Count(n.value, "*")
 	n.seq = len(w.all)
 	w.all = append(w.all, n)

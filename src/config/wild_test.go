@@ -43,7 +43,7 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 				continue
 			}
 			seen[p] = true
-			w.add(&Node{key: "k", value: p})
+			w.add(&Node{key: "k", value: p, wildcard: strings.Split(p, "*")})
 		}
 		w.seal()
 		for range 200 {
