@@ -59,7 +59,9 @@ func (b *Breaker) Apply(ctx context.Context, batch Batch) ([]Outcome, error) {
 	outs, err := b.store.Apply(ctx, batch)
 	switch {
 	case err == nil:
-		b.fails.Store(0)
+		if b.fails.Load() != 0 { // a store on every call would bounce the line between cores
+			b.fails.Store(0)
+		}
 	case ctx.Err() != nil:
 		// The caller gave up; that says nothing about the backend.
 	case b.fails.Add(1) >= int64(b.o.Failures):
