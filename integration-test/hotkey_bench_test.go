@@ -163,8 +163,11 @@ func BenchmarkHotKey(b *testing.B) {
 			t     *hotTarget
 			value string
 		}
-		runs := []run{{memory, "plain"}, {memory2, "plain"}, {one, "plain"}, {one, "leased"}, {two, "plain"}, {two, "leased"}}
+		// Each leased run right after the embedded store it is compared
+		// with, so that the by-turn ratios compare neighbours in time.
+		runs := []run{{memory, "plain"}, {one, "leased"}, {one, "plain"}, {memory2, "plain"}, {two, "leased"}, {two, "plain"}}
 		sums := make([]hotRun, len(runs))
+		turns := make([][]loadResult, len(runs)) // req/s by turn
 		rounds := max(1, *loadRounds)
 		for round := range rounds {
 			for i, r := range runs {
@@ -173,22 +176,33 @@ func BenchmarkHotKey(b *testing.B) {
 					warm = *loadWarmup
 				}
 				r.t.drive(b, "far", r.value, *loadCallers, 0, warm)
-				sums[i].add(r.t.drive(b, "far", r.value, *loadCallers, 0, *hotDuration/time.Duration(rounds)))
+				wait := func() {}
+				if round == 0 { // -load.pprof: the first process of each run
+					wait = saveProfile(b, r.t.procs[0].debugAddr, fmt.Sprintf("hotkey-%s-lease=%v", r.t.name, r.value == "leased"), *hotDuration/time.Duration(rounds))
+				}
+				got := r.t.drive(b, "far", r.value, *loadCallers, 0, *hotDuration/time.Duration(rounds))
+				wait()
+				sums[i].add(got)
+				turns[i] = append(turns[i], loadResult{perSec: float64(got.n) / got.elapsed.Seconds()})
 			}
 		}
 		rows := []string{fmt.Sprintf("hot key, far from its limit: %d callers (closed loop), %v per target in %d turns", *loadCallers, *hotDuration, rounds),
-			"| target | lease | req/s | ratio to embedded (same processes) | script calls/req | Redis CPU µs/req | service CPU µs/req | errors |",
+			"| target | lease | req/s | ratio to embedded (same processes; by turn) | script calls/req | Redis CPU µs/req | service CPU µs/req | errors |",
 			"|---|---|---|---|---|---|---|---|"}
 		rate := func(s hotRun) float64 { return float64(s.n) / s.elapsed.Seconds() }
 		for i, r := range runs {
 			s := sums[i]
 			perSec := float64(s.n) / s.elapsed.Seconds()
-			base := rate(sums[0])
+			bi := 0 // the embedded store on as many processes
 			if len(r.t.procs) == 2 {
-				base = rate(sums[1])
+				bi = 3
+			}
+			spread := ""
+			if i != bi {
+				spread = turnRange(turns[i], turns[bi], func(x loadResult) float64 { return x.perSec })
 			}
 			perReq := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(max(s.n, 1)) }
-			rows = append(rows, fmt.Sprintf("| %s | %v | %.0f | %.2f | %.4f | %.2f | %.1f | %d |", r.t.name, r.value == "leased", perSec, perSec/base,
+			rows = append(rows, fmt.Sprintf("| %s | %v | %.0f | %.2f%s | %.4f | %.2f | %.1f | %d |", r.t.name, r.value == "leased", perSec, perSec/rate(sums[bi]), spread,
 				float64(s.calls)/float64(max(s.n, 1)), perReq(s.redisCPU), perReq(s.svcCPU), s.errors))
 			b.Log(rows[len(rows)-1])
 		}
@@ -199,7 +213,10 @@ func BenchmarkHotKey(b *testing.B) {
 		secs := max(1, int(*hotOver/time.Second))
 		rows = append(rows, "", fmt.Sprintf("hot key at 3x its limit of %d/s for %d s (fixed rate %d req/s)", *hotLimit, secs, 3**hotLimit),
 			"| target | lease | admitted / limit | script calls/req | Redis CPU µs/req | errors |", "|---|---|---|---|---|---|")
-		for _, r := range runs[2:] {
+		for _, r := range runs {
+			if r.t.redis == nil {
+				continue // the embedded store's count is each process's own
+			}
 			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
 			s := r.t.drive(b, "over", r.value, *loadCallers, 3**hotLimit, time.Duration(secs)*time.Second-100*time.Millisecond)
 			rows = append(rows, fmt.Sprintf("| %s | %v | %.4f | %.4f | %.2f | %d |", r.t.name, r.value == "leased",

@@ -401,15 +401,21 @@ func (ls *loadSession) run(b testing.TB, d time.Duration, record bool) sample {
 
 // profile saves a CPU profile of the target over the next d, when asked to.
 func (ls *loadSession) profile(b *testing.B, d time.Duration) (wait func()) {
-	if *loadPprof == "" || ls.tg.debugAddr == "" {
+	return saveProfile(b, ls.tg.debugAddr, ls.tg.name+"-"+ls.spec.name, d)
+}
+
+// saveProfile saves a CPU profile of the service at debugAddr over the
+// next d into the -load.pprof directory, named after name, when asked to.
+func saveProfile(b *testing.B, debugAddr, name string, d time.Duration) (wait func()) {
+	if *loadPprof == "" || debugAddr == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		name := filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(ls.tg.name+"-"+ls.spec.name)+".prof")
+		name := filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(name)+".prof")
 		secs := max(1, int(d/time.Second)-1)
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", ls.tg.debugAddr, secs))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", debugAddr, secs))
 		if err != nil {
 			b.Log(err)
 			return
