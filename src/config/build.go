@@ -80,7 +80,8 @@ type level struct {
 }
 
 // Build merges parsed files into a Config. The error joins one *Error per
-// problem.
+// problem. The config keeps the files' limits, and Build sets their
+// MetricKey (the same on every build of a file).
 func Build(files []*File, opts Options) (*Config, error) {
 	c := &Config{domains: map[string]*Domain{}}
 	var p packer
@@ -163,7 +164,7 @@ func (lv *level) add(p *packer, file string, parent *Node, descs []*Descriptor) 
 		}
 		n := p.node()
 		*n = Node{
-			key: p.key(desc.Key), value: p.str(desc.Value), file: file, line: desc.Line, limits: p.copyLimits(desc.Limits),
+			key: p.key(desc.Key), value: p.str(desc.Value), file: file, line: desc.Line, limits: desc.Limits,
 			shadowMode: desc.ShadowMode, quotaMode: desc.QuotaMode, detailedMetric: desc.DetailedMetric,
 			valueToMetric: desc.ValueToMetric, shareThreshold: desc.ShareThreshold, metadata: desc.Metadata,
 			failurePolicy: desc.FailurePolicy, hashValue: desc.HashValue,

@@ -15,6 +15,9 @@ type decoder struct {
 	file  string
 	errs  []error
 	depth int // of the descriptor list being decoded
+	// pack holds the limits decoded, in blocks: the built config keeps
+	// them (see pack.go).
+	pack packer
 }
 
 func (d *decoder) err() error { return errors.Join(d.errs...) }

@@ -10,8 +10,11 @@ import (
 // 100,000-rule config built object by object was 740,000 of them (a node,
 // its limits, their slice and half a dozen strings per rule), all live for
 // as long as the config serves. Packed, the same config is a few hundred
-// blocks, and the parsed file's strings and limits are left to be freed.
-// One packer serves one Build; what it hands out is never written again.
+// blocks. The decoder packs the limits it reads, which Build keeps (a copy
+// would add their size to the load's peak); Build packs the rest, and the
+// parsed descriptors and their strings are left to be freed. A packer
+// serves one decoder or one Build; the blocks it hands out from only grow,
+// so what it handed out is never moved or written over.
 type packer struct {
 	text   []byte  // current block of string bytes
 	nodes  []Node  // current block of nodes
@@ -19,6 +22,10 @@ type packer struct {
 	ptrs   []*Limit
 	parts  []string
 	keys   map[string]string // descriptor keys: few, repeated on every rule
+	// expect, when set, sizes the first limit blocks: a piece of a file
+	// knows how many items it decodes, and a block half used at the end
+	// of each of 200 pieces wasted a sixth of a large config's memory.
+	expect int
 }
 
 // Blocks grow from small (a config of a few rules stays small) to these
@@ -71,25 +78,33 @@ func (p *packer) node() *Node {
 	return &p.nodes[len(p.nodes)-1]
 }
 
-// copyLimits returns copies of ls in the current limit block, so that the
-// config neither holds nor changes the parsed file's limits.
-func (p *packer) copyLimits(ls []*Limit) []*Limit {
+// nextBlock sizes a limit block: the expected count first, if known.
+func (p *packer) nextBlock(prev, need int) int {
+	if prev == 0 && p.expect > 0 {
+		return max(min(p.expect, packItemsMax), need)
+	}
+	return blockSize(prev, need, packItemsMax)
+}
+
+// limit returns a zero limit in the current limit block.
+func (p *packer) limit() *Limit {
+	if len(p.limits) == cap(p.limits) {
+		p.limits = make([]Limit, 0, p.nextBlock(cap(p.limits), 1))
+	}
+	p.limits = p.limits[:len(p.limits)+1]
+	return &p.limits[len(p.limits)-1]
+}
+
+// limitList returns ls copied into the current block of limit pointers.
+func (p *packer) limitList(ls []*Limit) []*Limit {
 	if len(ls) == 0 {
 		return nil
 	}
 	if len(p.ptrs)+len(ls) > cap(p.ptrs) {
-		p.ptrs = make([]*Limit, 0, blockSize(cap(p.ptrs), len(ls), packItemsMax))
+		p.ptrs = make([]*Limit, 0, p.nextBlock(cap(p.ptrs), len(ls)))
 	}
 	start := len(p.ptrs)
-	for _, l := range ls {
-		if len(p.limits) == cap(p.limits) {
-			p.limits = make([]Limit, 0, blockSize(cap(p.limits), 1, packItemsMax))
-		}
-		p.limits = append(p.limits, *l)
-		c := &p.limits[len(p.limits)-1]
-		c.Name, c.identity = p.str(c.Name), p.str(c.identity)
-		p.ptrs = append(p.ptrs, c)
-	}
+	p.ptrs = append(p.ptrs, ls...)
 	return p.ptrs[start:len(p.ptrs):len(p.ptrs)]
 }
 

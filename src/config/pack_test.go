@@ -34,7 +34,9 @@ func TestPackerKeepsWhatItGave(t *testing.T) {
 		s := strings.Repeat(string(rune('a'+i%26)), i%300)
 		n := p.node()
 		n.line = i
-		ls := p.copyLimits([]*Limit{{RequestsPerUnit: uint32(i), identity: "fw" + s}, {RequestsPerUnit: uint32(i + 1)}})
+		a, b := p.limit(), p.limit()
+		*a, *b = Limit{RequestsPerUnit: uint32(i), identity: p.str("fw" + s)}, Limit{RequestsPerUnit: uint32(i + 1)}
+		ls := p.limitList([]*Limit{a, b})
 		all = append(all, given{p.str(s), n, ls})
 	}
 	for i, g := range all {
@@ -46,39 +48,5 @@ func TestPackerKeepsWhatItGave(t *testing.T) {
 	}
 	if p.key("tenant") != p.key(strings.Clone("tenant")) {
 		t.Error("a key is not interned")
-	}
-}
-
-// TestBuildLeavesFileAlone: a config holds copies of the parsed file's
-// limits, so building twice from one file gives two configs that agree,
-// and the file is as parsed.
-func TestBuildLeavesFileAlone(t *testing.T) {
-	f, err := Parse("f.yaml", []byte(`domain: d
-descriptors:
-  - key: k
-    value: v
-    rate_limit: {unit: second, requests_per_unit: 5, lease: true}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed := *f.Descriptors[0].Limits[0]
-	var got []*Limit
-	for range 2 {
-		c, err := Build([]*File{f}, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := c.Domain("d").Match(desc("k=v").GetEntries())
-		if n == nil || len(n.limits) != 1 {
-			t.Fatalf("k=v matched %v", n)
-		}
-		got = append(got, n.limits[0])
-	}
-	if got[0] == got[1] || got[0].Rule.Lease != "d.k_v" || got[1].Rule.Lease != "d.k_v" || got[0].MetricKey != "k_v" {
-		t.Errorf("limits of two builds: %+v and %+v", got[0], got[1])
-	}
-	if l := f.Descriptors[0].Limits[0]; l.MetricKey != parsed.MetricKey || l.Rule != parsed.Rule {
-		t.Errorf("Build changed the parsed limit: %+v, was %+v", l, parsed)
 	}
 }

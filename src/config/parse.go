@@ -226,6 +226,7 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 		desc.Overdraft = d.boolean(n, path, "overdraft")
 		d.applyOverdraft(desc, n, path)
 	}
+	desc.Limits = d.pack.limitList(desc.Limits)
 	d.checkLimitSet(desc)
 	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")
 	return desc
@@ -276,7 +277,8 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 	if f == nil {
 		return nil
 	}
-	l := &Limit{Line: n.Line, UnitMultiplier: 1}
+	l := d.pack.limit()
+	*l = Limit{Line: n.Line, UnitMultiplier: 1}
 	l.Name = d.str(f["name"], path, "name")
 	l.Unlimited = d.boolean(f["unlimited"], path, "unlimited")
 	l.Replaces = d.replaces(f["replaces"], path+".replaces")
@@ -338,6 +340,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		if err := l.finish(); err != nil {
 			d.errAt(l.Line, path, "%v", err)
 		}
+		l.identity = d.pack.key(l.identity) // a few distinct ones, on every limit
 	}
 	return l
 }
