@@ -183,6 +183,7 @@ func (lv *level) add(p *packer, file string, parent *Node, descs []*Descriptor) 
 		}
 		n.path = p.str(path)
 		for _, l := range n.limits {
+			l.identity = p.key(l.identity) // not the parsed file's copy, which would keep its text
 			l.MetricKey = n.path
 			if len(n.limits) > 1 {
 				l.MetricKey = p.str(n.path + "." + l.identity)

@@ -175,15 +175,16 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	if f == nil {
 		return nil
 	}
-	desc := &Descriptor{Line: n.Line, Path: path}
+	desc := d.pack.descriptor()
+	*desc = Descriptor{Line: n.Line, Path: d.pack.str(path)}
 	if f["key"] == nil {
 		d.errf(n, path, "missing key")
-	} else if desc.Key = escape.String(d.str(f["key"], path, "key")); desc.Key == "" {
+	} else if desc.Key = d.pack.key(escape.String(d.str(f["key"], path, "key"))); desc.Key == "" {
 		d.errf(f["key"], path+".key", "key is empty")
 	}
 	// Escaped as request strings are (package escape), so that a value with
 	// a backslash matches the request that carries it.
-	desc.Value = escape.String(d.str(f["value"], path, "value"))
+	desc.Value = d.pack.str(escape.String(d.str(f["value"], path, "value")))
 	desc.ShadowMode = d.boolean(f["shadow_mode"], path, "shadow_mode")
 	desc.QuotaMode = d.boolean(f["quota_mode"], path, "quota_mode")
 	desc.DetailedMetric = d.boolean(f["detailed_metric"], path, "detailed_metric")
