@@ -18,8 +18,8 @@ import (
 // serves one decoder or one Build; the blocks it hands out from only grow,
 // so what it handed out is never moved or written over.
 type packer struct {
-	text   []byte  // current block of string bytes
-	nodes  []Node  // current block of nodes
+	text   []byte // current block of string bytes
+	nodes  []Node // current block of nodes
 	descs  []Descriptor
 	limits []Limit // current block of limits
 	ptrs   []*Limit
