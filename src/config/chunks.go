@@ -43,16 +43,16 @@ const (
 // 0-based.
 type item struct{ start, end int }
 
-// lines indexes a file's lines by where each starts: line i is
+// lineIndex indexes a file's lines by where each starts: line i is
 // data[at[i]:at[i+1]], its newline included. An offset a line, not a slice
 // (a third of the size: 300,000 lines held 7 MB of slice headers at the
 // load's peak), and a run of lines is one slice of data, never a copy.
-type lines struct {
+type lineIndex struct {
 	data []byte
 	at   []int
 }
 
-func splitLines(data []byte) lines {
+func splitLines(data []byte) lineIndex {
 	at := make([]int, 1, bytes.Count(data, []byte("\n"))+2)
 	for i, c := range data {
 		if c == '\n' {
@@ -62,17 +62,17 @@ func splitLines(data []byte) lines {
 	if at[len(at)-1] != len(data) {
 		at = append(at, len(data)) // a last line without a newline
 	}
-	return lines{data, at}
+	return lineIndex{data, at}
 }
 
 // n is the number of lines.
-func (ls lines) n() int { return len(ls.at) - 1 }
+func (ls lineIndex) n() int { return len(ls.at) - 1 }
 
 // line returns line i.
-func (ls lines) line(i int) []byte { return ls.data[ls.at[i]:ls.at[i+1]] }
+func (ls lineIndex) line(i int) []byte { return ls.data[ls.at[i]:ls.at[i+1]] }
 
 // span returns lines [a, b) as one slice of the file.
-func (ls lines) span(a, b int) []byte { return ls.data[ls.at[a]:ls.at[b]] }
+func (ls lineIndex) span(a, b int) []byte { return ls.data[ls.at[a]:ls.at[b]] }
 
 // parseInChunks parses data as Parse does, in pieces of per items, if it
 // holds at least minBytes; ok is false when it declines (see above).
@@ -159,7 +159,7 @@ type decoded struct {
 // decodePiece decodes the items its (first is the index of its[0] in the
 // list) as one list, then each item as Parse would; declined when the piece
 // does not decode on its own or holds an anchor or alias after all.
-func decodePiece(name string, lines lines, its []item, first int) ([]decoded, bool) {
+func decodePiece(name string, lines lineIndex, its []item, first int) ([]decoded, bool) {
 	// The items' lines, with the blank and comment lines between them, so
 	// that lines in the piece count from its first line.
 	var doc yaml.Node
@@ -251,7 +251,7 @@ func plainYAML(data []byte) bool {
 // ok is false unless descriptors is a block list at the top level whose
 // items start with "- " at one indentation and whose lines are all
 // indented more than that but for each item's first.
-func splitItems(lines lines) (items []item, ok bool) {
+func splitItems(lines lineIndex) (items []item, ok bool) {
 	start := -1
 	for i := range lines.n() {
 		l := lines.line(i)
@@ -321,7 +321,7 @@ func keyLine(t []byte) bool {
 
 // trimTail ends an item before the blank and comment lines that follow it,
 // which the skeleton keeps.
-func trimTail(lines lines, start, end int) int {
+func trimTail(lines lineIndex, start, end int) int {
 	for end > start+1 {
 		t := bytes.TrimSpace(lines.line(end - 1))
 		if len(t) != 0 && t[0] != '#' {

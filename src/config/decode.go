@@ -15,8 +15,8 @@ type decoder struct {
 	file  string
 	errs  []error
 	depth int // of the descriptor list being decoded
-	// pack holds the limits decoded, in blocks: the built config keeps
-	// them (see pack.go).
+	// pack lays out the descriptors, strings and limits decoded in
+	// blocks; the built config keeps the limits (see pack.go).
 	pack packer
 }
 

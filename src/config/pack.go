@@ -14,9 +14,8 @@ import (
 // (the parsed file of 100,000 rules was 400,000 objects more while it
 // loaded); Build keeps the limits (a copy would add their size to the
 // load's peak) and packs the rest anew, leaving the parsed file to be freed
-// whole. A packer
-// serves one decoder or one Build; the blocks it hands out from only grow,
-// so what it handed out is never moved or written over.
+// whole. A packer serves one decoder or one Build; the blocks it hands out
+// from only grow, so what it handed out is never moved or written over.
 type packer struct {
 	text   []byte // current block of string bytes
 	nodes  []Node // current block of nodes
