@@ -50,3 +50,38 @@ func TestPackerKeepsWhatItGave(t *testing.T) {
 		t.Error("a key is not interned")
 	}
 }
+
+// TestBuildTwice: a config keeps its file's limits, and building the same
+// file again sets the same names on them, so the first config still reads
+// what it did.
+func TestBuildTwice(t *testing.T) {
+	f, err := Parse("f.yaml", []byte(`domain: d
+descriptors:
+  - key: k
+    value: v
+    rate_limits:
+      - {unit: second, requests_per_unit: 5, lease: true}
+      - {unit: hour, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names [][]string
+	for range 2 {
+		c, err := Build([]*File{f}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := c.Domain("d").Match(desc("k=v").GetEntries())
+		if n == nil || len(n.limits) != 2 {
+			t.Fatalf("k=v matched %v", n)
+		}
+		names = append(names, []string{n.limits[0].MetricKey, n.limits[0].Rule.Lease, n.limits[1].MetricKey, n.limits[1].Rule.Lease})
+	}
+	want := []string{"k_v.fw1", "d.k_v.fw1", "k_v.fw3600", ""}
+	for i, got := range names {
+		if !slices.Equal(got, want) {
+			t.Errorf("build %d names its limits %q, want %q", i+1, got, want)
+		}
+	}
+}
