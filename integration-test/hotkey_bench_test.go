@@ -153,6 +153,9 @@ func BenchmarkHotKey(b *testing.B) {
 			return h
 		}
 		memory := target("embedded store, 1 process", 1, false)
+		// A second process alike: its ratio to the first is what the
+		// machine alone moves the ratios by (an A/A control).
+		control := target("embedded store, 1 process (control)", 1, false)
 		memory2 := target("embedded store, 2 processes", 2, false) // each its own count: the throughput two replicas could reach
 		one := target("redis, 1 replica", 1, true)
 		two := target("redis, 2 replicas", 2, true)
@@ -165,7 +168,8 @@ func BenchmarkHotKey(b *testing.B) {
 		}
 		// Each leased run right after the embedded store it is compared
 		// with, so that the by-turn ratios compare neighbours in time.
-		runs := []run{{memory, "plain"}, {one, "leased"}, {one, "plain"}, {memory2, "plain"}, {two, "leased"}, {two, "plain"}}
+		runs := []run{{memory, "plain"}, {one, "leased"}, {control, "plain"}, {one, "plain"},
+			{memory2, "plain"}, {two, "leased"}, {two, "plain"}}
 		sums := make([]hotRun, len(runs))
 		turns := make([][]loadResult, len(runs)) // req/s by turn
 		rounds := max(1, *loadRounds)
@@ -195,7 +199,7 @@ func BenchmarkHotKey(b *testing.B) {
 			perSec := float64(s.n) / s.elapsed.Seconds()
 			bi := 0 // the embedded store on as many processes
 			if len(r.t.procs) == 2 {
-				bi = 3
+				bi = 4
 			}
 			spread := ""
 			if i != bi {
