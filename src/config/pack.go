@@ -72,22 +72,24 @@ func (p *packer) key(k string) string {
 	return s
 }
 
+// take returns the next zero item of *block, starting a new block of
+// size(cap) items when it is full (the full one stays with what it gave).
+func take[T any](block *[]T, size func(prev int) int) *T {
+	if len(*block) == cap(*block) {
+		*block = make([]T, 0, size(cap(*block)))
+	}
+	*block = (*block)[:len(*block)+1]
+	return &(*block)[len(*block)-1]
+}
+
 // node returns a zero node in the current node block.
 func (p *packer) node() *Node {
-	if len(p.nodes) == cap(p.nodes) {
-		p.nodes = make([]Node, 0, blockSize(cap(p.nodes), 1, packItemsMax))
-	}
-	p.nodes = p.nodes[:len(p.nodes)+1]
-	return &p.nodes[len(p.nodes)-1]
+	return take(&p.nodes, func(prev int) int { return blockSize(prev, 1, packItemsMax) })
 }
 
 // descriptor returns a zero descriptor in the current descriptor block.
 func (p *packer) descriptor() *Descriptor {
-	if len(p.descs) == cap(p.descs) {
-		p.descs = make([]Descriptor, 0, p.nextBlock(cap(p.descs), 1))
-	}
-	p.descs = p.descs[:len(p.descs)+1]
-	return &p.descs[len(p.descs)-1]
+	return take(&p.descs, func(prev int) int { return p.nextBlock(prev, 1) })
 }
 
 // nextBlock sizes a descriptor or limit block: the expected count first,
@@ -101,11 +103,7 @@ func (p *packer) nextBlock(prev, need int) int {
 
 // limit returns a zero limit in the current limit block.
 func (p *packer) limit() *Limit {
-	if len(p.limits) == cap(p.limits) {
-		p.limits = make([]Limit, 0, p.nextBlock(cap(p.limits), 1))
-	}
-	p.limits = p.limits[:len(p.limits)+1]
-	return &p.limits[len(p.limits)-1]
+	return take(&p.limits, func(prev int) int { return p.nextBlock(prev, 1) })
 }
 
 // limitList returns ls copied into the current block of limit pointers.
