@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -197,10 +198,9 @@ func BenchmarkHotKey(b *testing.B) {
 		for i, r := range runs {
 			s := sums[i]
 			perSec := float64(s.n) / s.elapsed.Seconds()
-			bi := 0 // the embedded store on as many processes
-			if len(r.t.procs) == 2 {
-				bi = 4
-			}
+			// The embedded store on as many processes (the control is
+			// measured against the first).
+			bi := slices.IndexFunc(runs, func(x run) bool { return x.t.redis == nil && len(x.t.procs) == len(r.t.procs) })
 			spread := ""
 			if i != bi {
 				spread = turnRange(turns[i], turns[bi], func(x loadResult) float64 { return x.perSec })
