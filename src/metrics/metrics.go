@@ -61,6 +61,9 @@ type Registry struct {
 	statsMu    sync.Mutex
 	extraStats []serviceStat // added by StatFunc
 
+	leases     leaseCollector // every Redis store's, registered once
+	leasesOnce sync.Once
+
 	// timings queues response times for statsd's timer, once RunStatsd
 	// runs.
 	timings atomic.Pointer[timingQueue]

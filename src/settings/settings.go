@@ -353,14 +353,14 @@ var ignored = map[string]string{
 		"(REDIS_PIPELINE_MAX_IN_FLIGHT bounds them)",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
 		"(REDIS_PERSECOND_PIPELINE_MAX_IN_FLIGHT bounds them)",
+	"REDIS_STARTUP_INITIAL_INTERVAL": redisStartup,
+	"REDIS_STARTUP_MAX_INTERVAL":     redisStartup,
+	"REDIS_STARTUP_MAX_ELAPSED_TIME": redisStartup,
 }
 
-// ignoredPrefixes are families of the reference's variables handled as
-// ignored is.
-var ignoredPrefixes = map[string]string{
-	"REDIS_STARTUP_": "this service never stops or waits at start-up for Redis: it serves at once (answering by " +
-		"failure policy) and connects as soon as Redis answers, retrying for as long as it runs",
-}
+// redisStartup is why the reference's start-up retry settings are not read.
+const redisStartup = "this service never stops or waits at start-up for Redis: it serves at once (answering by " +
+	"failure policy) and connects as soon as Redis answers, retrying for as long as it runs"
 
 // Warnings describes, one line each, the set variables of
 // envoyproxy/ratelimit that this service does not honour as the reference
@@ -372,11 +372,6 @@ func Warnings() []string {
 		if why, ok := ignored[name]; ok {
 			out = append(out, name+": ignored: "+why)
 			continue
-		}
-		for prefix, why := range ignoredPrefixes {
-			if strings.HasPrefix(name, prefix) {
-				out = append(out, name+": ignored: "+why)
-			}
 		}
 		if (name == "REDIS_POOL_ON_EMPTY_BEHAVIOR" || name == "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR") &&
 			strings.EqualFold(value, "CREATE") {

@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+const perSecondConfig = `
+domain: ps
+descriptors:
+  - key: fast
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: slow
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`
+
+// keysOn lists every key held by the given servers (each node of a Cluster).
+func keysOn(t *testing.T, servers ...*redistest.Server) []string {
+	t.Helper()
+	var keys []string
+	for _, s := range servers {
+		reply, err := s.Do("KEYS", "*")
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", s.Addr, err)
+		}
+		if reply != "" {
+			keys = append(keys, strings.Split(reply, "\n")...)
+		}
+	}
+	return keys
+}
+
+// TestRedisPerSecond: REDIS_PERSECOND=true (the reference README's two-Redis
+// set-up) starts, on every topology, and counts per-second limits in the
+// second Redis and every other limit in the first.
+func TestRedisPerSecond(t *testing.T) {
+	type topology struct {
+		env     map[string]string // REDIS_TYPE and REDIS_URL without the prefix
+		servers []*redistest.Server
+	}
+	single := func(t *testing.T) topology {
+		s := redistest.Start(t)
+		return topology{map[string]string{"TYPE": "SINGLE", "URL": s.Addr}, []*redistest.Server{s}}
+	}
+	cluster := func(t *testing.T) topology {
+		nodes := redistest.StartCluster(t, 3)
+		return topology{map[string]string{"TYPE": "cluster", "URL": nodes[0].Addr + "," + nodes[1].Addr}, nodes}
+	}
+	sentinel := func(t *testing.T) topology {
+		st := redistest.StartSentinel(t)
+		return topology{map[string]string{"TYPE": "sentinel", "URL": st.MasterName + "," + strings.Join(st.SentinelAddrs(), ",")},
+			[]*redistest.Server{st.Master}}
+	}
+	for _, tc := range []struct {
+		name            string
+		main, perSecond func(*testing.T) topology
+	}{
+		{"single", single, single},
+		{"sentinel main, cluster per-second", sentinel, cluster},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			main, ps := tc.main(t), tc.perSecond(t)
+			env := writeConfig(t, map[string]string{"ps.yaml": perSecondConfig})
+			env["REDIS_PERSECOND"] = "true"
+			for k, v := range main.env {
+				env["REDIS_"+k] = v
+			}
+			for k, v := range ps.env {
+				env["REDIS_PERSECOND_"+k] = v
+			}
+			p := start(t, env)
+			for i := range 4 {
+				want := rlsv3.RateLimitResponse_OK
+				if i == 3 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				resp := p.should(t, "ps", desc("fast=a"), desc("slow=b"))
+				if got := resp.GetOverallCode(); got != want {
+					t.Errorf("call %d: %v, want %v (%v)", i+1, got, want, resp)
+				}
+			}
+			mainKeys, psKeys := keysOn(t, main.servers...), keysOn(t, ps.servers...)
+			if len(mainKeys) != 1 || !strings.Contains(mainKeys[0], "slow") {
+				t.Errorf("REDIS_URL holds %q, want the hour limit's key alone", mainKeys)
+			}
+			if len(psKeys) != 1 || !strings.Contains(psKeys[0], "fast") {
+				t.Errorf("REDIS_PERSECOND_URL holds %q, want the second limit's key alone", psKeys)
+			}
+			// Both stores export their series side by side.
+			resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics := readBody(resp)
+			for _, want := range []string{`redis="REDIS"`, `redis="REDIS_PERSECOND"`} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("/metrics has no series labelled %s", want)
+				}
+			}
+		})
+	}
+}
