@@ -75,9 +75,13 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 		t.Errorf("ShouldRateLimit(no descriptors) error = %v, want InvalidArgument", err)
 	}
 
-	h, err := healthpb.NewHealthClient(p.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
-	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("grpc health = %v, %v; want SERVING", h, err)
+	// The server as a whole, the reference's service name (what its
+	// probes name) and the RLS's full name.
+	for _, name := range []string{"", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"} {
+		h, err := healthpb.NewHealthClient(p.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("grpc health for %q = %v, %v; want SERVING", name, h, err)
+		}
 	}
 
 	resp, err := http.Get("http://" + p.debugAddr + "/rlconfig")

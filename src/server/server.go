@@ -374,6 +374,9 @@ func syncGRPCHealth(h *Health, hs *health.Server, stop <-chan struct{}) {
 		}
 		hs.SetServingStatus("", st)
 		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+		// The name envoyproxy/ratelimit registers, which probes written
+		// for it ask for.
+		hs.SetServingStatus("ratelimit", st)
 		select {
 		case <-stop:
 			return
