@@ -16,8 +16,9 @@ import (
 // per request descriptor, in order. A descriptor with several limits reports
 // the rejected one that frees up last, or else the one closest to its limit
 // (the smallest share of its capacity left: a token bucket's burst).
-// Shadow-mode descriptors (and everything under global shadow mode) answer OK;
-// quota-mode descriptors (every descriptor under global quota mode) report
+// Shadow-mode descriptors answer OK; under global shadow mode (SHADOW_MODE)
+// each status says what was decided and only the overall code is OK, as the
+// reference answers; quota-mode descriptors (every descriptor under global quota mode) report
 // OVER_LIMIT and reject the request only when all of them are past their
 // budget, as the reference's quota mode does (see rejects).
 func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQuota bool) *rlsv3.RateLimitResponse {
@@ -55,8 +56,7 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 		if out.Allowed {
 			continue
 		}
-		shadow := globalShadow || d.Shadow()
-		if shadow {
+		if d.Shadow() {
 			continue
 		}
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT

@@ -35,7 +35,8 @@ type Options struct {
 	// whose clocks disagree still share one window; the process clock for
 	// the memory store. Tests set it to count at named instants.
 	Now func() time.Time
-	// ShadowMode answers OK whatever the outcome (SHADOW_MODE), still counting.
+	// ShadowMode answers an overall OK whatever the outcome (SHADOW_MODE),
+	// still counting; each descriptor's status says what was decided.
 	ShadowMode bool
 	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE): a request
 	// is rejected only when all its limited descriptors are past a limit.
@@ -207,7 +208,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.logDecisions(req, plan, outcomes)
 	}
 	resp := buildResponse(plan, outcomes, s.opts.ShadowMode, s.opts.QuotaMode)
-	if s.opts.Limited != nil {
+	if s.opts.Limited != nil && !s.opts.ShadowMode {
 		s.noteLimited(req, plan, resp)
 	}
 	if s.opts.ShadowMode && rejects(plan, outcomes, s.opts.QuotaMode) {

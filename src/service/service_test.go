@@ -174,10 +174,14 @@ func TestShouldRateLimit(t *testing.T) {
 				st(ok, limit(2, minute), 0, reset), st(over, limit(2, minute), 0, reset), st(ok, limit(2, minute), 1, reset)}}},
 			{req("web", d("ip=7")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(2, minute), 0, reset)}}},
 		}},
+		// As the reference: the overall code is OK, each status says what
+		// would have been decided.
 		{"global shadow mode", Options{ShadowMode: true}, []call{
 			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 1, reset)}}},
 			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 0, reset)}}},
-			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=2"), d("shadow=2"), d("shadow=2")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(over, limit(2, minute), 0, reset), st(ok, limit(1, minute), 0, reset), st(ok, limit(1, minute), 0, reset)}}},
 		}},
 		{"several limits report the closest", Options{}, []call{
 			{req("web", d("multi=1")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
