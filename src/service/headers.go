@@ -2,11 +2,13 @@ package service
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/openrls/ratelimit/src/config"
@@ -73,15 +75,20 @@ func ceilSeconds(d time.Duration) string {
 //
 //	domain               the request's domain
 //	descriptors[i]       entries as "key=value" strings, and, when the
-//	                     request set them, limit {requestsPerUnit, unit} and
-//	                     hitsAddend; for a descriptor that passed, the
-//	                     config's metadata
+//	                     request set them, limit (the override as protobuf
+//	                     text: "requests_per_unit:9 unit:HOUR") and
+//	                     hitsAddend
 //	hitsAddend           the request's, when set
+//	metadata             the config's metadata of every descriptor that
+//	                     passed, merged (the first one's value wins)
 //	quotaModeEnabled     whether any descriptor is in quota mode
 //	quotaModeViolations  the indices of quota-mode descriptors past a limit
 //
 // and this service's own fields beside them:
 //
+//	descriptors[i]       limitOverride {requestsPerUnit, unit} as the
+//	                     request set it; for a descriptor that passed, the
+//	                     config's metadata
 //	statuses[i]          {code, limitRemaining} of descriptor i and, with
 //	                     rules (RESPONSE_DYNAMIC_METADATA_RULES), what
 //	                     decided it: rule (its config path), source
@@ -97,6 +104,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 	statuses := make([]*structpb.Value, len(req.GetDescriptors()))
 	quota := false
 	var violations []*structpb.Value
+	var passed *structpb.Struct // the metadata of every descriptor that passed, merged
 	for i, d := range req.GetDescriptors() {
 		entries := make([]*structpb.Value, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
@@ -104,7 +112,8 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 		}
 		m := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if l := d.GetLimit(); l != nil {
-			m["limit"] = object(map[string]*structpb.Value{"requestsPerUnit": structpb.NewNumberValue(float64(l.GetRequestsPerUnit())),
+			m["limit"] = structpb.NewStringValue(overrideText(l))
+			m["limitOverride"] = object(map[string]*structpb.Value{"requestsPerUnit": structpb.NewNumberValue(float64(l.GetRequestsPerUnit())),
 				"unit": structpb.NewStringValue(l.GetUnit().String())})
 		}
 		if h := d.GetHitsAddend(); h != nil {
@@ -112,9 +121,10 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 		}
 		st := resp.GetStatuses()[i]
 		dp := &p.Descs[i]
-		if st.GetCode() == rlsv3.RateLimitResponse_OK && len(dp.Metadata()) > 0 {
+		if st.GetCode() == rlsv3.RateLimitResponse_OK && len(dp.Metadata()) > 0 && !dp.Unlimited {
 			if md, err := structpb.NewValue(dp.Metadata()); err == nil {
 				m["metadata"] = md
+				passed = mergeMetadata(passed, md.GetStructValue())
 			} else {
 				// Metadata from YAML can hold values structpb cannot (e.g.
 				// dates); the decision matters more than its description.
@@ -141,12 +151,54 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 	if h := req.GetHitsAddend(); h != 0 {
 		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
+	if passed != nil {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
 	if quota {
 		fields["quotaModeEnabled"] = structpb.NewBoolValue(true)
 		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
 	}
 	return &structpb.Struct{Fields: fields}
 }
+
+// overrideText writes a request's limit override as the reference's
+// metadata does (the message in protobuf text form, e.g.
+// "requests_per_unit:9 unit:HOUR"), with one space between fields always:
+// protobuf's own String() inserts a second one at random per build.
+func overrideText(l *rlv3.RateLimitDescriptor_RateLimitOverride) string {
+	var parts []string
+	if n := l.GetRequestsPerUnit(); n != 0 {
+		parts = append(parts, "requests_per_unit:"+strconv.FormatUint(uint64(n), 10))
+	}
+	if u := l.GetUnit(); u != 0 {
+		parts = append(parts, "unit:"+u.String())
+	}
+	return strings.Join(parts, " ")
+}
+
+// mergeMetadata merges src into dst as the reference merges the metadata of
+// the descriptors that passed: a key already there keeps its value, unless
+// both values are mappings, which merge the same way. dst may be nil.
+func mergeMetadata(dst, src *structpb.Struct) *structpb.Struct {
+	if dst == nil {
+		dst = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = cloneValue(v)
+			continue
+		}
+		if hs, vs := have.GetStructValue(), v.GetStructValue(); hs != nil && vs != nil {
+			mergeMetadata(hs, vs)
+		}
+	}
+	return dst
+}
+
+// cloneValue copies v, so that merging into the top-level metadata never
+// changes a descriptor's own.
+func cloneValue(v *structpb.Value) *structpb.Value { return proto.Clone(v).(*structpb.Value) }
 
 func object(m map[string]*structpb.Value) *structpb.Value {
 	return structpb.NewStructValue(&structpb.Struct{Fields: m})

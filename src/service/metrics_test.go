@@ -127,7 +127,7 @@ func TestResponseHeaders(t *testing.T) {
 
 func TestDynamicMetadata(t *testing.T) {
 	s := newTestServer(t, Options{DynamicMetadata: true})
-	r := req("web", d("quota=m"), d("quota=m"), d("nope=x"), d("ip=1"))
+	r := req("web", d("quota=m"), d("quota=m"), d("nope=x"), d("ip=1"), d("tagged=1"), d("tagged2=1"))
 	r.HitsAddend = 1
 	r.Descriptors[3].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
 	resp, err := s.ShouldRateLimit(context.Background(), r)
@@ -139,18 +139,45 @@ func TestDynamicMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reference's fields (domain, descriptors with "key=value" entries,
-	// limit and hitsAddend as the request set them, quota mode) and ours
-	// (statuses, metadata), exactly.
+	// limit as protobuf text and hitsAddend as the request set them, the
+	// metadata of the descriptors that passed merged with the first one's
+	// values winning, quota mode) and ours (limitOverride, statuses, each
+	// descriptor's metadata), exactly. The quota descriptor that is over
+	// adds no metadata.
 	want := `{"descriptors":[{"entries":["quota=m"],"metadata":{"team":"growth"}},{"entries":["quota=m"]},{"entries":["nope=x"]},` +
-		`{"entries":["ip=1"],"limit":{"requestsPerUnit":1,"unit":"HOUR"}}],"domain":"web","hitsAddend":1,` +
+		`{"entries":["ip=1"],"limit":"requests_per_unit:1 unit:HOUR","limitOverride":{"requestsPerUnit":1,"unit":"HOUR"}},` +
+		`{"entries":["tagged=1"],"metadata":{"team":"payments","owner":{"name":"ana","shift":"day"}}},` +
+		`{"entries":["tagged2=1"],"metadata":{"owner":{"name":"bo","site":"lisbon"},"tier":"gold"}}],` +
+		`"domain":"web","hitsAddend":1,` +
+		`"metadata":{"team":"growth","owner":{"name":"ana","shift":"day","site":"lisbon"},"tier":"gold"},` +
 		`"quotaModeEnabled":true,"quotaModeViolations":[1],` +
 		`"statuses":[{"code":"OK","limitRemaining":0},{"code":"OVER_LIMIT","limitRemaining":0},{"code":"OK","limitRemaining":0},` +
-		`{"code":"OK","limitRemaining":0}]}`
+		`{"code":"OK","limitRemaining":0},{"code":"OK","limitRemaining":4},{"code":"OK","limitRemaining":4}]}`
 	var a, b any
 	_ = json.Unmarshal(got, &a)
 	_ = json.Unmarshal([]byte(want), &b)
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("dynamic_metadata =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestOverrideText(t *testing.T) {
+	for _, tc := range []struct {
+		o    *rlv3.RateLimitDescriptor_RateLimitOverride
+		want string
+	}{
+		{&rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 9, Unit: typev3.RateLimitUnit_HOUR}, "requests_per_unit:9 unit:HOUR"},
+		{&rlv3.RateLimitDescriptor_RateLimitOverride{Unit: typev3.RateLimitUnit_SECOND}, "unit:SECOND"},
+		{&rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 4294967295}, "requests_per_unit:4294967295"},
+		{&rlv3.RateLimitDescriptor_RateLimitOverride{}, ""},
+	} {
+		if got := overrideText(tc.o); got != tc.want {
+			t.Errorf("overrideText(%v) = %q, want %q", tc.o, got, tc.want)
+		}
+		// The same text protobuf writes, up to the spaces it adds at random.
+		if got := strings.Join(strings.Fields(tc.o.String()), " "); got != tc.want {
+			t.Errorf("%v.String() = %q, want %q: the reference writes String()", tc.o, tc.o.String(), tc.want)
+		}
 	}
 }
 

@@ -61,6 +61,12 @@ descriptors:
     value: /api/*
     share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tagged
+    metadata: {team: payments, owner: {name: ana, shift: day}}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tagged2
+    metadata: {owner: {name: bo, site: lisbon}, tier: gold}
+    rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
 // t0 is 10.5s into a minute, so reset times are not whole numbers.
