@@ -331,3 +331,34 @@ func TestDynamicMetadataNamesTheRule(t *testing.T) {
 		t.Errorf("statuses[0] = %v", st)
 	}
 }
+
+// TestOverlappingWildcards: of two wildcards that both match, the first in
+// the file applies, as in the reference; WILDCARD_PRECEDENCE=most_literal
+// picks the more literal one.
+func TestOverlappingWildcards(t *testing.T) {
+	const cfg = `domain: w
+descriptors:
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: /api/upload/*
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	for _, tc := range []struct {
+		precedence string
+		want       uint32
+	}{{unset, 100}, {"first", 100}, {"most_literal", 5}} {
+		env := writeConfig(t, map[string]string{"w.yaml": cfg})
+		env["WILDCARD_PRECEDENCE"] = tc.precedence
+		p := start(t, env)
+		if got := p.should(t, "w", desc("path=/api/upload/x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.want {
+			t.Errorf("WILDCARD_PRECEDENCE=%q: /api/upload/x limited at %d per minute, want %d", tc.precedence, got, tc.want)
+		}
+		p.stop(t)
+	}
+	code, out := runToExit(t, map[string]string{"WILDCARD_PRECEDENCE": "longest"})
+	if code == 0 || !strings.Contains(out, `WILDCARD_PRECEDENCE: want first or most_literal, got "longest"`) {
+		t.Errorf("a bad WILDCARD_PRECEDENCE: exit %d, output %q", code, out)
+	}
+}

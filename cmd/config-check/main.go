@@ -17,7 +17,9 @@
 // the service's request bounds (REQUEST_MAX_STRING_BYTES,
 // REQUEST_MAX_ENTRIES, REQUEST_MAX_BYTES, read from the environment like
 // the service) are reported as warnings, as are entries that are not
-// regular files; warnings alone leave the exit code 0.
+// regular files and pairs of wildcards that WILDCARD_PRECEDENCE (read from
+// the environment too) decides otherwise than its other value would;
+// warnings alone leave the exit code 0.
 package main
 
 import (
@@ -107,10 +109,17 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	wildcards := config.WildcardFirst
+	if v := getenv("WILDCARD_PRECEDENCE"); v != "" {
+		if wildcards, err = config.ParseWildcardPrecedence(v); err != nil {
+			fmt.Fprintln(stderr, "WILDCARD_PRECEDENCE:", err)
+			return 2
+		}
+	}
 	files, err := parseAll(paths)
 	var cfg *config.Config
 	if err == nil {
-		cfg, err = config.Build(files, config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries})
+		cfg, err = config.Build(files, config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards})
 	}
 	if err != nil {
 		for _, line := range flatten(err) {
@@ -118,7 +127,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		}
 		return 1
 	}
-	for _, w := range append(config.Unreachable(files, bounds), config.UnknownReplaces(files)...) {
+	warnings := append(config.Unreachable(files, bounds), config.UnknownReplaces(files)...)
+	for _, w := range append(warnings, config.Overlaps(files, wildcards)...) {
 		fmt.Fprintln(stderr, "warning: "+w.Error())
 	}
 	if *dump {

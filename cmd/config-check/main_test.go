@@ -50,9 +50,9 @@ func TestRun(t *testing.T) {
 		{"a FIFO is skipped with a warning", []string{fifoDir}, 0, "OK: 1 files", []string{
 			"warning: " + filepath.Join(fifoDir, "pipe.yaml") + ": not a regular file (a named pipe)"}},
 		{"explain the example", []string{"-explain", "example", "api_key=k1,path=/api/upload/x;nothing=1", "../../examples/ratelimit-config.yaml"}, 0,
-			"  path=/api/upload/x: wildcard \"/api/upload/*\" (../../examples/ratelimit-config.yaml:46)\n" +
-				"    also matched, lost: wildcard \"/api/*\" (../../examples/ratelimit-config.yaml:38): \"/api/upload/*\" has more literal characters\n" +
-				"  rule: api_key.path_/api/upload/* (../../examples/ratelimit-config.yaml:46)\n" +
+			"  path=/api/upload/x: wildcard \"/api/upload/*\" (../../examples/ratelimit-config.yaml:40)\n" +
+				"    also matched, lost: wildcard \"/api/*\" (../../examples/ratelimit-config.yaml:45): \"/api/upload/*\" comes first in the config\n" +
+				"  rule: api_key.path_/api/upload/* (../../examples/ratelimit-config.yaml:40)\n" +
 				"  limit: 20 per minute, fixed_window  key {7:example7:api_key2:k14:path13:/api/upload/x}:fw60\n" +
 				"descriptors[1] nothing=1\n", nil},
 		{"explain without descriptors", []string{"-explain", "example"}, 2, "", []string{"usage: config-check -explain"}},
@@ -77,5 +77,38 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOverlappingWildcards: a pair of wildcards that the two values of
+// WILDCARD_PRECEDENCE decide differently is a warning naming both, worded
+// for the precedence in the environment, and the exit code stays 0; an
+// unknown precedence is bad usage.
+func TestOverlappingWildcards(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "w.yaml")
+	_ = os.WriteFile(file, []byte("domain: w\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"+
+		"  - key: path\n    value: /api/upload/*\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o644)
+	for _, tc := range []struct {
+		precedence, want string
+		code             int
+	}{
+		{"", `warning: ` + file + `:6: descriptors[1]: wildcard "/api/upload/*" overlaps "/api/*" (` + file + `:3), which comes first: those values take "/api/*"'s limits`, 0},
+		{"most_literal", "those values take this one's limits here (WILDCARD_PRECEDENCE=most_literal)", 0},
+		{"longest", `WILDCARD_PRECEDENCE: want first or most_literal, got "longest"`, 2},
+	} {
+		var out, errb bytes.Buffer
+		code := run([]string{"-explain", "w", "path=/api/upload/a", file}, func(k string) string {
+			if k == "WILDCARD_PRECEDENCE" {
+				return tc.precedence
+			}
+			return ""
+		}, &out, &errb)
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("WILDCARD_PRECEDENCE=%q: exit %d, stderr %q; want %d and %q", tc.precedence, code, errb.String(), tc.code, tc.want)
+		}
+		wantRule := map[string]string{"": "rule: path_/api/* ", "most_literal": "rule: path_/api/upload/* "}[tc.precedence]
+		if code == 0 && !strings.Contains(out.String(), wantRule) {
+			t.Errorf("WILDCARD_PRECEDENCE=%q: -explain = %q, want %q", tc.precedence, out.String(), wantRule)
+		}
 	}
 }

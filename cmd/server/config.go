@@ -47,7 +47,9 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 	install := func(build func() (*config.Config, error)) error {
 		return holder.Install(func() (*config.Config, error) { return tightGC(holder.Load() != nil, build) })
 	}
+	wildcards, _ := config.ParseWildcardPrecedence(s.WildcardPrecedence) // validated by settings
 	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
+		Wildcards: wildcards,
 		Skipped: func(path string, why error) {
 			log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
 		}}

@@ -21,6 +21,10 @@ type Options struct {
 	// reach them (REQUEST_MAX_ENTRIES bounds a descriptor's entries), and
 	// each level's names grow with its depth.
 	MaxDepth int
+	// Wildcards decides which of several wildcard values that match a
+	// request value applies (WILDCARD_PRECEDENCE): the first in the config
+	// (the zero value, as envoyproxy/ratelimit), or the most literal.
+	Wildcards WildcardPrecedence
 	// Skipped, when set, hears of each entry named like a config file
 	// that LoadDir passes over because it is not a regular file (a FIFO,
 	// socket or device would block or never end a read).
@@ -65,7 +69,8 @@ type Node struct {
 	hashValue bool
 
 	wildcard []string // the pattern split at '*'; nil when not a wildcard
-	literal  int      // a wildcard's literal characters (its precedence)
+	literal  int      // a wildcard's literal characters
+	rank     int      // a wildcard's precedence before config order: literal, or 0 (see wildIndex.seal)
 	seq      int      // a wildcard's place among its key's, in config order
 	children level
 	// valueInPath is set when this node or an ancestor has value_to_metric.
@@ -112,7 +117,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 		return nil, err
 	}
 	for _, d := range c.domains {
-		d.root.seal()
+		d.root.seal(opts.Wildcards)
 		d.root.visit(func(n *Node) {
 			for _, l := range n.limits {
 				if l.Lease { // named in the lease's metrics
@@ -143,15 +148,40 @@ func tooDeep(file string, ds []*Descriptor, depth, max int) *Error {
 }
 
 // seal finishes the level and every level below it once all nodes are in.
-func (lv *level) seal() {
-	lv.sealWild()
-	lv.visit(func(n *Node) { n.children.sealWild() })
+func (lv *level) seal(prec WildcardPrecedence) {
+	lv.sealWild(prec)
+	lv.visit(func(n *Node) { n.children.sealWild(prec) })
 }
 
-func (lv *level) sealWild() {
+func (lv *level) sealWild(prec WildcardPrecedence) {
 	for _, w := range lv.wild {
-		w.seal()
+		w.seal(prec)
 	}
+}
+
+// WildcardPrecedence says which wildcard wins when several values of one
+// key match a request value. An exact value always wins over wildcards,
+// and wildcards over a key-only rule.
+type WildcardPrecedence uint8
+
+const (
+	// WildcardFirst takes the first in the config, as envoyproxy/ratelimit.
+	WildcardFirst WildcardPrecedence = iota
+	// WildcardMostLiteral takes the one with the most literal (non-*)
+	// characters, then the first in the config.
+	WildcardMostLiteral
+)
+
+// ParseWildcardPrecedence reads WILDCARD_PRECEDENCE: "first" or
+// "most_literal".
+func ParseWildcardPrecedence(s string) (WildcardPrecedence, error) {
+	switch s {
+	case "first":
+		return WildcardFirst, nil
+	case "most_literal":
+		return WildcardMostLiteral, nil
+	}
+	return 0, fmt.Errorf("want first or most_literal, got %q", s)
 }
 
 func (lv *level) add(p *packer, file string, parent *Node, descs []*Descriptor) []error {

@@ -12,8 +12,8 @@ import (
 // Explain writes, for each request descriptor, how the config decides it,
 // without counting anything: at each entry, the rule that matches and why
 // (exact value, wildcard, key-only) and the rules that lost (wildcards
-// that match with fewer literal characters, or later in the config at equal
-// count; a key-only rule beaten by a value); then the rule reached, the
+// later in the config, or under WILDCARD_PRECEDENCE=most_literal with fewer
+// literal characters; a key-only rule beaten by a value); then the rule reached, the
 // limits that apply (after replaces across the request) and the counter key
 // each would use (before the store's own prefix). The format, one
 // descriptor after the other:
@@ -111,9 +111,9 @@ func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescri
 			}
 			why := "an exact value wins"
 			if exact == nil {
-				why = fmt.Sprintf("%q has more literal characters", n.value)
-				if l.literal == n.literal {
-					why = fmt.Sprintf("as literal as %q, which comes first in the config", n.value)
+				why = fmt.Sprintf("%q has more literal characters (WILDCARD_PRECEDENCE=most_literal)", n.value)
+				if l.rank == n.rank {
+					why = fmt.Sprintf("%q comes first in the config", n.value)
 				}
 			}
 			fmt.Fprintf(b, "    also matched, lost: wildcard %q (%s:%d): %s\n", l.value, l.file, l.line, why)

@@ -52,10 +52,10 @@ func TestExplain(t *testing.T) {
 		descs  []string
 		want   string
 	}{
-		{"wildcards of equal length: the first in the config wins", "d", []string{"path=/a/b"},
+		{"wildcards: the first in the config wins", "d", []string{"path=/a/b"},
 			`descriptors[0] path=/a/b
   path=/a/b: wildcard "/a*" (test.yaml:5)
-    also matched, lost: wildcard "*/b" (test.yaml:8): as literal as "/a*", which comes first in the config
+    also matched, lost: wildcard "*/b" (test.yaml:8): "/a*" comes first in the config
   rule: path_/a* (test.yaml:5)
   limit: 1 per minute, fixed_window  key {1:d4:path4:/a/b}:fw60
 `},

@@ -63,7 +63,7 @@ func TestMatch(t *testing.T) {
 		{"key only", []string{"remote_address=1.2.3.4"}, "remote_address"},
 		{"exact beats key only", []string{"remote_address=50.0.0.5"}, "remote_address_50.0.0.5"},
 		{"wildcard prefix", []string{"path=/api/v1/users"}, "path_/api/*"},
-		{"longer wildcard wins", []string{"path=/api/v2/users"}, "path_/api/v2/*"},
+		{"first wildcard in the config wins", []string{"path=/api/v2/users"}, "path_/api/*"},
 		{"wildcard star first", []string{"path=/x/health"}, "path_*/health"},
 		{"wildcard matches empty remainder", []string{"path=/api/"}, "path_/api/*"},
 		{"wildcard no match", []string{"path=/web/index"}, ""},

@@ -11,9 +11,10 @@ import (
 // patterns whose prefix it starts with, so matching looks up the value's
 // prefix of each length some pattern has, usually a handful. Patterns with
 // no prefix are filed under their literal suffix the same way; the rest
-// ("*", "*x*") are tried in turn. Each list is in precedence order: most
-// literal characters first, then config order, which is what the whole
-// level's precedence is (see find).
+// ("*", "*x*") are tried in turn. Each list is in precedence order, which
+// is what the whole level's precedence is (see find): config order, as
+// envoyproxy/ratelimit matches, or under WildcardMostLiteral most literal
+// characters first, then config order.
 type wildIndex struct {
 	all        []*Node          // config order
 	byValue    map[string]*Node // pattern → node, for duplicate checks
@@ -57,7 +58,13 @@ func insertLen(lens []int, l int) []int {
 // seal puts every list in precedence order. It runs once per level when the
 // config is built, not on every insert: 20,000 wildcards sorted on every
 // insert took seconds.
-func (w *wildIndex) seal() {
+func (w *wildIndex) seal(prec WildcardPrecedence) {
+	for _, n := range w.all {
+		n.rank = 0
+		if prec == WildcardMostLiteral {
+			n.rank = n.literal
+		}
+	}
 	for _, ns := range w.byPrefix {
 		slices.SortFunc(ns, byPrecedence)
 	}
@@ -67,10 +74,11 @@ func (w *wildIndex) seal() {
 	slices.SortFunc(w.rest, byPrecedence)
 }
 
-// byPrecedence orders wildcard nodes best first.
+// byPrecedence orders wildcard nodes best first: higher rank, then config
+// order.
 func byPrecedence(a, b *Node) int {
-	if a.literal != b.literal {
-		return b.literal - a.literal
+	if a.rank != b.rank {
+		return b.rank - a.rank
 	}
 	return a.seq - b.seq
 }

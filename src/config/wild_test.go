@@ -8,11 +8,13 @@ import (
 )
 
 // linearFind is the matcher before the index: every wildcard of the key in
-// precedence order (most literal characters, then config order), the first
-// that matches wins. The index must agree with it everywhere.
-func linearFind(w *wildIndex, value string) *Node {
+// precedence order (config order, or most literal characters first), the
+// first that matches wins. The index must agree with it everywhere.
+func linearFind(w *wildIndex, value string, prec WildcardPrecedence) *Node {
 	ns := slices.Clone(w.all)
-	slices.SortStableFunc(ns, func(a, b *Node) int { return b.literal - a.literal })
+	if prec == WildcardMostLiteral {
+		slices.SortStableFunc(ns, func(a, b *Node) int { return b.literal - a.literal })
+	}
 	for _, n := range ns {
 		if globMatch(n.wildcard, value) {
 			return n
@@ -34,7 +36,8 @@ func randString(rng *rand.Rand, alphabet string, max int) string {
 // values over a small alphabet, so that many of them match.
 func TestWildIndexMatchesLinearScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	for round := range 300 {
+	for round := range 600 {
+		prec := WildcardPrecedence(round % 2)
 		w := &wildIndex{}
 		seen := map[string]bool{}
 		for range 1 + rng.IntN(40) {
@@ -45,10 +48,10 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 			seen[p] = true
 			w.add(&Node{key: "k", value: p, wildcard: strings.Split(p, "*")})
 		}
-		w.seal()
+		w.seal(prec)
 		for range 200 {
 			v := randString(rng, "ab", 8)
-			got, want := w.match(v), linearFind(w, v)
+			got, want := w.match(v), linearFind(w, v, prec)
 			if got != want {
 				name := func(n *Node) string {
 					if n == nil {
@@ -56,7 +59,7 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 					}
 					return n.value
 				}
-				t.Fatalf("round %d: patterns %q, value %q: index matches %s, linear scan %s", round, slices.Sorted(func(yield func(string) bool) {
+				t.Fatalf("round %d (precedence %d): patterns %q, value %q: index matches %s, linear scan %s", round, prec, slices.Sorted(func(yield func(string) bool) {
 					for p := range seen {
 						if !yield(p) {
 							return
@@ -70,9 +73,11 @@ func TestWildIndexMatchesLinearScan(t *testing.T) {
 
 // TestWildcardPrecedenceAtEveryLevel: Build puts wildcards in precedence
 // order on nested levels too (a level left unsealed matched in config
-// order), here with two patterns of one prefix written less specific first.
+// order), here with two patterns of one prefix written less specific first:
+// the first in the config wins by default, as in envoyproxy/ratelimit; the
+// more literal one under WildcardMostLiteral.
 func TestWildcardPrecedenceAtEveryLevel(t *testing.T) {
-	c := mustBuild(t, `domain: w
+	f := mustParse(t, "test.yaml", `domain: w
 descriptors:
   - key: x
     value: "a*"
@@ -90,17 +95,26 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 5}
 `)
 	for _, tc := range []struct {
+		prec    WildcardPrecedence
 		entries []string
 		want    uint32
 	}{
-		{[]string{"x=abc"}, 3},
-		{[]string{"x=abd"}, 2},
-		{[]string{"org=o", "x=abc"}, 5},
-		{[]string{"org=o", "x=abd"}, 4},
+		{WildcardFirst, []string{"x=abc"}, 2},
+		{WildcardFirst, []string{"x=abd"}, 2},
+		{WildcardFirst, []string{"org=o", "x=abc"}, 4},
+		{WildcardFirst, []string{"org=o", "x=abd"}, 4},
+		{WildcardMostLiteral, []string{"x=abc"}, 3},
+		{WildcardMostLiteral, []string{"x=abd"}, 2},
+		{WildcardMostLiteral, []string{"org=o", "x=abc"}, 5},
+		{WildcardMostLiteral, []string{"org=o", "x=abd"}, 4},
 	} {
+		c, err := Build([]*File{f}, Options{Wildcards: tc.prec})
+		if err != nil {
+			t.Fatal(err)
+		}
 		n := c.Domain("w").Match(desc(tc.entries...).GetEntries())
 		if n == nil || n.limits[0].RequestsPerUnit != tc.want {
-			t.Errorf("Match(%v) = %v, want the rule of %d", tc.entries, n, tc.want)
+			t.Errorf("precedence %d: Match(%v) = %v, want the rule of %d", tc.prec, tc.entries, n, tc.want)
 		}
 	}
 }

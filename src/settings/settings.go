@@ -74,6 +74,9 @@ type Settings struct {
 	RuntimeAppDirectory   string `envconfig:"RUNTIME_APPDIRECTORY" default:"config"`
 	RuntimeIgnoreDotFiles bool   `envconfig:"RUNTIME_IGNOREDOTFILES" default:"false"`
 	MergeDomainConfig     bool   `envconfig:"MERGE_DOMAIN_CONFIG" default:"false"`
+	// WildcardPrecedence picks among wildcard values of one key that all
+	// match: "first" in the config (as the reference) or "most_literal".
+	WildcardPrecedence string `envconfig:"WILDCARD_PRECEDENCE" default:"first"`
 	// RuntimeWatchRoot also watches RUNTIME_ROOT's parent, so that swapping
 	// the root symlink reloads the config.
 	RuntimeWatchRoot bool `envconfig:"RUNTIME_WATCH_ROOT" default:"true"`
@@ -543,6 +546,9 @@ func (s Settings) validateConfigSource(bad complaint) {
 	case "FILE", "GRPC_XDS_SOTW":
 	default:
 		bad("CONFIG_TYPE", "unknown type %q (want FILE or GRPC_XDS_SOTW)", s.ConfigType)
+	}
+	if _, err := config.ParseWildcardPrecedence(s.WildcardPrecedence); err != nil {
+		bad("WILDCARD_PRECEDENCE", "%v", err)
 	}
 	if (s.XDSClientTLSCert == "") != (s.XDSClientTLSKey == "") {
 		bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY must be set together")
