@@ -27,22 +27,48 @@ func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 		return mem, mem.Close, nil
 	}
 	redis.RouteLogs(log.WithField("component", "go-redis"))
-	main, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health, reg)
+	main, mainRedis, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health, reg)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !s.RedisPerSecond {
+		exportLocalCache(reg, s, mainRedis)
 		return main, closeMain, nil
 	}
-	perSecond, closePS, err := newRedis(ctx, "REDIS_PERSECOND_", s.RedisPerSecondConfig, s, log, health, reg)
+	perSecond, psRedis, closePS, err := newRedis(ctx, "REDIS_PERSECOND_", s.RedisPerSecondConfig, s, log, health, reg)
 	if err != nil {
 		closeMain()
 		return nil, nil, err
 	}
+	exportLocalCache(reg, s, mainRedis, psRedis)
 	return limiter.Split{PerSecond: perSecond, Other: main}, func() { closePS(); closeMain() }, nil
 }
 
-func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
+// exportLocalCache sends the local over-limit cache's counts to statsd as
+// the reference's gauges (ratelimit.localcache.*), summed over the Redis
+// stores: the reference has one cache for both.
+func exportLocalCache(reg *metrics.Registry, s settings.Settings, stores ...*redis.Store) {
+	if s.LocalCacheSizeInBytes <= 0 {
+		return
+	}
+	sum := func(f func(*redis.Store) uint64) func() uint64 {
+		return func() uint64 {
+			var n uint64
+			for _, st := range stores {
+				n += f(st)
+			}
+			return n
+		}
+	}
+	hits, misses := sum((*redis.Store).CacheHits), sum((*redis.Store).CacheMisses)
+	reg.GaugeStatFunc("ratelimit.localcache.hitCount", hits)
+	reg.GaugeStatFunc("ratelimit.localcache.missCount", misses)
+	reg.GaugeStatFunc("ratelimit.localcache.lookupCount", func() uint64 { return hits() + misses() })
+	reg.GaugeStatFunc("ratelimit.localcache.entryCount", sum((*redis.Store).CacheEntries))
+}
+
+func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health,
+	reg *metrics.Registry) (limiter.Store, *redis.Store, func(), error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
 	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
@@ -51,20 +77,20 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if r.TLS {
 		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%sTLS: %w", name, err)
+			return nil, nil, nil, fmt.Errorf("%sTLS: %w", name, err)
 		}
 		opts.TLS = tlsCfg
 	}
 	client, err := redis.NewClient(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%sURL: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("%sURL: %w", name, err)
 	}
 	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
 		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
 		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle})
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// Slices go back before the connections close.
 	release := func() { store.Close(); _ = client.Close() }
@@ -87,7 +113,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
-		return store, release, nil
+		return store, store, release, nil
 	}
 	blog := log.WithField("redis", r.URL)
 	var isOpen atomic.Bool
@@ -108,7 +134,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 				blog.Warn("redis circuit breaker closed: redis answers again")
 			}
 		}})
-	return br, func() { br.Close(); release() }, nil
+	return br, store, func() { br.Close(); release() }, nil
 }
 
 // exportLeases exports a Redis store's leased budgets per rule.

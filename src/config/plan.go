@@ -32,8 +32,11 @@ type DescPlan struct {
 	Unlimited bool
 	// MetricKey, when not empty, names this descriptor's rules in metrics
 	// instead of each Limit's MetricKey: it holds request values, because
-	// the rule asked for them (detailed_metric, value_to_metric).
+	// the rule asked for them (detailed_metric, value_to_metric), or
+	// because the request overrode the limit (override), which the
+	// reference names by the descriptor's entries.
 	MetricKey string
+	override  bool
 	// Hits[First:First+Count] are this descriptor's hits.
 	First, Count int
 
@@ -74,7 +77,10 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		n := p.Domain.match(desc.GetEntries(), &p.keyBuf)
 		dp.keyEnd = len(p.keyBuf)
 		dp.Node = n
-		if n != nil && (n.detailedMetric || n.valueInPath) {
+		switch {
+		case desc.GetLimit() != nil:
+			dp.MetricKey, dp.override = overrideMetricKey(desc.GetEntries()), true
+		case n != nil && (n.detailedMetric || n.valueInPath):
 			dp.MetricKey = p.Domain.metricKey(desc.GetEntries(), n.detailedMetric)
 		}
 		limits, err := p.limitsFor(n, desc.GetLimit())
@@ -149,7 +155,8 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 	if err != nil {
 		return nil, err
 	}
-	// Metrics never name an override by its request values.
+	// Metrics name an override by the request's entries (see
+	// overrideMetricKey), up to the cap on such series; past it, by this.
 	l.MetricKey = "_override"
 	if n != nil {
 		l.MetricKey = n.path + "._override"
@@ -203,6 +210,24 @@ func appendMetricValue(b []byte, v string) []byte {
 	return appendHash(append(b, '#'), v)
 }
 
+// overrideMetricKey names a descriptor that overrides its limit as the
+// reference does: every entry's key_value (key alone for an empty value),
+// joined by dots.
+func overrideMetricKey(entries []*rlv3.RateLimitDescriptor_Entry) string {
+	var b []byte
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+		if e.GetValue() != "" {
+			b = append(b, '_')
+			b = appendMetricValue(b, e.GetValue())
+		}
+	}
+	return string(b)
+}
+
 func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) string {
 	var b []byte
 	lv := &d.root
@@ -213,6 +238,11 @@ func (d *Domain) metricKey(entries []*rlv3.RateLimitDescriptor_Entry, all bool) 
 		}
 		b = append(b, e.GetKey()...)
 		switch {
+		case n.shareThreshold && n.wildcard != nil:
+			// Every value sharing the wildcard's counter shares its name
+			// too: the pattern, as the reference names it.
+			b = append(b, '_')
+			b = append(b, n.value...)
 		case all || n.valueToMetric:
 			b = append(b, '_')
 			b = appendMetricValue(b, e.GetValue())
@@ -283,13 +313,17 @@ func (d *DescPlan) Match() string {
 }
 
 // MetricKey names hit j's rule in metrics: the limit's own key, or, for a
-// rule that asks for request values (detailed_metric, value_to_metric),
-// the key with them, detailed then being true.
+// rule that asks for request values (detailed_metric, value_to_metric) or
+// a limit the request overrode, the key with them, detailed then being
+// true.
 func (p *Plan) MetricKey(j int) (key string, detailed bool) {
 	ref := p.Refs[j]
 	d := &p.Descs[ref.Desc]
 	if d.MetricKey == "" {
 		return ref.Limit.MetricKey, false
+	}
+	if d.override {
+		return d.MetricKey, true
 	}
 	return d.MetricKey + strings.TrimPrefix(ref.Limit.MetricKey, d.Node.path), true
 }

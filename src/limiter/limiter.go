@@ -176,6 +176,9 @@ type Outcome struct {
 	// RetryAfter is, for a rejected hit, the earliest time after which the
 	// same hit could be allowed if nothing else arrives; 0 when allowed.
 	RetryAfter time.Duration
+	// Cached is set when a store's local over-limit cache answered the hit
+	// without its backend.
+	Cached bool
 }
 
 // Batch is one request's worth of hits, applied at one instant.

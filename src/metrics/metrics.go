@@ -11,6 +11,7 @@ package metrics
 
 import (
 	"math"
+	"slices"
 	"net/http"
 	"sort"
 	"sync"
@@ -60,6 +61,7 @@ type Registry struct {
 
 	statsMu    sync.Mutex
 	extraStats []serviceStat // added by StatFunc
+	gauges     []serviceStat // added by GaugeStatFunc
 
 	leases     leaseCollector // every Redis store's, registered once
 	leasesOnce sync.Once
@@ -86,6 +88,9 @@ type Rule struct {
 	// Refunded counts hits given back (is_negative_hits); they are not
 	// in TotalHits.
 	Refunded atomic.Uint64
+	// OverLimitWithLocalCache counts the over_limit hits the local
+	// over-limit cache answered (LOCAL_CACHE_SIZE_IN_BYTES).
+	OverLimitWithLocalCache atomic.Uint64
 	// stat is the rule's statsd and /stats name prefix, made safe once.
 	stat string
 }
@@ -163,23 +168,54 @@ func (r *Registry) Rule(domain, key string, detailed bool, fallback string) *Rul
 	return v.(*Rule)
 }
 
-// Hit records one decision on a rule: hits is the cost, used the count
-// after it, limit the rule's limit. Counters saturate at 2^64-1 instead of
-// wrapping: a wrap reads as a counter reset to Prometheus.
-func (r *Registry) Hit(rule *Rule, hits, used, limit uint64, allowed, shadow bool) {
-	addSat(&rule.TotalHits, hits)
-	switch {
-	case !allowed:
-		addSat(&rule.OverLimit, hits)
-		if shadow {
-			addSat(&rule.ShadowMode, hits)
+// Decision is one hit's outcome on a rule, as the counters see it.
+type Decision struct {
+	// Hits is the cost; Limit the rule's limit. Used is the count the
+	// store reported: after the hits when they were allowed, before them
+	// when rejected (a rejected hit counts nothing here).
+	Hits, Used, Limit uint64
+	Allowed           bool
+	// Shadow is set for a rule in shadow mode; Cached when the local
+	// over-limit cache answered without the store.
+	Shadow, Cached bool
+}
+
+// Hit records one decision on a rule, split as envoyproxy/ratelimit splits
+// it, so that its dashboards read the same: of hits that cross the limit,
+// those up to it are near_limit and the rest over_limit; of allowed hits,
+// those past floor(limit * NEAR_LIMIT_RATIO) are near_limit (and all are
+// within_limit). Counters saturate at 2^64-1 instead of wrapping: a wrap
+// reads as a counter reset to Prometheus.
+func (r *Registry) Hit(rule *Rule, d Decision) {
+	addSat(&rule.TotalHits, d.Hits)
+	// The reference computes the threshold in float32.
+	near := uint64(math.Floor(float64(float32(d.Limit) * float32(r.near))))
+	if d.Allowed {
+		addSat(&rule.WithinLimit, d.Hits)
+		if before := d.Used - min(d.Hits, d.Used); d.Used > near {
+			addSat(&rule.NearLimit, d.Used-max(near, before))
 		}
-	case float64(used) >= r.near*float64(limit):
-		addSat(&rule.NearLimit, hits)
-		addSat(&rule.WithinLimit, hits)
-	default:
-		addSat(&rule.WithinLimit, hits)
+		return
 	}
+	over := d.Hits
+	if before, after := d.Used, satAdd(d.Used, d.Hits); before < d.Limit && after > d.Limit {
+		over = after - d.Limit
+		addSat(&rule.NearLimit, d.Limit-max(near, before))
+	}
+	addSat(&rule.OverLimit, over)
+	if d.Cached {
+		addSat(&rule.OverLimitWithLocalCache, d.Hits)
+	}
+	if d.Shadow {
+		addSat(&rule.ShadowMode, over)
+	}
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // Refund records hits given back on a rule.
@@ -237,6 +273,24 @@ func (r *Registry) StatFunc(name string, fn func() uint64) {
 	r.statsMu.Lock()
 	defer r.statsMu.Unlock()
 	r.extraStats = append(r.extraStats, serviceStat{name, fn})
+}
+
+// GaugeStatFunc adds a service-level gauge, read from fn, to what statsd
+// (as "NAME:VALUE|g" at every flush) and /stats report: the reference's
+// local cache gauges (ratelimit.localcache.*).
+func (r *Registry) GaugeStatFunc(name string, fn func() uint64) {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	r.gauges = append(r.gauges, serviceStat{name, fn})
+}
+
+// gaugeStats returns the gauges GaugeStatFunc added, sorted by name.
+func (r *Registry) gaugeStats() []serviceStat {
+	r.statsMu.Lock()
+	out := slices.Clone(r.gauges)
+	r.statsMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
 
 // serviceStats returns the service-level counters sorted by name, named as
@@ -326,7 +380,11 @@ type ruleCollector struct{ r *Registry }
 // ruleStatNames are the per-rule stats, named as envoyproxy/ratelimit names
 // them, so dashboards built on its statsd names carry over.
 // refunded_hits is ours (the reference has no refunds).
-var ruleStatNames = [6]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode", "refunded_hits"}
+var ruleStatNames = [ruleStats]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode", "refunded_hits",
+	"over_limit_with_local_cache"}
+
+// ruleStats is how many counters a rule has.
+const ruleStats = 7
 
 // ruleDescs is built once and never changed.
 var ruleDescs = func() map[string]*prometheus.Desc {
@@ -355,7 +413,7 @@ func (c ruleCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // values returns the counters in ruleStatNames order.
-func (rule *Rule) values() [6]uint64 {
-	return [6]uint64{rule.TotalHits.Load(), rule.OverLimit.Load(), rule.NearLimit.Load(), rule.WithinLimit.Load(), rule.ShadowMode.Load(),
-		rule.Refunded.Load()}
+func (rule *Rule) values() [ruleStats]uint64 {
+	return [ruleStats]uint64{rule.TotalHits.Load(), rule.OverLimit.Load(), rule.NearLimit.Load(), rule.WithinLimit.Load(), rule.ShadowMode.Load(),
+		rule.Refunded.Load(), rule.OverLimitWithLocalCache.Load()}
 }

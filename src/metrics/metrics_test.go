@@ -11,24 +11,51 @@ import (
 	"time"
 )
 
+// TestHitClassification: hits split into within, near and over limit as
+// envoyproxy/ratelimit splits them (its base limiter's arithmetic, with
+// NEAR_LIMIT_RATIO 0.8), given the count before and after each decision.
 func TestHitClassification(t *testing.T) {
-	r := New(Options{NearLimitRatio: 0.5})
-	rule := r.Rule("d", "k", false, "k")
-	tests := []struct {
-		hits, used, limit uint64
-		allowed, shadow   bool
+	type counts = [ruleStats]uint64 // total, over, near, within, shadow, refunded, local cache
+	for _, tc := range []struct {
+		name string
+		ds   []Decision
+		want counts
 	}{
-		{1, 1, 10, true, false},   // within
-		{2, 6, 10, true, false},   // near (6 >= 5)
-		{3, 10, 10, false, false}, // over
-		{4, 10, 10, false, true},  // over, shadowed
+		{"12 single hits on 10: 9 and 10 are near, 11 and 12 over", func() []Decision {
+			var ds []Decision
+			for i := uint64(1); i <= 12; i++ {
+				ds = append(ds, Decision{Hits: 1, Used: min(i, 10), Limit: 10, Allowed: i <= 10})
+			}
+			return ds
+		}(), counts{12, 2, 2, 10, 0, 0, 0}},
+		{"3 hits allowed from 6 to 9: one past the threshold of 8", []Decision{{Hits: 3, Used: 9, Limit: 10, Allowed: true}},
+			counts{3, 0, 1, 3, 0, 0, 0}},
+		{"3 hits rejected at 9 of 10: one near, two over", []Decision{{Hits: 3, Used: 9, Limit: 10}},
+			counts{3, 2, 1, 0, 0, 0, 0}},
+		{"rejected at the limit, shadowed", []Decision{{Hits: 4, Used: 10, Limit: 10, Shadow: true}},
+			counts{4, 4, 0, 0, 4, 0, 0}},
+		{"crossing the limit, shadowed: shadow_mode counts what is over", []Decision{{Hits: 3, Used: 9, Limit: 10, Shadow: true}},
+			counts{3, 2, 1, 0, 2, 0, 0}},
+		{"answered by the local cache", []Decision{{Hits: 2, Used: 10, Limit: 10, Cached: true}},
+			counts{2, 2, 0, 0, 0, 0, 2}},
+		{"limit 0", []Decision{{Hits: 1, Used: 0, Limit: 0}}, counts{1, 1, 0, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(Options{})
+			rule := r.Rule("d", "k", false, "k")
+			for _, d := range tc.ds {
+				r.Hit(rule, d)
+			}
+			if got := rule.values(); got != tc.want {
+				t.Errorf("counters = %v, want total/over/near/within/shadow/refunded/local cache %v", got, tc.want)
+			}
+		})
 	}
-	for _, tc := range tests {
-		r.Hit(rule, tc.hits, tc.used, tc.limit, tc.allowed, tc.shadow)
-	}
+	r := New(Options{})
+	rule := r.Rule("d", "k", false, "k")
 	r.Refund(rule, 6)
-	if got, want := rule.values(), [6]uint64{10, 7, 2, 3, 4, 6}; got != want {
-		t.Errorf("counters = %v, want total/over/near/within/shadow/refunded %v", got, want)
+	if got := rule.Refunded.Load(); got != 6 {
+		t.Errorf("refunded = %d, want 6", got)
 	}
 }
 
@@ -48,12 +75,14 @@ func TestDetailedSeriesAreCapped(t *testing.T) {
 func TestStatsd(t *testing.T) {
 	r := New(Options{})
 	rule := r.Rule("mongo_cps", "database_users", false, "database_users")
-	r.Hit(rule, 3, 3, 10, true, false)
-	r.Hit(rule, 1, 10, 10, false, false)
+	r.Hit(rule, Decision{Hits: 3, Used: 3, Limit: 10, Allowed: true})
+	r.Hit(rule, Decision{Hits: 1, Used: 10, Limit: 10})
 	r.Request("ok", time.Millisecond)
 	r.Request("ok", time.Millisecond)
+	r.GaugeStatFunc("ratelimit.localcache.hitCount", func() uint64 { return 7 })
 	got := flushOnce(t, r, map[string]string{"env": "test"})
 	for _, want := range []string{
+		"ratelimit.localcache.hitCount.__env=test:7|g",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.total_hits.__env=test:4|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.over_limit.__env=test:1|c",
 		"ratelimit.service.rate_limit.mongo_cps.database_users.within_limit.__env=test:3|c",
@@ -70,10 +99,10 @@ func TestStatsd(t *testing.T) {
 
 func TestStatsHandler(t *testing.T) {
 	r := New(Options{NearLimitRatio: 0.8})
-	r.Hit(r.Rule("b", "k", false, "k"), 1, 1, 10, true, false)
+	r.Hit(r.Rule("b", "k", false, "k"), Decision{Hits: 1, Used: 1, Limit: 10, Allowed: true})
 	users := r.Rule("a", "database_users", false, "database_users")
-	r.Hit(users, 3, 3, 10, true, false)
-	r.Hit(users, 1, 10, 10, false, false)
+	r.Hit(users, Decision{Hits: 3, Used: 3, Limit: 10, Allowed: true})
+	r.Hit(users, Decision{Hits: 1, Used: 10, Limit: 10})
 	r.Request("ok", time.Millisecond)
 	r.Request("over_limit", time.Millisecond)
 	r.Request("invalid", time.Millisecond)
@@ -90,12 +119,14 @@ ratelimit.service.rate_limit.a.database_users.near_limit: 0
 ratelimit.service.rate_limit.a.database_users.within_limit: 3
 ratelimit.service.rate_limit.a.database_users.shadow_mode: 0
 ratelimit.service.rate_limit.a.database_users.refunded_hits: 0
+ratelimit.service.rate_limit.a.database_users.over_limit_with_local_cache: 0
 ratelimit.service.rate_limit.b.k.total_hits: 1
 ratelimit.service.rate_limit.b.k.over_limit: 0
 ratelimit.service.rate_limit.b.k.near_limit: 0
 ratelimit.service.rate_limit.b.k.within_limit: 1
 ratelimit.service.rate_limit.b.k.shadow_mode: 0
 ratelimit.service.rate_limit.b.k.refunded_hits: 0
+ratelimit.service.rate_limit.b.k.over_limit_with_local_cache: 0
 ratelimit.service.call.should_rate_limit.redis_error: 1
 ratelimit.service.call.should_rate_limit.service_error: 1
 ratelimit.service.config_load_success: 3
@@ -124,7 +155,7 @@ func TestHostileValuesCannotForgeStats(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := New(Options{})
-			r.Hit(r.Rule("dom", tc.key, true, "k"), 1, 1, 10, true, false)
+			r.Hit(r.Rule("dom", tc.key, true, "k"), Decision{Hits: 1, Used: 1, Limit: 10, Allowed: true})
 
 			rec := httptest.NewRecorder()
 			r.StatsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/stats", nil))
@@ -180,9 +211,9 @@ func flushOnce(t *testing.T, r *Registry, tags map[string]string) string {
 func TestCountersSaturate(t *testing.T) {
 	r := New(Options{})
 	rule := r.Rule("d", "k", false, "k")
-	r.Hit(rule, 1, 1, 10, true, false)
-	r.Hit(rule, math.MaxUint64-1, 10, 10, false, true)
-	r.Hit(rule, 5, 10, 10, false, true)
+	r.Hit(rule, Decision{Hits: 1, Used: 1, Limit: 10, Allowed: true})
+	r.Hit(rule, Decision{Hits: math.MaxUint64 - 1, Used: 10, Limit: 10, Shadow: true})
+	r.Hit(rule, Decision{Hits: 5, Used: 10, Limit: 10, Shadow: true})
 	r.Refund(rule, math.MaxUint64)
 	r.Refund(rule, 1)
 	for name, got := range map[string]uint64{"total_hits": rule.TotalHits.Load(), "over_limit": rule.OverLimit.Load(),

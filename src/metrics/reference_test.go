@@ -15,9 +15,9 @@ import (
 func TestReferenceSeries(t *testing.T) {
 	for _, millis := range []bool{false, true} {
 		r := New(Options{Reference: true, ReferenceMillis: millis})
-		r.Hit(r.Rule("mongo_cps", "database_users", false, "database_users"), 4, 4, 10, true, false)
-		r.Hit(r.Rule("messaging", "message_type_marketing.to_number", false, "x"), 1, 6, 5, false, true)
-		r.Hit(r.Rule("deep", "a.b.c", false, "a.b.c"), 1, 1, 5, true, false)
+		r.Hit(r.Rule("mongo_cps", "database_users", false, "database_users"), Decision{Hits: 4, Used: 4, Limit: 10, Allowed: true})
+		r.Hit(r.Rule("messaging", "message_type_marketing.to_number", false, "x"), Decision{Hits: 1, Used: 6, Limit: 5, Shadow: true})
+		r.Hit(r.Rule("deep", "a.b.c", false, "a.b.c"), Decision{Hits: 1, Used: 1, Limit: 5, Allowed: true})
 		r.Request("ok", 2*time.Millisecond)
 		r.Request("over_limit", 2*time.Millisecond)
 		r.StatFunc("ratelimit.service.config_load_success", func() uint64 { return 3 })

@@ -23,7 +23,7 @@ func (r *Registry) StatsHandler() http.Handler {
 				_ = bw.WriteByte('\n')
 			}
 		}
-		for _, st := range r.serviceStats() {
+		for _, st := range append(r.serviceStats(), r.gaugeStats()...) {
 			_, _ = bw.WriteString(st.name + ": " + strconv.FormatUint(st.value(), 10) + "\n")
 		}
 		_ = bw.Flush()

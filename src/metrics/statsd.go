@@ -58,7 +58,7 @@ func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
 		return fmt.Errorf("statsd: unknown network %q", o.Network)
 	}
 	r.timings.Store(&timingQueue{c: make(chan time.Duration, timingBuffer)})
-	sk := &statsdSink{o: o, suffix: tagSuffix(o.Tags), sent: map[*Rule][6]uint64{}, sentService: map[string]uint64{}}
+	sk := &statsdSink{o: o, suffix: tagSuffix(o.Tags), sent: map[*Rule][ruleStats]uint64{}, sentService: map[string]uint64{}}
 	defer sk.close()
 	counters := time.NewTicker(o.Interval)
 	defer counters.Stop()
@@ -108,7 +108,7 @@ type statsdSink struct {
 	suffix      string
 	conn        net.Conn
 	down        bool
-	sent        map[*Rule][6]uint64
+	sent        map[*Rule][ruleStats]uint64
 	sentService map[string]uint64
 }
 
@@ -168,7 +168,7 @@ func (sk *statsdSink) flush(r *Registry, counters bool) {
 // that marks them sent.
 func (sk *statsdSink) counterLines(r *Registry) ([]string, func()) {
 	var lines []string
-	rules := map[*Rule][6]uint64{}
+	rules := map[*Rule][ruleStats]uint64{}
 	for _, rule := range r.Rules() {
 		now := rule.values()
 		prev := sk.sent[rule]
@@ -186,6 +186,9 @@ func (sk *statsdSink) counterLines(r *Registry) ([]string, func()) {
 		if prev := sk.sentService[st.name]; v != prev {
 			lines = append(lines, fmt.Sprintf("%s%s:%d|c", st.name, sk.suffix, v-prev))
 		}
+	}
+	for _, g := range r.gaugeStats() {
+		lines = append(lines, fmt.Sprintf("%s%s:%d|g", g.name, sk.suffix, g.value()))
 	}
 	return lines, func() {
 		for k, v := range rules {

@@ -70,12 +70,12 @@ func TestStatsdTCPReconnects(t *testing.T) {
 	r.timings.Store(&timingQueue{c: make(chan time.Duration, 4)})
 	var errs, recovered int
 	sk := &statsdSink{o: StatsdOptions{Network: "tcp", Addr: addr, OnError: func(error) { errs++ }, OnRecover: func() { recovered++ }},
-		sent: map[*Rule][6]uint64{}, sentService: map[string]uint64{}}
+		sent: map[*Rule][ruleStats]uint64{}, sentService: map[string]uint64{}}
 	defer sk.close()
 	rule := r.Rule("d", "k", false, "k")
-	r.Hit(rule, 2, 2, 10, true, false)
+	r.Hit(rule, Decision{Hits: 2, Used: 2, Limit: 10, Allowed: true})
 	sk.flush(r, true)
-	r.Hit(rule, 3, 5, 10, true, false)
+	r.Hit(rule, Decision{Hits: 3, Used: 5, Limit: 10, Allowed: true})
 	sk.flush(r, true)
 	if errs != 1 {
 		t.Fatalf("two failed flushes reported %d times, want once", errs)

@@ -47,6 +47,7 @@ func (c *overCache) get(h *limiter.Hit, now time.Time) (limiter.Outcome, bool) {
 		Remaining:  e.remaining,
 		ResetAfter: max(e.resetAt.Sub(now), 0),
 		RetryAfter: e.until.Sub(now),
+		Cached:     true,
 	}, true
 }
 
@@ -68,6 +69,13 @@ func (c *overCache) put(h *limiter.Hit, out limiter.Outcome, now time.Time) {
 	}
 	c.m[h.Key] = overEntry{rule: h.Rule, minCost: h.Cost, remaining: out.Remaining,
 		until: now.Add(out.RetryAfter), resetAt: now.Add(out.ResetAfter)}
+}
+
+// len is how many keys the cache holds.
+func (c *overCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
 }
 
 // drop forgets key.

@@ -59,6 +59,9 @@ type Store struct {
 	prefix    string
 	cache     *overCache
 	cacheHits atomic.Uint64
+	// cacheMisses counts hits the local cache was asked about and could
+	// not answer.
+	cacheMisses atomic.Uint64
 	clock     func() time.Time
 	timeout   time.Duration
 	batch     *batcher // nil when pipelining is off
@@ -69,6 +72,18 @@ type Store struct {
 
 // CacheHits returns how many hits the local over-limit cache answered.
 func (s *Store) CacheHits() uint64 { return s.cacheHits.Load() }
+
+// CacheMisses returns how many hits the local over-limit cache was asked
+// about and could not answer (they went to Redis).
+func (s *Store) CacheMisses() uint64 { return s.cacheMisses.Load() }
+
+// CacheEntries returns how many keys the local over-limit cache holds.
+func (s *Store) CacheEntries() uint64 {
+	if s.cache == nil {
+		return 0
+	}
+	return uint64(s.cache.len())
+}
 
 // New returns a Store over client. It does not contact Redis: the service
 // must start even while Redis is down, and recover when it comes back.
@@ -267,7 +282,10 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 	for i := range b.Hits {
 		h := &b.Hits[i]
 		if s.cache != nil {
-			if out, ok := s.cache.get(h, now); ok {
+			out, ok := s.cache.get(h, now)
+			if !ok {
+				s.cacheMisses.Add(1)
+			} else {
 				outs[i] = out
 				s.cacheHits.Add(1)
 				if b.AllOrNothing && !h.Advisory {

@@ -244,9 +244,10 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 			continue
 		}
 		out := outs[j]
-		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
-		shadow := s.opts.ShadowMode || d.Shadow()
-		s.opts.Metrics.Hit(rule, h.Cost, used, h.Rule.Limit, out.Allowed, shadow)
+		// Under SHADOW_MODE the rule's own shadow_mode counter stays as
+		// the reference keeps it: global_shadow_mode counts those.
+		s.opts.Metrics.Hit(rule, metrics.Decision{Hits: h.Cost, Used: h.Rule.Limit - min(out.Remaining, h.Rule.Limit),
+			Limit: h.Rule.Limit, Allowed: out.Allowed, Shadow: d.Shadow(), Cached: out.Cached})
 	}
 }
 
