@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -276,6 +277,21 @@ func render(rc *rlconfv3.RateLimitConfig) []byte {
 	return b.Bytes()
 }
 
+// yamlSafeJSON escapes, in JSON from json.Marshal, the runes JSON leaves
+// raw but YAML refuses (DEL, C1 controls but NEL, U+FFFE and U+FFFF). They
+// can only stand inside strings, where \uXXXX means the same in both.
+func yamlSafeJSON(js []byte) string {
+	var b strings.Builder
+	for _, r := range string(js) {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f && r != 0x85) || r == 0xfffe || r == 0xffff {
+			fmt.Fprintf(&b, "\\u%04x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 func renderDescriptors(b *bytes.Buffer, ds []*rlconfv3.RateLimitDescriptor, indent string) {
 	inner := indent + "  "
 	for _, d := range ds {
@@ -298,6 +314,16 @@ func renderDescriptors(b *bytes.Buffer, ds []*rlconfv3.RateLimitDescriptor, inde
 		}
 		if d.GetDetailedMetric() {
 			field("detailed_metric", "true")
+		}
+		if d.GetQuotaMode() {
+			field("quota_mode", "true")
+		}
+		if md := d.GetMetadata(); len(md.GetFields()) > 0 {
+			// JSON is YAML's flow style; Marshal escapes line breaks, so
+			// it stays on one line.
+			if js, err := json.Marshal(md.AsMap()); err == nil {
+				field("metadata", yamlSafeJSON(js))
+			}
 		}
 		if p := d.GetRateLimit(); p != nil {
 			var rl []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"net"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/escape"
@@ -250,7 +252,12 @@ func TestRenderRoundTrip(t *testing.T) {
 	hostile := []string{`a"b`, `c\d`, "e\nf", "#g", "&h", "*i", "j: k", "- l", "{m}", "ü n", "\x7f", "'o'", " p ", "q\tr"}
 	var ds []*rlconfv3.RateLimitDescriptor
 	for i, v := range hostile {
+		md, err := structpb.NewStruct(map[string]any{"owner": v, "n": float64(i), "nested": map[string]any{"v": v}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ds = append(ds, &rlconfv3.RateLimitDescriptor{Key: "k" + v, Value: v, ShadowMode: i%2 == 0, DetailedMetric: i%3 == 0,
+			QuotaMode: i%4 == 0, Metadata: md,
 			RateLimit: &rlconfv3.RateLimitPolicy{Unit: rlconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: uint32(i + 1), Name: "n" + v,
 				Replaces: []*rlconfv3.RateLimitReplace{{Name: "r" + v}}},
 			Descriptors: []*rlconfv3.RateLimitDescriptor{{Key: "inner" + v, RateLimit: &rlconfv3.RateLimitPolicy{Unlimited: true}}}})
@@ -266,6 +273,12 @@ func TestRenderRoundTrip(t *testing.T) {
 	for i, d := range f.Descriptors {
 		want := ds[i]
 		l := d.Limits[0]
+		// Compared as JSON: YAML reads 1 as an int, structpb holds a float.
+		got, _ := json.Marshal(d.Metadata)
+		wantMD, _ := json.Marshal(want.Metadata.AsMap())
+		if d.QuotaMode != want.QuotaMode || string(got) != string(wantMD) {
+			t.Errorf("descriptor %d: quota_mode %v, metadata %v; want %v, %v", i, d.QuotaMode, d.Metadata, want.QuotaMode, want.Metadata.AsMap())
+		}
 		if d.Key != escape.String(want.Key) || d.Value != escape.String(want.Value) || d.ShadowMode != want.ShadowMode ||
 			d.DetailedMetric != want.DetailedMetric || l.RequestsPerUnit != want.RateLimit.RequestsPerUnit ||
 			l.Name != want.RateLimit.Name || len(l.Replaces) != 1 || l.Replaces[0] != want.RateLimit.Replaces[0].Name ||
