@@ -238,7 +238,7 @@ type Redis struct {
 	// (then fail); CREATE (the reference's default) is not supported by
 	// go-redis, whose pool never grows past PoolSize, and waits up to
 	// TIMEOUT.
-	PoolOnEmptyBehavior         string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"CREATE"`
+	PoolOnEmptyBehavior         string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"WAIT"`
 	PoolOnEmptyWaitDuration     time.Duration `envconfig:"POOL_ON_EMPTY_WAIT_DURATION" default:"1s"`
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
 	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
