@@ -192,7 +192,9 @@ type replayRun struct {
 	rolled bool
 }
 
-func (r *replayRun) errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
+func (r *replayRun) errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
 
 // ask sends one request of the reference test's shape (one entry per
 // descriptor) and checks the answer against want, whose statuses carry

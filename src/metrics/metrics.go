@@ -11,8 +11,8 @@ package metrics
 
 import (
 	"math"
-	"slices"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"

@@ -62,12 +62,12 @@ type Store struct {
 	// cacheMisses counts hits the local cache was asked about and could
 	// not answer.
 	cacheMisses atomic.Uint64
-	clock     func() time.Time
-	timeout   time.Duration
-	batch     *batcher // nil when pipelining is off
-	leases    *leases  // nil when leasing is off
-	stop      context.CancelFunc
-	swept     chan struct{} // closed when the lease sweeper has stopped
+	clock       func() time.Time
+	timeout     time.Duration
+	batch       *batcher // nil when pipelining is off
+	leases      *leases  // nil when leasing is off
+	stop        context.CancelFunc
+	swept       chan struct{} // closed when the lease sweeper has stopped
 }
 
 // CacheHits returns how many hits the local over-limit cache answered.
