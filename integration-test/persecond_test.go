@@ -84,12 +84,32 @@ func TestRedisPerSecond(t *testing.T) {
 					t.Errorf("call %d: %v, want %v (%v)", i+1, got, want, resp)
 				}
 			}
-			mainKeys, psKeys := keysOn(t, main.servers...), keysOn(t, ps.servers...)
-			if len(mainKeys) != 1 || !strings.Contains(mainKeys[0], "slow") {
-				t.Errorf("REDIS_URL holds %q, want the hour limit's key alone", mainKeys)
+			// Then each limit alone: three per-second calls, two hourly.
+			for range 3 {
+				p.should(t, "ps", desc("fast=a"))
 			}
-			if len(psKeys) != 1 || !strings.Contains(psKeys[0], "fast") {
-				t.Errorf("REDIS_PERSECOND_URL holds %q, want the second limit's key alone", psKeys)
+			for range 2 {
+				p.should(t, "ps", desc("slow=c"))
+			}
+			// Each call with a limit of a side is one script call on that
+			// side's Redis (on a Cluster, spread over its masters). The
+			// per-second keys may have expired by now; the calls are
+			// counted.
+			calls := func(servers []*redistest.Server) (n int) {
+				for _, s := range servers {
+					n += scriptCalls(t, s)
+				}
+				return n
+			}
+			if got := calls(ps.servers); got != 4+3 {
+				t.Errorf("REDIS_PERSECOND_URL ran %d script calls, want 7 (the per-second limit's)", got)
+			}
+			if got := calls(main.servers); got != 4+2 {
+				t.Errorf("REDIS_URL ran %d script calls, want 6 (the hour limit's)", got)
+			}
+			mainKeys := keysOn(t, main.servers...)
+			if len(mainKeys) != 2 || !strings.Contains(mainKeys[0], "slow") || !strings.Contains(mainKeys[1], "slow") {
+				t.Errorf("REDIS_URL holds %q, want the hour limit's two keys alone", mainKeys)
 			}
 			// Both stores export their series side by side.
 			resp, err := http.Get("http://" + p.httpAddr + "/metrics")
