@@ -372,6 +372,11 @@ type guardConn struct {
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
 
+	// wmu orders the socket writes (grpc-go's and a GOAWAY): only a
+	// writer holds it, while its write may block on a peer that does not
+	// read. mu guards the state below and is never held across a socket
+	// write, so the sweeper and the read path never wait on a peer.
+	wmu     sync.Mutex
 	mu      sync.Mutex
 	out     frameReader      // the server's frames, as written
 	waiting map[uint32]int64 // streams whose answer's headers went out, but no message yet → when (ns)
@@ -435,12 +440,15 @@ func (c *guardConn) Write(b []byte) (int, error) {
 	if !c.gl.watch {
 		return c.Conn.Write(b)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	n, err := c.Conn.Write(b)
+	c.mu.Lock()
 	c.out.feed(b[:n], c.outbound)
-	if c.pending != "" && err == nil && c.out.atBoundary() {
-		c.writeGoAwayLocked()
+	goAway := c.pending != "" && err == nil && c.out.atBoundary()
+	c.mu.Unlock()
+	if goAway {
+		c.writeGoAway()
 	}
 	return n, err
 }
@@ -471,35 +479,48 @@ func (c *guardConn) oldestWaiting() int64 {
 	return oldest
 }
 
-// goAway ends the connection for event: at once if the server's frames are
-// between two frames, else right after grpc-go's next write completes one;
-// a second later in any case.
+// goAway ends the connection for event: with a GOAWAY as soon as the
+// server's frames are between two frames (at once, or right after grpc-go's
+// write in progress completes one), and closed a second later in any case:
+// a write blocked on a peer that does not read then fails. It never waits
+// for a write itself, so the sweeper and the read path calling it cannot
+// be stalled by a peer.
 func (c *guardConn) goAway(event GuardEvent) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed.Load() || c.pending != "" {
+		c.mu.Unlock()
 		return
 	}
 	c.pending = event
+	c.mu.Unlock()
+	c.gl.note(event)
 	c.gl.ban(c.RemoteAddr())
-	if c.out.atBoundary() {
-		c.writeGoAwayLocked()
-		return
-	}
 	time.AfterFunc(time.Second, func() { _ = c.Close() })
+	go func() {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		c.mu.Lock()
+		atBoundary := c.out.atBoundary()
+		c.mu.Unlock()
+		if atBoundary && !c.closed.Load() {
+			c.writeGoAway()
+		}
+	}()
 }
 
-// writeGoAwayLocked writes GOAWAY(ENHANCE_YOUR_CALM) naming the last
-// client stream seen, and closes the connection.
-func (c *guardConn) writeGoAwayLocked() {
+// writeGoAway writes GOAWAY(ENHANCE_YOUR_CALM) naming the last client
+// stream seen, and closes the connection. The caller holds wmu, with the
+// server's frames at a boundary.
+func (c *guardConn) writeGoAway() {
 	var f [frameHeader + 8]byte
 	f[2] = 8
 	f[3] = frameGoAway
+	c.mu.Lock()
 	binary.BigEndian.PutUint32(f[9:], c.last)
+	c.mu.Unlock()
 	binary.BigEndian.PutUint32(f[13:], errCalm)
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Conn.Write(f[:])
-	c.gl.note(c.pending)
 	_ = c.Close()
 }
 

@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -71,5 +74,70 @@ func TestFrameReader(t *testing.T) {
 		if !slices.Equal(got, want) || !fr.atBoundary() {
 			t.Fatalf("seed %d: frames %v (at boundary %v), want %v", seed, got, fr.atBoundary(), want)
 		}
+	}
+}
+
+// TestSlowReaderDoesNotStallTheSweeper: a write blocked on a peer that
+// never reads holds no lock the sweeper needs, so the sweeper still closes
+// another connection whose answer is not read, and a GOAWAY for the
+// blocked connection is decided without waiting for its write.
+func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan GuardEvent, 8)
+	gl := newGuardListener(l, GuardOptions{StreamWriteTimeout: time.Second}.withDefaults(), true, func(e GuardEvent) { events <- e })
+	defer gl.Close()
+	accept := func() (server *guardConn, client net.Conn) {
+		t.Helper()
+		client, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		c, err := gl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*guardConn), client
+	}
+
+	// A: the server writes far more than the socket buffers hold; the
+	// client never reads, so the write blocks.
+	slow, _ := accept()
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := slow.Write(make([]byte, 256<<20))
+		blocked <- err
+	}()
+
+	// B: an answer's headers went out (stream 1, no END_STREAM) and its
+	// message never follows.
+	idle, idleClient := accept()
+	headers := make([]byte, frameHeader)
+	headers[3] = frameHeaders
+	binary.BigEndian.PutUint32(headers[5:], 1)
+	if _, err := idle.Write(headers); err != nil {
+		t.Fatal(err)
+	}
+	// The sweeper closes B, with a GOAWAY, while A's write still blocks.
+	_ = idleClient.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(idleClient)
+	if len(got) < 2*frameHeader || got[frameHeader+3] != frameGoAway {
+		t.Fatalf("B read %d bytes (%v), want its headers then a GOAWAY", len(got), err)
+	}
+	if e := <-events; e != EventUnreadAnswers {
+		t.Errorf("event %q, want %q", e, EventUnreadAnswers)
+	}
+	select {
+	case err := <-blocked:
+		t.Fatalf("A's write ended (%v): the test needs it blocked", err)
+	default:
+	}
+	// A GOAWAY decided for A returns at once and ends A's write.
+	slow.goAway(EventRapidReset)
+	if err := <-blocked; err == nil {
+		t.Error("A's blocked write succeeded after its connection was closed")
 	}
 }
