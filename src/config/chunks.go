@@ -198,10 +198,13 @@ func shiftLines(n *yaml.Node, offset int) bool {
 
 // plainYAML reports whether data avoids every construct that ties list
 // items together or that a line-based split could misread: anchors,
-// aliases, tags, tabs, document markers, directives, and any line that is
+// aliases, tags, tabs, document markers, directives, any line break but
+// "\n" (the YAML parser also breaks lines at CR, NEL, LS and PS, even in a
+// comment, where a split at "\n" alone would not), and any line that is
 // not valid UTF-8 text (left to the decoder's own errors).
 func plainYAML(data []byte) bool {
-	if bytes.IndexByte(data, '\t') >= 0 || bytes.Contains(data, []byte("\r")) {
+	if bytes.IndexByte(data, '\t') >= 0 || bytes.IndexByte(data, '\r') >= 0 || bytes.Contains(data, nel) ||
+		bytes.Contains(data, lineSep) || bytes.Contains(data, paraSep) {
 		return false
 	}
 	inQuote := byte(0)
@@ -246,6 +249,14 @@ func plainYAML(data []byte) bool {
 	}
 	return inQuote == 0
 }
+
+// The line breaks besides LF and CR that the YAML parser honours, in UTF-8:
+// NEL (U+0085), LS (U+2028) and PS (U+2029).
+var (
+	nel     = []byte("\u0085")
+	lineSep = []byte("\u2028")
+	paraSep = []byte("\u2029")
+)
 
 // splitItems finds the lines of the top-level descriptors list's items.
 // ok is false unless descriptors is a block list at the top level whose

@@ -83,6 +83,13 @@ func TestChunksMatchWhole(t *testing.T) {
 		"domain: d\ndescriptors:\n  - key: !!str a\n",
 		"domain: d\ndescriptors:\n    - key: a\n  - key: b\n",
 		"domain: d\ndescriptors:\n  - key: a\n    value: 'unterminated\n  - key: b\n",
+		// Line breaks the YAML parser honours and a split at "\n" would
+		// not: CR, NEL, LS and PS, here inside comments.
+		"domain: d\ndescriptors:\n  - key: a\n# x\r  - key: b\n",
+		"domain: d\ndescriptors:\n  - key: a\n# x\u0085  - key: b\n",
+		"domain: d\ndescriptors:\n  - key: a\n# x\u2028  - key: b\n",
+		"domain: d\ndescriptors:\n  - key: a\n# x\u2029  - key: b\n",
+		"# x\u0085---\ndomain: d\ndescriptors:\n  - key: a\n",
 	}
 	for i, data := range declined {
 		if _, _, ok := parseInChunks("f.yaml", []byte(data), 0, 2); ok {
@@ -105,5 +112,65 @@ func TestLargeFileInPieces(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Error("pieces and whole differ")
+	}
+}
+
+// TestOneMeaningPerFile: a file means the same whatever its size, small
+// (decoded whole) or large (decoded in pieces when its shape allows):
+// a line break the parser honours inside a comment breaks the line at both
+// sizes, and anything after the first document but comments and blank
+// lines is an error with its line at both sizes.
+func TestOneMeaningPerFile(t *testing.T) {
+	build := func(rules int, tail string) []byte {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n")
+		for i := range rules {
+			fmt.Fprintf(&b, "  - key: k%d\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+		}
+		b.WriteString(tail)
+		return []byte(b.String())
+	}
+	small, large := 10, 6_000 // under and over chunkMin
+	if n := len(build(large, "")); n < chunkMin {
+		t.Fatalf("the large file is %d bytes, under chunkMin %d", n, chunkMin)
+	}
+	for _, brk := range []string{"\u0085", "\u2028", "\u2029"} {
+		for _, rules := range []int{small, large} {
+			data := build(rules, "# the end"+brk+"  - key: hidden\n")
+			f, err := Parse("f.yaml", data)
+			if err != nil {
+				t.Fatalf("break %q, %d rules: %v", brk, rules, err)
+			}
+			if n, last := len(f.Descriptors), f.Descriptors[len(f.Descriptors)-1].Key; n != rules+1 || last != "hidden" {
+				t.Errorf("break %q in a comment, %d rules: %d descriptors, the last %q; want %d, the last \"hidden\"", brk, rules, n, last, rules+1)
+			}
+		}
+	}
+	// At the top, the break makes a second domain: an error at both sizes.
+	for _, brk := range []string{"\u0085", "\u2028"} {
+		for _, rules := range []int{small, large} {
+			_, err := Parse("f.yaml", append([]byte("# c"+brk+"domain: e\n"), build(rules, "")...))
+			if err == nil || !strings.Contains(err.Error(), `field "domain" given twice`) {
+				t.Errorf("break %q in a comment above the domain, %d rules: error %v, want the domain given twice", brk, rules, err)
+			}
+		}
+	}
+	for _, tc := range []struct{ tail, want string }{
+		{"...\n]\n", "f.yaml:%d: invalid YAML:"},
+		{"---\ndomain: e\n", "f.yaml:%d: more than one YAML document"},
+	} {
+		for _, rules := range []int{small, large} {
+			data := build(rules, tc.tail)
+			line := 2*rules + 3 // the marker's line
+			_, err := Parse("f.yaml", data)
+			if want := fmt.Sprintf(tc.want, line); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%q after the document, %d rules: error %v, want %q", tc.tail, rules, err, want)
+			}
+		}
+	}
+	for _, rules := range []int{small, large} {
+		if _, err := Parse("f.yaml", build(rules, "...\n# only comments\n\n")); err != nil {
+			t.Errorf("comments after the end marker, %d rules: %v", rules, err)
+		}
 	}
 }

@@ -158,6 +158,9 @@ func FuzzChunks(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n  - key: a\n",
 		"descriptors:\n- {key: a, value: \"x'y\"}\n- key: b\n  descriptors:\n  - key: c\ndomain: d\n",
 		"domain: d\ndescriptors:\n  - key: a\n    value: 'q\n      r'\n  - key: b\n",
+		// Line breaks the parser honours besides LF, and document markers.
+		"# c\u0085---\ndomain: d\ndescriptors:\n  - key: a\n# x\u2028  - key: b\n",
+		"domain: d\ndescriptors:\n  - key: a\n# x\u2029descriptors: []\r\n  - key: b\n...\n]\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -121,9 +121,14 @@ func parseWhole(name string, data []byte) (*File, error) {
 		}
 	}
 	f.Descriptors = d.descriptors(fields["descriptors"], "descriptors")
+	// Only comments and blank lines may follow the document: a second one,
+	// or text that does not parse, would give the file a second meaning.
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
+	switch err := dec.Decode(&extra); {
+	case err == nil:
 		d.errAt(extra.Line, "", "more than one YAML document; put each domain in its own file")
+	case !errors.Is(err, io.EOF):
+		d.errs = append(d.errs, d.yamlError(err))
 	}
 	return f, d.err()
 }
