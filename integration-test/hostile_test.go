@@ -309,21 +309,64 @@ func TestStoreErrorsStayInTheLog(t *testing.T) {
 	}
 }
 
-// TestMemoryEvictionsAreExported: a full embedded store says so on
-// /metrics, as docs/stores.md promises.
-func TestMemoryEvictionsAreExported(t *testing.T) {
-	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
-	env["MEMORY_MAX_KEYS"] = "64"
-	p := start(t, env)
-	for i := range 500 {
-		p.should(t, "it", desc("user=u"+strconv.Itoa(i)))
-	}
-	m := regexp.MustCompile(`(?m)^ratelimit_memory_evictions_total\{store="main"\} (\d+)`).FindStringSubmatch(metricsBody(t, p))
-	if m == nil {
-		t.Fatal(`/metrics lacks ratelimit_memory_evictions_total{store="main"}`)
-	}
-	if n, _ := strconv.Atoi(m[1]); n == 0 {
-		t.Errorf("500 keys in a store of 64: ratelimit_memory_evictions_total = 0, want > 0")
+// TestMemoryFullKeepsLimits: a full embedded store never frees a live
+// counter for a new one: clients at their limit stay limited however many
+// new values arrive; the new values are answered by the failure policy
+// (Unavailable by default, OK with BACKEND_FAILURE_POLICY=allow), counted
+// on /metrics and logged, as docs/stores.md says.
+func TestMemoryFullKeepsLimits(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   codes.Code
+	}{{unset, codes.Unavailable}, {"allow", codes.OK}} {
+		t.Run("BACKEND_FAILURE_POLICY="+strings.Trim(tc.policy, "\x00"), func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+			env["MEMORY_MAX_KEYS"] = "640" // 10 per shard
+			env["BACKEND_FAILURE_POLICY"] = tc.policy
+			p := start(t, env)
+			ask := func(user string) (rlsv3.RateLimitResponse_Code, codes.Code) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + user))})
+				return resp.GetOverallCode(), status.Code(err)
+			}
+			// 200 clients spend their budget of 2.
+			for c := range 200 {
+				for range 2 {
+					if _, code := ask("client" + strconv.Itoa(c)); code != codes.OK {
+						t.Fatalf("client %d: %v", c, code)
+					}
+				}
+			}
+			refused, began := 0, time.Now()
+			for i := range 5_000 {
+				if _, code := ask("churn" + strconv.Itoa(i)); code == tc.want && code != codes.OK {
+					refused++
+				} else if code != codes.OK {
+					t.Fatalf("new value %d: %v, want OK or %v", i, code, tc.want)
+				}
+			}
+			for c := range 200 {
+				if rl, code := ask("client" + strconv.Itoa(c)); code != codes.OK || rl != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("client %d after the churn: %v %v, want OVER_LIMIT", c, rl, code)
+				}
+			}
+			if tc.want != codes.OK && refused == 0 {
+				t.Error("no new value was refused by a full store")
+			}
+			m := regexp.MustCompile(`(?m)^ratelimit_memory_full_total\{store="main"\} (\d+)`).FindStringSubmatch(metricsBody(t, p))
+			if m == nil {
+				t.Fatal(`/metrics lacks ratelimit_memory_full_total{store="main"}`)
+			}
+			if n, _ := strconv.Atoi(m[1]); n == 0 {
+				t.Error("ratelimit_memory_full_total = 0 after a full store refused new values")
+			}
+			// At most a line per 5 s burst, however many refusals.
+			bursts := 2 + int(time.Since(began)/(5*time.Second))
+			if n := strings.Count(p.stderr.String(), "new counters answered by failure policy"); n == 0 || n > bursts {
+				t.Errorf("the full store was logged %d times, want at least once and at most %d:\n%s", n, bursts, p.stderr)
+			}
+		})
 	}
 }
 

@@ -81,7 +81,7 @@ func run(ctx context.Context) error {
 
 	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
 	defer fallback.Close()
-	countEvictions(reg, "fallback", fallback)
+	countFull(reg, "fallback", fallback)
 	debug, limited := debugHandlers(s, reg, configs)
 	svc, err := service.New(serviceOptions(s, tr.Store(store), fallback, configs, reg, limited, log))
 	if err != nil {

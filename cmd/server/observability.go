@@ -52,13 +52,14 @@ func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(server.Guar
 	}
 }
 
-// countEvictions exports how many live counters a memory store dropped
+// countFull exports how many live counters a memory store dropped
 // because it was full (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and the bytes
 // it holds.
-func countEvictions(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
-	reg.CounterFunc("ratelimit_memory_evictions_total",
-		"Live counters the embedded store dropped to make room (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES); each starts again from zero.",
-		prometheus.Labels{"store": store}, func() float64 { return float64(m.Evictions()) })
+func countFull(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
+	reg.CounterFunc("ratelimit_memory_full_total",
+		"Calls the embedded store refused for want of room for a new counter, every counter it holds being live "+
+			"(MEMORY_MAX_KEYS, MEMORY_MAX_BYTES); they were answered by failure policy.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Refused()) })
 	reg.GaugeFunc("ratelimit_memory_bytes", "Bytes the embedded store's counters are counted as against MEMORY_MAX_BYTES.",
 		prometheus.Labels{"store": store}, func() float64 { return float64(m.Bytes()) })
 }

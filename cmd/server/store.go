@@ -22,7 +22,7 @@ import (
 func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	if s.Backend() == "memory" {
 		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
-		countEvictions(reg, "main", mem)
+		countFull(reg, "main", mem)
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil
 	}

@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +21,17 @@ import (
 //
 // Memory: each shard holds at most MaxKeys/memShards entries and
 // MaxBytes/memShards bytes, counted as entrySize does (a sliding log's
-// entries included). Inserting into a full shard first drops an expired
-// entry if a small random sample finds one, otherwise the sampled entry that
-// expires soonest (it is the one whose loss forgives the fewest hits), as
-// many times as it takes. Evictions are counted. A sweeper goroutine drops
-// expired entries every SweepInterval; lookups treat expired entries as absent
-// regardless, so the sweeper only frees memory.
+// entries included). A live counter is never dropped to make room: that
+// would give its client its budget back, and a client minting new values
+// could aim it at anyone's counter. Before a batch writes, the room its new
+// counters need is made by dropping expired entries only (an expired entry
+// is the same as none): one from a small random sample, or else all of them
+// in one pass, which also notes when the shard's next entry expires, so that
+// a shard full of live counters answers at once until then. If there is
+// still no room, the batch counts nothing and Apply returns ErrFull (the
+// service answers it by failure policy); refusals are counted. A sweeper
+// goroutine drops expired entries every SweepInterval; lookups treat expired
+// entries as absent regardless, so the sweeper only frees memory.
 
 const (
 	memShards   = 64
@@ -58,22 +65,31 @@ type MemoryOptions struct {
 // It is safe for concurrent use. Create it with NewMemoryStore and stop its
 // sweeper with Close.
 type MemoryStore struct {
-	shards    [memShards]memShard
-	seed      maphash.Seed
-	perShard  int
-	bytesPer  int64 // per shard
-	clock     func() time.Time
-	evictions atomic.Uint64
-	stop      chan struct{}
-	done      chan struct{}
+	shards   [memShards]memShard
+	seed     maphash.Seed
+	perShard int
+	bytesPer int64 // per shard
+	clock    func() time.Time
+	refused  atomic.Uint64
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type memShard struct {
 	mu    sync.Mutex
 	m     map[string]memEntry
-	bytes int64    // entrySize summed over m
-	_     [32]byte // keep neighbouring shards' mutexes off one cache line
+	bytes int64 // entrySize summed over m
+	// liveUntil (µs): no entry expires before it, so a full shard has
+	// nothing to drop until then (see dropExpired).
+	liveUntil int64
+	_         [24]byte // keep neighbouring shards' mutexes off one cache line
 }
+
+// ErrFull is what Apply returns when a batch needs room for a counter and
+// the store has none: every counter it holds still counts hits in its
+// window (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES). Nothing of the batch is
+// counted.
+var ErrFull = errors.New("embedded store full: every counter it holds is live (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES)")
 
 type memEntry struct {
 	st      state
@@ -144,21 +160,32 @@ func (s *MemoryStore) sweep(now time.Time) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.expires <= us {
-				sh.bytes -= entrySize(k, e)
-				delete(sh.m, k)
-				freed++
-			}
-		}
+		freed += sh.dropAllExpired(us)
 		sh.mu.Unlock()
 	}
 	return freed
 }
 
-// Evictions returns how many live counters were dropped because the store
-// was full.
-func (s *MemoryStore) Evictions() uint64 { return s.evictions.Load() }
+// dropAllExpired frees every entry expired at now, notes when the next one
+// expires, and returns how many it freed.
+func (sh *memShard) dropAllExpired(now int64) int {
+	freed := 0
+	next := int64(math.MaxInt64)
+	for k, e := range sh.m {
+		if e.expires <= now {
+			sh.bytes -= entrySize(k, e)
+			delete(sh.m, k)
+			freed++
+		} else {
+			next = min(next, e.expires)
+		}
+	}
+	sh.liveUntil = next
+	return freed
+}
+
+// Refused returns how many batches were refused with ErrFull.
+func (s *MemoryStore) Refused() uint64 { return s.refused.Load() }
 
 // pending is one hit's evaluation before it is written.
 type pending struct {
@@ -203,12 +230,69 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 			outs[i] = unwritten(outs[i], s.stored(pend[i].shard, h.Key, us), us, h.Rule)
 		}
 	}
+	if !s.reserve(pend, b.Hits, us) {
+		s.refused.Add(1)
+		return nil, ErrFull
+	}
 	for i := range b.Hits {
 		if pend[i].write {
-			s.put(pend[i].shard, b.Hits[i].Key, memEntry{st: pend[i].st, expires: pend[i].expires}, us)
+			s.put(pend[i].shard, b.Hits[i].Key, memEntry{st: pend[i].st, expires: pend[i].expires})
 		}
 	}
 	return outs, nil
+}
+
+// reserve makes the room the batch's writes need in each shard, dropping
+// expired entries only, and reports whether there is enough. It runs with
+// the batch's shards locked, before anything is written.
+func (s *MemoryStore) reserve(pend []pending, hits []Hit, now int64) bool {
+	type need struct {
+		shard uint8
+		keys  int
+		bytes int64
+	}
+	var buf [8]need
+	needs := buf[:0]
+	for i := range hits {
+		if !pend[i].write || laterWrite(pend[i+1:], hits[i+1:], hits[i].Key) {
+			continue // only the last write to a key stays
+		}
+		sh := &s.shards[pend[i].shard]
+		n := need{shard: pend[i].shard, bytes: entrySize(hits[i].Key, memEntry{st: pend[i].st})}
+		if old, ok := sh.m[hits[i].Key]; ok && old.expires > now {
+			n.bytes -= entrySize(hits[i].Key, old)
+		} else {
+			n.keys = 1 // new, or replacing an expired entry that room-making may drop first
+		}
+		j := 0
+		for j < len(needs) && needs[j].shard != n.shard {
+			j++
+		}
+		if j == len(needs) {
+			needs = append(needs, need{shard: n.shard})
+		}
+		needs[j].keys += n.keys
+		needs[j].bytes += n.bytes
+	}
+	for _, n := range needs {
+		sh := &s.shards[n.shard]
+		for len(sh.m)+n.keys > s.perShard || sh.bytes+n.bytes > s.bytesPer {
+			if !sh.dropExpired(now) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// laterWrite reports whether one of the pending writes writes key.
+func laterWrite(pend []pending, hits []Hit, key string) bool {
+	for i := range hits {
+		if pend[i].write && hits[i].Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // unwritten is the outcome reported for a hit that was evaluated but not
@@ -241,23 +325,14 @@ func (s *MemoryStore) stored(sh uint8, key string, now int64) state {
 	return e.st
 }
 
-func (s *MemoryStore) put(sh uint8, key string, e memEntry, now int64) {
+func (s *MemoryStore) put(sh uint8, key string, e memEntry) {
 	shard := &s.shards[sh]
-	size := entrySize(key, e)
-	old, ok := shard.m[key]
-	if ok {
+	if old, ok := shard.m[key]; ok {
 		shard.bytes -= entrySize(key, old)
 	}
-	if !ok || shard.bytes+size > s.bytesPer {
-		if ok {
-			delete(shard.m, key) // so that making room never picks it
-		}
-		for len(shard.m) > 0 && (len(shard.m) >= s.perShard || shard.bytes+size > s.bytesPer) {
-			s.evictOne(shard, now)
-		}
-	}
 	shard.m[key] = e
-	shard.bytes += size
+	shard.bytes += entrySize(key, e)
+	shard.liveUntil = min(shard.liveUntil, e.expires)
 }
 
 // entryOverhead is what a counter costs beside its key and log, measured
@@ -275,24 +350,27 @@ func entrySize(key string, e memEntry) int64 {
 	return n
 }
 
-// evictOne makes room in a full shard; see the design note above.
-func (s *MemoryStore) evictOne(shard *memShard, now int64) {
-	victim, soonest, n := "", int64(0), 0
-	var ve memEntry
-	for k, e := range shard.m {
-		if n == 0 || e.expires < soonest {
-			victim, soonest, ve = k, e.expires, e
+// dropExpired frees room in a full shard without losing a live counter: an
+// expired entry from a small sample if there is one, else every expired
+// entry in one pass, which also notes when the next one expires (liveUntil),
+// so that until then a shard full of live counters answers at once. It
+// reports whether it freed anything.
+func (sh *memShard) dropExpired(now int64) bool {
+	if now < sh.liveUntil {
+		return false
+	}
+	n := 0
+	for k, e := range sh.m {
+		if e.expires <= now {
+			sh.bytes -= entrySize(k, e)
+			delete(sh.m, k)
+			return true
 		}
-		n++
-		if n == evictSample {
+		if n++; n == evictSample {
 			break
 		}
 	}
-	shard.bytes -= entrySize(victim, ve)
-	delete(shard.m, victim)
-	if soonest > now {
-		s.evictions.Add(1) // a live counter was lost, not just garbage
-	}
+	return sh.dropAllExpired(now) > 0
 }
 
 // Bytes returns the bytes the store's counters are counted as (MaxBytes

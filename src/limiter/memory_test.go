@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -49,18 +50,84 @@ func TestMemorySweepFreesExpired(t *testing.T) {
 func TestMemoryBoundedWhenFull(t *testing.T) {
 	s := newMemory(t, limiter.MemoryOptions{MaxKeys: 64 * 4})
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 5, Period: time.Hour}
+	refused := 0
 	for i := range 10_000 {
 		key := "k" + string(rune('a'+i%26)) + string(rune(i))
-		if _, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
+		_, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
+		switch {
+		case errors.Is(err, limiter.ErrFull):
+			refused++
+		case err != nil:
 			t.Fatal(err)
 		}
 	}
 	if got := s.Len(); got > 64*4 {
 		t.Errorf("Len() = %d after 10000 keys, want at most MaxKeys=%d", got, 64*4)
 	}
-	if s.Evictions() == 0 {
-		t.Errorf("Evictions() = 0, want > 0 after overfilling")
+	if refused == 0 || s.Refused() != uint64(refused) {
+		t.Errorf("%d batches refused, Refused() = %d; want some, and the same", refused, s.Refused())
 	}
+}
+
+// TestMemoryFullKeepsLiveCounters: churning new values through a full
+// store never gives an established client its budget back, even when the
+// clients' windows are the shorter ones (dropping the counter that expires
+// soonest would pick theirs); new keys are refused with ErrFull instead,
+// until counters expire, and then get the room the expired ones held.
+func TestMemoryFullKeepsLiveCounters(t *testing.T) {
+	const clients = 2_000
+	s := newMemory(t, limiter.MemoryOptions{MaxBytes: 64 * 64 * 200}) // room for about 8,000 counters
+	perMinute := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: time.Minute}
+	hourly := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: time.Hour}
+	apply := func(now time.Time, key string, r limiter.Rule) (limiter.Outcome, error) {
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
+		if err != nil {
+			return limiter.Outcome{}, err
+		}
+		return out[0], nil
+	}
+	t0 := limitertest.T0
+	// Every client spends its budget for the minute.
+	for c := range clients {
+		for range 3 {
+			if _, err := apply(t0, fmt.Sprintf("client-%d", c), perMinute); err != nil {
+				t.Fatalf("client %d: %v", c, err)
+			}
+		}
+	}
+	// An attacker churns 150,000 new values on an hourly window, in 12 s.
+	refused := 0
+	for i := range 150_000 {
+		now := t0.Add(time.Duration(i) * 80 * time.Microsecond)
+		if _, err := apply(now, fmt.Sprintf("churn-%d", i), hourly); errors.Is(err, limiter.ErrFull) {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := 0
+	for c := range clients {
+		out, err := apply(t0.Add(13*time.Second), fmt.Sprintf("client-%d", c), perMinute)
+		if err != nil {
+			t.Fatalf("client %d: %v", c, err)
+		}
+		if out.Allowed {
+			back++
+		}
+	}
+	if back != 0 {
+		t.Errorf("%d of %d limited clients got budget back after the churn, want 0", back, clients)
+	}
+	if refused == 0 || s.Refused() != uint64(refused) {
+		t.Errorf("%d churned keys refused, Refused() = %d: want some, and the same", refused, s.Refused())
+	}
+	// Once the clients' minute is over, their room goes to new keys.
+	for i := range clients / 2 {
+		if _, err := apply(t0.Add(time.Minute), fmt.Sprintf("late-%d", i), hourly); err != nil {
+			t.Fatalf("a new key after the clients' counters expired: %v", err)
+		}
+	}
+	t.Logf("refused %d of 150,000 churned keys", refused)
 }
 
 func TestMemoryUsesClockWhenNowIsZero(t *testing.T) {
@@ -109,8 +176,8 @@ func BenchmarkMemoryApply3(b *testing.B) {
 
 // TestMemoryBoundedByBytes: sliding logs count by their entries, not as one
 // key each: filling logs on many keys stays within MaxBytes (the accounted
-// bytes, and the live heap with them), evicting to make room, and evictions
-// of live counters are counted.
+// bytes, and the live heap with them): past it, hits that would grow a log
+// or start a new one are refused, and counted.
 func TestMemoryBoundedByBytes(t *testing.T) {
 	const maxBytes = 4 << 20
 	s := newMemory(t, limiter.MemoryOptions{MaxBytes: maxBytes})
@@ -122,7 +189,8 @@ func TestMemoryBoundedByBytes(t *testing.T) {
 		for i := range 1000 {
 			// One µs apart: every hit is an entry of its own.
 			now := limitertest.T0.Add(time.Duration(i) * time.Microsecond)
-			if _, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: fmt.Sprintf("k%03d", k), Rule: r, Cost: 1}}}); err != nil {
+			_, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: fmt.Sprintf("k%03d", k), Rule: r, Cost: 1}}})
+			if err != nil && !errors.Is(err, limiter.ErrFull) {
 				t.Fatal(err)
 			}
 		}
@@ -132,13 +200,13 @@ func TestMemoryBoundedByBytes(t *testing.T) {
 	if got := s.Bytes(); got > maxBytes {
 		t.Errorf("Bytes() = %d after 200 full logs, want at most MaxBytes %d", got, maxBytes)
 	}
-	if s.Evictions() == 0 {
-		t.Error("no eviction: 200 logs of 1,000 entries (about 3.2 MB at 16 bytes each, more with growth room) did not fill 4 MiB")
+	if s.Refused() == 0 {
+		t.Error("nothing refused: 200 logs of 1,000 entries (about 3.2 MB at 16 bytes each, more with growth room) did not fill 4 MiB")
 	}
 	if live := int64(after.HeapAlloc) - int64(before.HeapAlloc); live > 2*maxBytes {
 		t.Errorf("live heap grew by %d bytes, want within twice MaxBytes (%d)", live, 2*maxBytes)
 	} else {
-		t.Logf("accounted %d bytes, live heap +%d bytes, %d evictions", s.Bytes(), live, s.Evictions())
+		t.Logf("accounted %d bytes, live heap +%d bytes, %d refused", s.Bytes(), live, s.Refused())
 	}
 }
 

@@ -110,6 +110,7 @@ type Server struct {
 	opts      Options
 	debug     func() bool // whether the logger is at debug level, now
 	storeErrs burstLog
+	fullErrs  burstLog
 	storeDown atomic.Bool
 }
 
@@ -199,7 +200,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			if outcomes, err = s.degrade(ctx, plan); err != nil {
 				return nil, err
 			}
-		} else if s.storeDown.CompareAndSwap(true, false) {
+		} else if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
 			s.opts.Logger.Warn("rate limit store recovered")
 		}
 		s.record(req.GetDomain(), plan, outcomes)
@@ -313,6 +314,14 @@ func (s *Server) logDecisions(req *rlsv3.RateLimitRequest, p *config.Plan, outs 
 // noteStoreError logs a store failure: once when the store starts failing,
 // then at most once per burst.
 func (s *Server) noteStoreError(err error) {
+	if errors.Is(err, limiter.ErrFull) {
+		// Not an outage: the embedded store has no room for a new counter
+		// while the others stay live. Logged at most once per burst.
+		if n, ok := s.fullErrs.due(time.Now()); ok {
+			s.opts.Logger.WithError(err).WithField("suppressed", n).Warn("new counters answered by failure policy")
+		}
+		return
+	}
 	if s.storeDown.CompareAndSwap(false, true) {
 		s.opts.Logger.WithError(err).Error("rate limit store failing; answering by failure policy")
 	}
