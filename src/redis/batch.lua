@@ -21,7 +21,9 @@
 --          lease.go): on an allowed hit of a window algorithm, up to that
 --          many more hits to count now as a slice the replica spends
 --          locally; on a refund, 1 + the window number of the slice it
---          gives back (see lease_return; its answer means nothing).
+--          gives back (see lease_return; its answer means nothing), its
+--          unspent hits as the cost and its size in the burst field
+--          (see held_return).
 --
 -- Several decisions per call let the client batch concurrent requests into
 -- one command (REDIS_PIPELINE_WINDOW); each decision still reads and writes
@@ -109,6 +111,95 @@ local function lease_return(alg, s1, s2, s3, w, n)
   return s1, s2, s3, false
 end
 
+-- Held hits: a window's count includes the slices granted in it
+-- (lease_grant). A refund (is_negative_hits) must never lower a count below
+-- what was granted as slices and not given back, or it would free budget a
+-- replica still admits from (or has admitted from: the two cannot be told
+-- apart here). What is held is kept beside the counter, in KEY|h (same hash
+-- tag, so same slot): {w, hc, hp}, the window it was written in, what that
+-- window's slices hold, and for a sliding window what the window before it
+-- held. Only grants, give-backs and refunds read or write it; a counter
+-- whose rule has no lease never has one, and its state is unchanged.
+local function held_at(alg, w, hc, hp, s1)
+  if w == s1 then
+    return hc, hp
+  elseif alg == 1 and s1 == w + 1 then
+    return 0, hc
+  end
+  return 0, 0
+end
+
+-- held_key is where key's held hits are kept: beside it, in its hash
+-- slot. Counter keys carry a hash tag; one without (none is written by the
+-- service) keeps nothing held, since no other key is sure to share its
+-- slot.
+local function held_key(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then
+      return key .. '|h'
+    end
+  end
+  return nil
+end
+
+local function load_held(key)
+  local hk = held_key(key)
+  local v = hk and redis.call('GET', hk)
+  if v and #v == 24 then
+    local w, hc, hp = struct.unpack('<ddd', v)
+    return {w, hc, hp}
+  end
+  return {0, 0, 0}
+end
+
+-- store_held writes what key's slices hold as of window w; exp (µs) is when
+-- the counter's state expires, or nil to keep the TTL (a give-back).
+local function store_held(key, w, hc, hp, exp, now)
+  local hk = held_key(key)
+  if not hk then
+    return
+  elseif hc == 0 and hp == 0 then
+    redis.call('DEL', hk)
+  elseif exp then
+    redis.call('SET', hk, struct.pack('<ddd', w, hc, hp), 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+  else
+    redis.call('SET', hk, struct.pack('<ddd', w, hc, hp), 'KEEPTTL')
+  end
+end
+
+-- refund_held applies a refund to a window counter less what its slices
+-- hold (h: {w, hc, hp}), adding them back after; the answer is then what a
+-- cost of 0 sees.
+local function refund_held(alg, s1, s2, s3, h, now, limit, p, cost, burst, overdraft)
+  local hc, hp = held_at(alg, h[1], h[2], h[3], s1)
+  if hc == 0 and hp == 0 or cost == 0 then
+    return step(alg, s1, s2, s3, now, limit, p, cost, burst, true, overdraft)
+  end
+  local n1, n2, n3, ok, _, _, retry, exp, write = step(alg, s1, s2 - hc, s3 - hp, now, limit, p, cost, burst, true, overdraft)
+  if n1 == s1 then
+    n2, n3 = n2 + hc, n3 + hp
+  elseif alg == 1 and n1 == s1 + 1 then
+    n3 = n3 + hc -- the window moved on by one: its held count is now the previous one
+  end
+  local _, _, _, _, rem, reset = step(alg, n1, n2, n3, now, limit, p, 0, burst, false, false)
+  return n1, n2, n3, ok, rem, reset, retry, exp, write
+end
+
+-- held_return takes a slice of window w given back, size hits granted in
+-- all, off what key's slices hold (h); s1 is the counter's window. Returns
+-- the new {w, hc, hp}, or nil if nothing changed.
+local function held_return(alg, h, s1, w, size)
+  local hc, hp = held_at(alg, h[1], h[2], h[3], s1)
+  if s1 == w and hc > 0 then
+    return {s1, hc - math.min(hc, size), hp}
+  elseif alg == 1 and s1 == w + 1 and hp > 0 then
+    return {s1, hc, hp - math.min(hp, size)}
+  end
+  return nil
+end
+
 -- store writes a key's new state. A window algorithm's key expires at a
 -- time fixed by its window, so while the window stays the same (found, and
 -- the window number, the state's first double, unchanged) the TTL already
@@ -147,6 +238,12 @@ local function apply_each(now, k, n, a, results)
     if refund and lease > 0 then
       n1, n2, n3, write = lease_return(alg, s1, s2, s3, lease - 1, cost)
       ok, rem, reset, retry, exp = true, 0, 0, 0, now
+      local h = held_return(alg, load_held(key), s1, lease - 1, burst)
+      if h then
+        store_held(key, h[1], h[2], h[3], nil, now)
+      end
+    elseif refund and alg < 2 then
+      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, load_held(key), now, limit, p, cost, burst, overdraft)
     else
       n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
     end
@@ -155,6 +252,9 @@ local function apply_each(now, k, n, a, results)
       n2, rem, extra = lease_grant(n2, rem, lease)
       if extra > 0 then
         reset, retry = exp - now, n1
+        local h = load_held(key)
+        local hc, hp = held_at(alg, h[1], h[2], h[3], n1)
+        store_held(key, n1, hc + extra, hp, exp, now)
       end
     end
     if write then
@@ -170,6 +270,13 @@ end
 -- Commit.Writes: commit 0 all, 1 only overdraft hits and refunds, 2 none.
 local function apply_all(now, mode, k, n, a, results)
   local stored, latest, out, writes = {}, {}, {}, {}
+  local held = {} -- key -> {w, hc, hp}, what its slices hold as of the pending writes
+  local function held_of(key)
+    if held[key] == nil then
+      held[key] = load_held(key)
+    end
+    return held[key]
+  end
   local commit = 0
   if mode == 2 then
     commit = 2
@@ -183,9 +290,14 @@ local function apply_all(now, mode, k, n, a, results)
     end
     local st = latest[key] or stored[key]
     local n1, n2, n3, ok, rem, reset, retry, exp, write
+    local h -- what the key's slices hold after this hit, if it changes
     if refund and lease > 0 then
       n1, n2, n3, write = lease_return(alg, st[1], st[2], st[3], lease - 1, cost)
       ok, rem, reset, retry, exp = true, 0, 0, 0, now
+      h = held_return(alg, held_of(key), st[1], lease - 1, burst)
+    elseif refund and alg < 2 then
+      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, st[1], st[2], st[3], held_of(key), now, limit, p, cost,
+        burst, overdraft)
     else
       n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)
     end
@@ -194,12 +306,18 @@ local function apply_all(now, mode, k, n, a, results)
       n2, rem, extra = lease_grant(n2, rem, lease)
       if extra > 0 then
         reset, retry = exp - now, n1
+        local hh = held_of(key)
+        local hc, hp = held_at(alg, hh[1], hh[2], hh[3], n1)
+        h = {n1, hc + extra, hp}
       end
     end
     out[i] = {ok and 1 + extra or 0, rem, reset, retry}
     if write then
       latest[key] = {n1, n2, n3}
-      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft}
+      if h then
+        held[key] = h
+      end
+      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft, h, lease > 0 and refund}
     end
     if not ok and not advisory and commit < 2 then
       if overdraft then
@@ -215,6 +333,13 @@ local function apply_all(now, mode, k, n, a, results)
     if commit == 0 or commit == 1 and w[8] then
       local st = stored[w[2]]
       store(w[2], w[3], st[4], st[1], w[4], w[5], w[6], w[7], now)
+      if w[9] then
+        local hexp = w[7]
+        if w[10] then
+          hexp = nil -- a give-back keeps the TTL
+        end
+        store_held(w[2], w[9][1], w[9][2], w[9][3], hexp, now)
+      end
       written[w[1]] = true
     end
   end

@@ -59,12 +59,14 @@ type leaseStats struct {
 	taken, leased, returned atomic.Uint64
 }
 
-// giveBack is a slice to return: n hits of window under rule.
+// giveBack is a slice to return: n unspent hits of window under rule, of
+// a slice of size hits in all, which Redis then stops holding against
+// refunds (see batch.lua's held hits).
 type giveBack struct {
-	key    string
-	rule   limiter.Rule
-	window int64
-	n      uint64
+	key     string
+	rule    limiter.Rule
+	window  int64
+	n, size uint64
 }
 
 // slice is a replica's budget on one key.
@@ -80,6 +82,9 @@ type sliceState struct {
 	left   uint64
 	window int64
 	until  time.Time
+	// size is what the slice was granted in all: Redis holds it against
+	// refunds until the slice goes back.
+	size uint64
 	// remaining is what Redis said remains beyond every slice it granted,
 	// as of its last answer; reset is when the window's count empties.
 	remaining uint64
@@ -148,21 +153,27 @@ func (l *leases) ruleStats(name string) *leaseStats {
 	return st
 }
 
-// returnable reports whether giving sl's unspent hits back changes
-// anything (sl.mu held): while its window lasts, and for a sliding window
-// during the next one, on which it still weighs.
+// returnable reports whether giving sl back changes anything (sl.mu
+// held): it holds unspent hits, or Redis holds its grant against refunds;
+// while its window lasts, and for a sliding window during the next one, on
+// which it still weighs.
 func (sl *slice) returnable(now time.Time) bool {
-	return sl.left > 0 && now.Before(sl.until.Add(slack(sl.rule)))
+	return (sl.left > 0 || sl.size > 0) && now.Before(sl.until.Add(slack(sl.rule)))
+}
+
+// back is sl given back (sl.mu held).
+func (sl *slice) back(key string) giveBack {
+	return giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left, size: sl.size}
 }
 
 // queue schedules sl's unspent hits for return (sl.mu held).
 func (l *leases) queue(key string, sl *slice, now time.Time) {
 	if sl.returnable(now) {
 		l.mu.Lock()
-		l.returns = append(l.returns, giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left})
+		l.returns = append(l.returns, sl.back(key))
 		l.mu.Unlock()
 	}
-	sl.left = 0
+	sl.left, sl.size = 0, 0
 }
 
 // use is what a leased hit did with its slice.
@@ -198,7 +209,7 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 		// The config changed under the slice (a reload): it goes back
 		// before this hit is decided under the new rule.
 		if sl.returnable(now) {
-			u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
+			u.back = sl.back(key)
 		}
 		sl.sliceState = sliceState{rule: h.Rule, lastUse: now}
 	}
@@ -212,9 +223,9 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
 	}
 	if sl.returnable(now) {
-		u.back = giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left}
+		u.back = sl.back(key)
 	}
-	sl.left = 0
+	sl.left, sl.size = 0, 0
 	if !h.Refund && !dryRun && mayTake && !sl.taking {
 		u.want = l.want(sl, now)
 		sl.since, sl.seen = now, 0
@@ -309,7 +320,7 @@ func (l *leases) took(key string, sl *slice, h *limiter.Hit, out limiter.Outcome
 		// The rule changed while the call was out: the slice goes back.
 		if g.extra > 0 {
 			l.mu.Lock()
-			l.returns = append(l.returns, giveBack{key: key, rule: h.Rule, window: g.window, n: g.extra})
+			l.returns = append(l.returns, giveBack{key: key, rule: h.Rule, window: g.window, n: g.extra, size: g.extra})
 			l.mu.Unlock()
 		}
 		return
@@ -326,9 +337,10 @@ func (l *leases) took(key string, sl *slice, h *limiter.Hit, out limiter.Outcome
 	st.taken.Add(1)
 	st.leased.Add(g.extra)
 	if g.window != sl.window || !sent.Before(sl.until) {
-		sl.left = 0 // a slice of an earlier window ended with it
+		sl.left, sl.size = 0, 0 // a slice of an earlier window ended with it
 	}
 	sl.left += g.extra
+	sl.size += g.extra
 	sl.window = g.window
 	sl.until = sl.reset.Add(-slack(h.Rule))
 }
@@ -357,7 +369,7 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 					outs[i] = out
 					continue
 				}
-				if u.back.n > 0 {
+				if u.back.n > 0 || u.back.size > 0 {
 					backs = append(backs, u.back)
 				}
 			}
@@ -451,7 +463,11 @@ func (s *Store) giveBack(ctx context.Context, backs []giveBack) error {
 	b := limiter.Batch{Hits: make([]limiter.Hit, len(backs))}
 	params := make([]uint64, len(backs))
 	for i, r := range backs {
-		b.Hits[i] = limiter.Hit{Key: r.key, Rule: r.rule, Cost: r.n, Refund: true}
+		// A window algorithm has no burst: the give-back carries the
+		// slice's size there (see batch.lua's lease_return).
+		rule := r.rule
+		rule.Burst = r.size
+		b.Hits[i] = limiter.Hit{Key: r.key, Rule: rule, Cost: r.n, Refund: true}
 		params[i] = uint64(r.window) + 1
 	}
 	if _, _, err := s.apply(ctx, b, params); err != nil {

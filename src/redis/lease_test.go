@@ -233,6 +233,7 @@ func TestLeaseOnEveryTopology(t *testing.T) {
 			t.Run("replica killed", func(t *testing.T) { testReplicaKilled(t, client()) })
 			t.Run("reload gives back", func(t *testing.T) { testReloadGivesBack(t, client()) })
 			t.Run("idle and close give back", func(t *testing.T) { testIdleAndCloseGiveBack(t, client()) })
+			t.Run("refund through another replica", func(t *testing.T) { testRefundKeepsSlices(t, client()) })
 			t.Run("redis down", func(t *testing.T) { testRedisDown(t, client(), stop) })
 		})
 	}
@@ -329,6 +330,40 @@ func testReplicaKilled(t *testing.T, c goredis.UniversalClient) {
 	b.Close()
 	if n := windowCount(t, c, key); n != 1000 {
 		t.Errorf("Redis counts %d, want the full 1000: a's 12, its lost 40, b's %d", n, got)
+	}
+}
+
+// A refund sent through another replica never frees budget a replica
+// holds as a slice: a holds 40 unspent hits of a slice of 50 when b
+// refunds 1,000; the refund gives back only the hits Redis decided itself,
+// and a's slice and b's hits together stay within the limit. On both
+// window algorithms.
+func testRefundKeepsSlices(t *testing.T, c goredis.UniversalClient) {
+	for _, r := range []limiter.Rule{leased1000,
+		{Algorithm: limiter.SlidingWindow, Limit: 1000, Period: time.Minute, Lease: "hot-sliding"}} {
+		t.Run(r.Algorithm.String(), func(t *testing.T) {
+			key := "{refund-" + r.Algorithm.String() + "}:w60"
+			a, b := newStore(t, c, leaseOptions()), newStore(t, c, leaseOptions())
+			takeSlice(t, a, key, r)
+			if got := spend(t, a, key, r, 2*time.Millisecond, 10); got != 10 {
+				t.Fatalf("a spent %d of its slice, want 10", got)
+			}
+			out, err := b.Apply(context.Background(), limiter.Batch{Now: limitertest.T0.Add(3 * time.Millisecond),
+				Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1000, Refund: true}}})
+			if err != nil || !out[0].Allowed {
+				t.Fatalf("refund through b: %v %v", out, err)
+			}
+			if n := windowCount(t, c, key); n != 50 {
+				t.Errorf("after the refund Redis counts %d, want the 50 of a's slice", n)
+			}
+			bAllowed := spend(t, b, key, r, 4*time.Millisecond, 2000)
+			aAllowed := spend(t, a, key, r, 5*time.Millisecond, 100)
+			// b: what the slice does not hold; a: the 40 it still holds,
+			// and nothing more from Redis.
+			if bAllowed != 950 || aAllowed != 40 {
+				t.Errorf("after the refund b allowed %d and a %d, want 950 and 40: the refund must not free a's slice", bAllowed, aAllowed)
+			}
+		})
 	}
 }
 
