@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"crypto/tls"
 	"bytes"
 	"encoding/binary"
 	"io"
@@ -36,6 +37,24 @@ func dialH2(t testing.TB, addr string, settings ...http2.Setting) (*h2, <-chan h
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h2Over(t, conn, addr, settings...)
+}
+
+// dialH2TLS is dialH2 over TLS (HTTP/2 negotiated by ALPN).
+func dialH2TLS(t testing.TB, addr string, cfg *tls.Config, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
+	t.Helper()
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h2Over(t, conn, addr, settings...)
+}
+
+// h2Over speaks HTTP/2 as a client on conn.
+func h2Over(t testing.TB, conn net.Conn, addr string, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
+	t.Helper()
 	t.Cleanup(func() { conn.Close() })
 	// A write error (the server closed the connection at once) shows as
 	// the frames channel closing.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -102,3 +103,69 @@ func TestJSONUnderMutualTLSWhenEnabled(t *testing.T) {
 }
 
 const jsonUser = `{"domain":"it","descriptors":[{"entries":[{"key":"user","value":"j"}]}]}`
+
+// TestRapidResetIsCutOffOverTLS: the HTTP/2 guard works on gRPC over TLS
+// and mutual TLS as on plaintext (it watches the decrypted connection): a
+// rapid-reset connection gets GOAWAY (ENHANCE_YOUR_CALM) and is closed, a
+// well-behaved client (with its certificate, under mTLS) keeps being
+// answered, and the guard counts the event.
+func TestRapidResetIsCutOffOverTLS(t *testing.T) {
+	for _, mutual := range []bool{false, true} {
+		t.Run(map[bool]string{false: "TLS", true: "mutual TLS"}[mutual], func(t *testing.T) {
+			dir := t.TempDir()
+			serverCA, clientCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca")
+			env := mtlsEnv(t, dir, serverCA, clientCA)
+			env["GRPC_ABUSE_COOLDOWN"] = "2s"
+			if mutual {
+				env["GRPC_CLIENT_TLS_SAN"] = "envoy.mesh"
+			} else {
+				delete(env, "GRPC_CLIENT_TLS_CACERT")
+			}
+			p := start(t, env)
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(serverCA.PEM)
+			cfg := &tls.Config{RootCAs: roots, ServerName: "ratelimit.local"}
+			if mutual {
+				c, k := clientCA.Issue(t, "envoy", "envoy.mesh")
+				pair, err := tls.X509KeyPair(c, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Certificates = []tls.Certificate{pair}
+			}
+			legit, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer legit.Close()
+			ask := func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_, err := rlsv3.NewRateLimitServiceClient(legit).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit"))})
+				return err
+			}
+			if err := ask(); err != nil {
+				t.Fatalf("a well-behaved client before the attack: %v", err)
+			}
+			c, frames := dialH2TLS(t, p.grpcAddr, cfg)
+			req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+			go func() {
+				for i := uint32(0); i < 5000; i++ {
+					id := 2*i + 1
+					if c.call(id, req) != nil || c.reset(id) != nil {
+						return // the server closed the connection
+					}
+				}
+			}()
+			if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("rapid reset over TLS answered with GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
+			}
+			if err := ask(); err != nil {
+				t.Errorf("a well-behaved client after the attack: %v", err)
+			}
+			if m := metricsBody(t, p); !strings.Contains(m, `ratelimit_grpc_guard_total{event="rapid_reset"} 1`) {
+				t.Errorf("metrics lack the rapid reset:\n%s", m)
+			}
+		})
+	}
+}

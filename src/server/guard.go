@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -32,8 +33,12 @@ import (
 //     it holds this way holds memory. A long-lived stream that does send
 //     (a health Watch) is not held against it.
 //
-// A TLS connection is watched as bytes on the wire are encrypted: the
-// guard then only caps connections.
+// Under TLS the bytes on the wire are encrypted, so the listener's
+// connections only count toward the caps, and the frames are watched on the
+// decrypted connection instead: guardCreds hands grpc-go, after the
+// handshake, the TLS connection wrapped in a guardConn of its own (the
+// handshake's AuthInfo, with the peer's certificate, goes through as it
+// is).
 
 // GuardOptions configure the guards; zero fields take DefaultGuard's values.
 type GuardOptions struct {
@@ -121,8 +126,8 @@ type guardListener struct {
 	o     GuardOptions
 	note  func(GuardEvent)
 	open  atomic.Int64
-	watch bool // parse frames: the listener carries plaintext HTTP/2
-	conns sync.Map
+	watch bool     // parse frames of accepted connections: the listener carries plaintext HTTP/2
+	conns sync.Map // the watched connections, for the sweeper
 	// banned maps an address (IP) to when its cooldown ends (ns).
 	banned sync.Map
 	// perHost counts open connections by address (IP); held are those
@@ -142,9 +147,7 @@ func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(Guar
 	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
 		held: map[string][]net.Conn{}}
 	gl.now.Store(time.Now().UnixNano())
-	if watch {
-		go gl.sweep()
-	}
+	go gl.sweep()
 	return gl
 }
 
@@ -165,9 +168,9 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		gc := &guardConn{Conn: c, gl: gl, host: host, waiting: map[uint32]int64{}, in: frameReader{preface: len(clientPreface)}}
+		gc := &guardConn{Conn: c, gl: gl, host: host, counted: true}
 		if gl.watch {
-			gl.conns.Store(gc, struct{}{})
+			gl.startWatching(gc)
 		}
 		return gc, nil
 	}
@@ -299,7 +302,7 @@ func (gl *guardListener) sweep() {
 			gl.releaseHeld(false)
 			gl.conns.Range(func(k, _ any) bool {
 				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
-					c.goAway(EventUnreadAnswers)
+					c.goAway(EventUnreadAnswers, false)
 				}
 				return true
 			})
@@ -363,12 +366,45 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) 
 // atBoundary reports whether the stream of frames is between two frames.
 func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 && f.have == 0 }
 
-// guardConn watches one connection's frames; see the package note above.
+// startWatching makes gc parse its frames, and the sweeper look at it.
+func (gl *guardListener) startWatching(gc *guardConn) {
+	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
+	gl.conns.Store(gc, struct{}{})
+}
+
+// guardCreds are TLS transport credentials whose connections are watched
+// after the handshake, on their decrypted HTTP/2 (see the note above).
+type guardCreds struct {
+	credentials.TransportCredentials
+	gl *guardListener
+}
+
+func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := g.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	// raw, a guardConn of the listener, stays counted until conn closes
+	// it; this one only watches.
+	gc := &guardConn{Conn: conn, gl: g.gl, host: hostOf(raw.RemoteAddr())}
+	g.gl.startWatching(gc)
+	return gc, info, nil
+}
+
+func (g guardCreds) Clone() credentials.TransportCredentials {
+	return guardCreds{TransportCredentials: g.TransportCredentials.Clone(), gl: g.gl}
+}
+
+// guardConn is one gRPC connection as the guards see it: counted toward
+// the caps (counted: it was accepted by the listener), and, when watch is
+// set, with its frames watched; see the package note above.
 type guardConn struct {
 	net.Conn
-	gl     *guardListener
-	host   string // the client's address (IP); empty for a Unix socket
-	closed atomic.Bool
+	gl      *guardListener
+	host    string // the client's address (IP); empty for a Unix socket
+	counted bool
+	watch   bool
+	closed  atomic.Bool
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
 
@@ -393,7 +429,7 @@ func (c *guardConn) Read(b []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	n, err := c.Conn.Read(b)
-	if n > 0 && c.gl.watch {
+	if n > 0 && c.watch {
 		// Bytes past the frame that tripped a guard never reach grpc-go:
 		// a read carries hundreds of an attacker's frames, each a stream
 		// it would otherwise still start.
@@ -432,12 +468,12 @@ func (c *guardConn) inbound(typ, flags byte, stream uint32) bool {
 		return false
 	}
 	c.cut.Store(true)
-	c.goAway(event)
+	c.goAway(event, true)
 	return true
 }
 
 func (c *guardConn) Write(b []byte) (int, error) {
-	if !c.gl.watch {
+	if !c.watch {
 		return c.Conn.Write(b)
 	}
 	c.wmu.Lock()
@@ -480,12 +516,14 @@ func (c *guardConn) oldestWaiting() int64 {
 }
 
 // goAway ends the connection for event: with a GOAWAY as soon as the
-// server's frames are between two frames (at once, or right after grpc-go's
-// write in progress completes one), and closed a second later in any case:
-// a write blocked on a peer that does not read then fails. It never waits
-// for a write itself, so the sweeper and the read path calling it cannot
-// be stalled by a peer.
-func (c *guardConn) goAway(event GuardEvent) {
+// server's frames are between two frames, and closed a second later in any
+// case, which ends a write blocked on a peer that does not read. It never
+// waits for grpc-go's write: if one is in progress, the GOAWAY follows it
+// (Write sends it), or a goroutine waits for it. The read path (now) cuts
+// the connection right after (grpc-go closes it on the read error), so
+// when no write is in progress the GOAWAY is written at once, bounded by a
+// second's write deadline; the sweeper always leaves it to a goroutine.
+func (c *guardConn) goAway(event GuardEvent, now bool) {
 	c.mu.Lock()
 	if c.closed.Load() || c.pending != "" {
 		c.mu.Unlock()
@@ -496,16 +534,27 @@ func (c *guardConn) goAway(event GuardEvent) {
 	c.gl.note(event)
 	c.gl.ban(c.RemoteAddr())
 	time.AfterFunc(time.Second, func() { _ = c.Close() })
+	if now && c.wmu.TryLock() {
+		c.goAwayIfBetweenFrames()
+		c.wmu.Unlock()
+		return
+	}
 	go func() {
 		c.wmu.Lock()
 		defer c.wmu.Unlock()
-		c.mu.Lock()
-		atBoundary := c.out.atBoundary()
-		c.mu.Unlock()
-		if atBoundary && !c.closed.Load() {
-			c.writeGoAway()
-		}
+		c.goAwayIfBetweenFrames()
 	}()
+}
+
+// goAwayIfBetweenFrames writes the GOAWAY if the server's frames are
+// between two frames (the caller holds wmu).
+func (c *guardConn) goAwayIfBetweenFrames() {
+	c.mu.Lock()
+	atBoundary := c.out.atBoundary()
+	c.mu.Unlock()
+	if atBoundary && !c.closed.Load() {
+		c.writeGoAway()
+	}
 }
 
 // writeGoAway writes GOAWAY(ENHANCE_YOUR_CALM) naming the last client
@@ -526,7 +575,9 @@ func (c *guardConn) writeGoAway() {
 
 func (c *guardConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.gl.release(c.host)
+		if c.counted {
+			c.gl.release(c.host)
+		}
 		c.gl.conns.Delete(c)
 	}
 	return c.Conn.Close()

@@ -136,7 +136,7 @@ func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
 	default:
 	}
 	// A GOAWAY decided for A returns at once and ends A's write.
-	slow.goAway(EventRapidReset)
+	slow.goAway(EventRapidReset, false)
 	if err := <-blocked; err == nil {
 		t.Error("A's blocked write succeeded after its connection was closed")
 	}

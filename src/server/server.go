@@ -148,9 +148,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	// The guards watch plaintext HTTP/2; under TLS they only cap connections.
-	lis[0] = newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
-	gs := grpc.NewServer(grpcOptions(o)...)
+	// The guards watch HTTP/2 as it is accepted when it is plaintext, and
+	// after the handshake under TLS (guardCreds).
+	gl := newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
+	lis[0] = gl
+	gs := grpc.NewServer(grpcOptions(o, gl)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -325,10 +327,10 @@ func removeStaleSocket(path string) error {
 
 // grpcOptions are the gRPC server's options: the caller's, TLS, bounds on
 // what one client may hold, keepalive, and the lenient codec.
-func grpcOptions(o Options) []grpc.ServerOption {
+func grpcOptions(o Options, gl *guardListener) []grpc.ServerOption {
 	sopts := slices.Clone(o.GRPCOptions)
 	if o.TLS != nil {
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
+		sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: credentials.NewTLS(o.TLS), gl: gl}))
 	}
 	sopts = append(sopts,
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
