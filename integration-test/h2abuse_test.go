@@ -1,8 +1,8 @@
 package integration
 
 import (
-	"crypto/tls"
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
