@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,20 +11,51 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/openrls/ratelimit/src/tlstest"
 )
 
 // BenchmarkRapidResetAttack measures what HTTP/2 rapid reset costs
 // well-behaved clients: their throughput (10 callers, closed loop) alone
 // and while four attackers open and reset streams as fast as they can,
 // each redialling whenever the service closes its connection (and so held
-// in its tarpit while its address cools down). Reported: both rates, their
-// ratio, and the service's peak resident memory. Loopback only; every loop
-// ends with -load.duration (attackers held by the tarpit, with the
-// cooldown).
+// in its tarpit while its address cools down), on plaintext gRPC and on
+// gRPC over TLS. Reported: both rates, their ratio, and the service's peak
+// resident memory. Loopback only; every loop ends with -load.duration
+// (attackers held by the tarpit, with the cooldown).
 //
 //	go test ./integration-test -run '^$' -bench RapidReset -benchtime 1x -args -load.duration=5s
 func BenchmarkRapidResetAttack(b *testing.B) {
-	p := start(b, writeConfig(b, map[string]string{"it.yaml": basicConfig}))
+	b.Run("plaintext", func(b *testing.B) { rapidResetAttack(b, false) })
+	b.Run("TLS", func(b *testing.B) { rapidResetAttack(b, true) })
+}
+
+func rapidResetAttack(b *testing.B, useTLS bool) {
+	env := writeConfig(b, map[string]string{"it.yaml": basicConfig})
+	var tlsCfg *tls.Config
+	if useTLS {
+		ca := tlstest.NewCA(b, "server-ca")
+		crt, key := ca.Issue(b, "ratelimit", "ratelimit.local")
+		dir := b.TempDir()
+		env["GRPC_SERVER_USE_TLS"] = "true"
+		env["GRPC_SERVER_TLS_CERT"] = tlstest.Write(b, dir, "tls.crt", crt)
+		env["GRPC_SERVER_TLS_KEY"] = tlstest.Write(b, dir, "tls.key", key)
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(ca.PEM)
+		tlsCfg = &tls.Config{RootCAs: roots, ServerName: "ratelimit.local"}
+	}
+	p := start(b, env)
+	client := p.client()
+	if useTLS {
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		client = rlsv3.NewRateLimitServiceClient(conn)
+	}
 	legit := func(d time.Duration) float64 {
 		var n atomic.Int64
 		var wg sync.WaitGroup
@@ -33,7 +66,7 @@ func BenchmarkRapidResetAttack(b *testing.B) {
 				defer wg.Done()
 				for i := 0; time.Now().Before(end); i++ {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit", "n="+string(rune('a'+g))))})
+					_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit", "n="+string(rune('a'+g))))})
 					cancel()
 					if err == nil {
 						n.Add(1)
@@ -63,7 +96,16 @@ func BenchmarkRapidResetAttack(b *testing.B) {
 						return
 					default:
 					}
-					c, frames := dialH2(b, addr)
+					var c *h2
+					var frames <-chan http2.Frame
+					if useTLS {
+						var err error
+						if c, frames, err = tryDialH2TLS(b, addr, tlsCfg); err != nil {
+							continue // held by the tarpit until the handshake timed out
+						}
+					} else {
+						c, frames = dialH2(b, addr)
+					}
 					go func() {
 						for i := uint32(0); i < 100000; i++ {
 							if c.call(2*i+1, req) != nil || c.reset(2*i+1) != nil {

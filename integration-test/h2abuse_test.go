@@ -43,13 +43,24 @@ func dialH2(t testing.TB, addr string, settings ...http2.Setting) (*h2, <-chan h
 // dialH2TLS is dialH2 over TLS (HTTP/2 negotiated by ALPN).
 func dialH2TLS(t testing.TB, addr string, cfg *tls.Config, settings ...http2.Setting) (*h2, <-chan http2.Frame) {
 	t.Helper()
+	c, frames, err := tryDialH2TLS(t, addr, cfg, settings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, frames
+}
+
+// tryDialH2TLS is dialH2TLS returning the dial's error: a handshake held
+// by the service's tarpit fails after 5 s.
+func tryDialH2TLS(t testing.TB, addr string, cfg *tls.Config, settings ...http2.Setting) (*h2, <-chan http2.Frame, error) {
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"}
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	return h2Over(t, conn, addr, settings...)
+	c, frames := h2Over(t, conn, addr, settings...)
+	return c, frames, nil
 }
 
 // h2Over speaks HTTP/2 as a client on conn.
