@@ -101,6 +101,10 @@ func writeFiles(t testing.TB, dir string, files map[string]string) {
 // server's environment (so its default applies).
 const unset = "\x00unset"
 
+// nofile, as a key in a test's env, runs the server with that limit on
+// open files (RLIMIT_NOFILE, soft and hard), set by the shell that execs it.
+const nofile = "\x00nofile"
+
 // command prepares the binary with env on free loopback ports.
 func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
@@ -119,6 +123,10 @@ func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 		}
 	}
 	cmd := exec.Command(serverBin)
+	if n, ok := base[nofile]; ok {
+		delete(base, nofile)
+		cmd = exec.Command("sh", "-c", "ulimit -n "+n+" && exec \"$0\"", serverBin)
+	}
 	for k, v := range base {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

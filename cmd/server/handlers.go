@@ -21,7 +21,7 @@ import (
 // and how to turn it on.
 func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
 	if s.JSONEndpoint() {
-		return svc.JSONHandler()
+		return svc.JSONHandler(service.JSONOptions{MaxBytes: s.RequestMaxBytes})
 	}
 	reason := "POST /json is off: set JSON_ENDPOINT_ENABLED=true to serve it"
 	if s.GRPCClientTLSCACert != "" {

@@ -52,6 +52,28 @@ func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(server.Guar
 	}
 }
 
+// httpConnEvents counts the connections the HTTP listeners close of their
+// own accord, by port and why.
+func httpConnEvents(reg *metrics.Registry) func(port, why string) {
+	type key struct{ port, why string }
+	counts := map[key]*atomic.Uint64{}
+	for _, port := range []string{"http", "debug", "metrics"} {
+		for _, why := range []string{server.HTTPRefused, server.HTTPEvictedIdle} {
+			n := new(atomic.Uint64)
+			counts[key{port, why}] = n
+			reg.CounterFunc("ratelimit_http_connections_closed_total",
+				"Connections an HTTP listener closed at its caps (HTTP_MAX_CONNECTIONS, _PER_ADDRESS): refused while every "+
+					"connection was busy, or idle keep-alive ones evicted for a new one.",
+				prometheus.Labels{"port": port, "why": why}, func() float64 { return float64(n.Load()) })
+		}
+	}
+	return func(port, why string) {
+		if n := counts[key{port, why}]; n != nil {
+			n.Add(1)
+		}
+	}
+}
+
 // countFull exports how many live counters a memory store dropped
 // because it was full (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and the bytes
 // it holds.

@@ -77,6 +77,11 @@ type Options struct {
 	// GuardOptions); OnGuard, when set, hears each time a guard acts.
 	Guard   GuardOptions
 	OnGuard func(GuardEvent)
+	// HTTPLimits caps each HTTP listener's connections; OnHTTPConn, when
+	// set, hears each connection a listener closes of its own accord
+	// (port: http, debug or metrics; why: HTTPRefused or HTTPEvictedIdle).
+	HTTPLimits HTTPLimits
+	OnHTTPConn func(port, why string)
 	// Timeouts bounds slow or silent clients; zero fields take
 	// DefaultTimeouts' values.
 	Timeouts Timeouts
@@ -144,9 +149,19 @@ func (t Timeouts) withDefaults() Timeouts {
 // Run listens on every address and serves until ctx is done.
 func Run(ctx context.Context, o Options) error {
 	o = o.withDefaults()
+	if limit := openFileLimit(); limit > 0 {
+		fitDescriptors(&o, limit, o.Logger)
+	}
 	lis, err := listen(o)
 	if err != nil {
 		return err
+	}
+	capped := map[int]*capListener{}
+	for i, port := range map[int]string{1: "http", 2: "debug", 3: "metrics"} {
+		if i < len(lis) {
+			capped[i] = newCapListener(lis[i], o.HTTPLimits, func(why string) { o.OnHTTPConn(port, why) })
+			lis[i] = capped[i]
+		}
 	}
 	// The guards watch HTTP/2 as it is accepted when it is plaintext, and
 	// after the handshake under TLS (guardCreds).
@@ -158,6 +173,11 @@ func Run(ctx context.Context, o Options) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	httpSrv, debugSrv, metricsSrv := httpServers(o)
+	for i, srv := range map[int]*http.Server{1: httpSrv, 2: debugSrv, 3: metricsSrv} {
+		if cl := capped[i]; cl != nil {
+			srv.ConnState = cl.connState
+		}
+	}
 
 	errc := make(chan error, 4)
 	if o.MetricsAddr != "" {
@@ -198,6 +218,13 @@ func (o Options) withDefaults() Options {
 	o.Guard = o.Guard.withDefaults()
 	if o.OnGuard == nil {
 		o.OnGuard = func(GuardEvent) {}
+	}
+	o.HTTPLimits = o.HTTPLimits.withDefaults()
+	if o.OnHTTPConn == nil {
+		o.OnHTTPConn = func(string, string) {}
+	}
+	if o.Logger == nil {
+		o.Logger = logrus.StandardLogger()
 	}
 	return o
 }

@@ -1,8 +1,11 @@
 package service
 
 import (
-	"io"
+	"bytes"
+	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -12,22 +15,57 @@ import (
 	"github.com/openrls/ratelimit/src/escape"
 )
 
-// maxJSONBody bounds a POST /json body; a RateLimitRequest within the request
-// Limits is far smaller.
-const maxJSONBody = 1 << 20
+// JSONOptions bound POST /json. Zero fields take the defaults.
+type JSONOptions struct {
+	// MaxBytes bounds a request body, as REQUEST_MAX_BYTES bounds a gRPC
+	// request message; default 256 KiB.
+	MaxBytes int
+	// MaxInFlight bounds the bodies being read at once; past it a request
+	// is answered 503 at once, so that the memory bodies hold stays under
+	// MaxInFlight x MaxBytes; default 64.
+	MaxInFlight int
+}
 
 // JSONHandler serves POST /json: a proto3-JSON RateLimitRequest in, a
 // proto3-JSON RateLimitResponse out, with 200 for OK, 429 for OVER_LIMIT, 400
-// for a bad request and 503 when no decision could be made.
-func (s *Server) JSONHandler() http.Handler {
+// for a bad request, 413 for a body past MaxBytes and 503 when no decision
+// could be made (or too many bodies are being read).
+func (s *Server) JSONHandler(o JSONOptions) http.Handler {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 256 << 10
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 64
+	}
+	reading := make(chan struct{}, o.MaxInFlight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "POST a JSON RateLimitRequest", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-		if err != nil {
+		if r.ContentLength > int64(o.MaxBytes) {
+			refuseBody(w)
+			http.Error(w, fmt.Sprintf("the body is %d bytes, at most %d allowed (REQUEST_MAX_BYTES)", r.ContentLength, o.MaxBytes),
+				http.StatusRequestEntityTooLarge)
+			return
+		}
+		select {
+		case reading <- struct{}{}:
+		default:
+			refuseBody(w)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("%d /json bodies are being read already; retry", o.MaxInFlight), http.StatusServiceUnavailable)
+			return
+		}
+		body, err := readBody(w, r, o.MaxBytes)
+		<-reading
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			http.Error(w, fmt.Sprintf("the body is over %d bytes (REQUEST_MAX_BYTES)", o.MaxBytes), http.StatusRequestEntityTooLarge)
+			return
+		case err != nil:
 			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -54,6 +92,26 @@ func (s *Server) JSONHandler() http.Handler {
 		}
 		_, _ = w.Write(out)
 	})
+}
+
+// refuseBody ends the connection of a request whose body is refused
+// unread: net/http would otherwise read the rest of it after the answer,
+// to keep the connection, from a client that may send it as slowly as it
+// can, holding the connection until the read timeout.
+func refuseBody(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// readBody reads r's body, at most max bytes, into a buffer sized once
+// from its Content-Length when it has one.
+func readBody(w http.ResponseWriter, r *http.Request, max int) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 {
+		buf.Grow(int(n) + 1)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, int64(max)))
+	return buf.Bytes(), err
 }
 
 func httpStatus(c codes.Code) int {

@@ -331,7 +331,7 @@ func TestNoConfigIsUnavailable(t *testing.T) {
 
 func TestJSONHandler(t *testing.T) {
 	s := newTestServer(t, Options{})
-	h := s.JSONHandler()
+	h := s.JSONHandler(JSONOptions{})
 	tests := []struct {
 		name, method, body string
 		wantCode           int
@@ -353,7 +353,7 @@ func TestJSONHandler(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	NewStoreFailing(t).JSONHandler().ServeHTTP(rec, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`)))
+	NewStoreFailing(t).JSONHandler(JSONOptions{}).ServeHTTP(rec, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"9"}]}]}`)))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("POST /json with a failing store = %d, want 503", rec.Code)
 	}

@@ -56,6 +56,11 @@ type Settings struct {
 	// read it before its connection is closed.
 	GRPCMaxConnections           int           `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
 	GRPCMaxConnectionsPerAddress int           `envconfig:"GRPC_MAX_CONNECTIONS_PER_ADDRESS" default:"1000"`
+	// HTTPMaxConnections and HTTPMaxConnectionsPerAddress cap each HTTP
+	// listener (the HTTP port, the debug port, PROMETHEUS_ADDR); an idle
+	// keep-alive connection gives way to a new one.
+	HTTPMaxConnections           int `envconfig:"HTTP_MAX_CONNECTIONS" default:"1024"`
+	HTTPMaxConnectionsPerAddress int `envconfig:"HTTP_MAX_CONNECTIONS_PER_ADDRESS" default:"256"`
 	GRPCMaxCallsInFlight         int           `envconfig:"GRPC_MAX_CALLS_IN_FLIGHT" default:"10000"`
 	GRPCMaxConnectionIdle        time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
 	GRPCStreamWriteTimeout       time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
@@ -675,6 +680,7 @@ func (s Settings) validateRequestBounds(bad complaint) {
 		{"REQUEST_MAX_STRING_BYTES", s.RequestMaxStringBytes}, {"REQUEST_MAX_BYTES", s.RequestMaxBytes},
 		{"REQUEST_MAX_KEYS", s.RequestMaxKeys}, {"GRPC_MAX_CONNECTIONS", s.GRPCMaxConnections},
 		{"GRPC_MAX_CONNECTIONS_PER_ADDRESS", s.GRPCMaxConnectionsPerAddress},
+		{"HTTP_MAX_CONNECTIONS", s.HTTPMaxConnections}, {"HTTP_MAX_CONNECTIONS_PER_ADDRESS", s.HTTPMaxConnectionsPerAddress},
 		{"GRPC_MAX_CALLS_IN_FLIGHT", s.GRPCMaxCallsInFlight}, {"GRPC_MAX_RESETS_PER_SECOND", s.GRPCMaxResetsPerSecond},
 		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
 		if l.v < 1 {

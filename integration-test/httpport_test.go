@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// openFDs counts the server's open file descriptors.
+func openFDs(t *testing.T, p *proc) int {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestHTTPPortFloodLeavesGRPCAndHealth: with the process limited to 2,048
+// file descriptors, 4,000 keep-alive connections to the HTTP port (each
+// makes a request, then idles) never exhaust them: the HTTP listener's cap
+// is fitted to the limit and idle connections give way to new ones. A new
+// gRPC connection and /healthcheck still answer (their latency is logged;
+// the wait for them is generous, a busy machine being no failure).
+func TestHTTPPortFloodLeavesGRPCAndHealth(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env[nofile] = "2048"
+	p := start(t, env)
+	if !strings.Contains(p.stderr.String(), "HTTP_MAX_CONNECTIONS lowered from 1024 to 240") {
+		t.Errorf("the start-up log does not say the HTTP cap was fitted to 2,048 descriptors:\n%s", p.stderr)
+	}
+	const flood = 4000
+	var mu sync.Mutex
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < flood; i += 8 {
+				c, err := net.DialTimeout("tcp", p.httpAddr, 5*time.Second)
+				if err != nil {
+					continue // the listener's backlog is full: the flood's loss, not the test's
+				}
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := fmt.Fprintf(c, "GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"); err == nil {
+					// Read the status line: the connection is then idle.
+					_, _ = bufio.NewReader(c).ReadString('\n')
+				}
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := openFDs(t, p); n >= 2048 {
+		t.Errorf("the server holds %d file descriptors of 2,048", n)
+	}
+
+	began := time.Now()
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
+		Descriptors: descs(desc("user=after-flood"))}); err != nil {
+		t.Errorf("a new gRPC connection after the flood: %v", err)
+	}
+	grpcTook := time.Since(began)
+	began = time.Now()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + p.httpAddr + "/healthcheck")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("/healthcheck after the flood: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	t.Logf("after %d keep-alive connections: a new gRPC call answered in %v, /healthcheck in %v; the server holds %d descriptors",
+		flood, grpcTook, time.Since(began), openFDs(t, p))
+	if strings.Contains(p.stderr.String(), "too many open files") {
+		t.Errorf("the server ran out of file descriptors:\n%s", tail(p.stderr.String(), 2000))
+	}
+	m := regexp.MustCompile(`ratelimit_http_connections_closed_total\{port="http",why="evicted_idle"\} (\d+)`).FindStringSubmatch(metricsBody(t, p))
+	if n, _ := strconv.Atoi(m[1]); m == nil || n == 0 {
+		t.Errorf("no idle connection was evicted: %v", m)
+	}
+}
+
+// TestSlowJSONBodiesAreBounded: 500 connections each sending a /json body
+// slowly (half of a 200 KiB body, then nothing) hold at most 64 bodies in
+// memory at once; the others are answered 503 at once, and their
+// connections closed. The server's peak resident memory stays under 150
+// MiB (measured: see the log line), and a body announced past
+// REQUEST_MAX_BYTES is answered 413 before it is sent.
+func TestSlowJSONBodiesAreBounded(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	before := memKB(t, p, "VmHWM")
+	const slow, size = 500, 200 << 10
+	chunk := strings.Repeat("x", size/2)
+	var mu sync.Mutex
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < slow; i += 50 {
+				c, err := net.DialTimeout("tcp", p.httpAddr, 5*time.Second)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+				_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+				fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", size, chunk)
+				// A refused body is answered at once; a body being read
+				// is not answered until it ends (it never does).
+				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				mu.Lock()
+				codes[strings.TrimSpace(line)]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	peak := memKB(t, p, "VmHWM")
+	t.Logf("500 slow 200 KiB bodies: answers %v; peak RSS %d KiB (before %d KiB)", codes, peak, before)
+	if peak > 150<<10 {
+		t.Errorf("peak RSS %d KiB with 500 slow bodies, want under 150 MiB", peak)
+	}
+	if codes["HTTP/1.1 503 Service Unavailable"] != slow-64 {
+		t.Errorf("answers %v, want 64 bodies read and the other %d turned away with 503", codes, slow-64)
+	}
+	// A body announced past REQUEST_MAX_BYTES is refused before it is sent.
+	c, err := net.DialTimeout("tcp", p.httpAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 300<<10)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(resp); resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "REQUEST_MAX_BYTES") {
+		t.Errorf("a body past REQUEST_MAX_BYTES: %d %q, want 413 naming REQUEST_MAX_BYTES", resp.StatusCode, body)
+	}
+}

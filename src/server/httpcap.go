@@ -1,0 +1,170 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HTTPLimits caps the connections of each HTTP listener (the HTTP port,
+// the debug port and PROMETHEUS_ADDR, each on its own): in total
+// (HTTP_MAX_CONNECTIONS) and per client address
+// (HTTP_MAX_CONNECTIONS_PER_ADDRESS). Zero fields take DefaultHTTPLimits'.
+type HTTPLimits struct {
+	MaxConnections, MaxConnectionsPerAddress int
+}
+
+// DefaultHTTPLimits fit probes, scrapes and /json clients; an idle
+// keep-alive connection gives way to a new one anyway (see capListener).
+var DefaultHTTPLimits = HTTPLimits{MaxConnections: 1024, MaxConnectionsPerAddress: 256}
+
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultHTTPLimits.MaxConnections
+	}
+	if l.MaxConnectionsPerAddress <= 0 {
+		l.MaxConnectionsPerAddress = DefaultHTTPLimits.MaxConnectionsPerAddress
+	}
+	return l
+}
+
+// Why an HTTP listener closed a connection of its own accord.
+const (
+	HTTPRefused     = "refused"      // at a cap, every connection busy
+	HTTPEvictedIdle = "evicted_idle" // an idle keep-alive connection, for a new one
+)
+
+// capListener caps an HTTP listener's connections. Idle keep-alive
+// connections give way: at a cap, a new connection closes the one idle
+// longest (of its address, at the per-address cap) and takes its place, so
+// that thousands of idle connections cost a bounded number of descriptors
+// and never keep a probe out. Only when every connection is busy (reading
+// a request, bounded by the read timeouts, or answering) is a new one
+// closed at once. The server's ConnState must be set to track.
+type capListener struct {
+	net.Listener
+	l     HTTPLimits
+	note  func(why string)
+	mu    sync.Mutex
+	conns map[*capConn]struct{}
+	hosts map[string]int
+}
+
+type capConn struct {
+	net.Conn
+	cl   *capListener
+	host string
+	// idleSince is when the connection went idle between requests; zero
+	// while it reads or answers one (guarded by cl.mu).
+	idleSince time.Time
+	closed    atomic.Bool
+}
+
+func newCapListener(l net.Listener, lim HTTPLimits, note func(why string)) *capListener {
+	return &capListener{Listener: l, l: lim.withDefaults(), note: note, conns: map[*capConn]struct{}{}, hosts: map[string]int{}}
+}
+
+func (cl *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := cl.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		cc := &capConn{Conn: c, cl: cl, host: hostOf(c.RemoteAddr())}
+		if cl.admit(cc) {
+			return cc, nil
+		}
+		cl.note(HTTPRefused)
+		_ = c.Close()
+	}
+}
+
+// admit counts cc in, making room by evicting an idle connection where a
+// cap is reached; it reports false when no room can be made.
+func (cl *capListener) admit(cc *capConn) bool {
+	cl.mu.Lock()
+	var victims []*capConn
+	ok := true
+	if cl.hosts[cc.host] >= cl.l.MaxConnectionsPerAddress {
+		if v := cl.idlest(cc.host); v != nil {
+			victims = append(victims, v)
+		} else {
+			ok = false
+		}
+	}
+	if ok && len(cl.conns)-len(victims) >= cl.l.MaxConnections {
+		if v := cl.idlest(""); v != nil {
+			victims = append(victims, v)
+		} else {
+			ok = false
+		}
+	}
+	if ok {
+		for _, v := range victims {
+			cl.forgetLocked(v)
+		}
+		cl.conns[cc] = struct{}{}
+		cl.hosts[cc.host]++
+	} else {
+		victims = nil
+	}
+	cl.mu.Unlock()
+	for _, v := range victims {
+		cl.note(HTTPEvictedIdle)
+		_ = v.Conn.Close() // http.Server's goroutine for it sees the close and ends
+	}
+	return ok
+}
+
+// idlest returns the connection idle longest (of host, unless host is ""),
+// or nil when none is idle; cl.mu held.
+func (cl *capListener) idlest(host string) *capConn {
+	var best *capConn
+	for c := range cl.conns {
+		if c.idleSince.IsZero() || host != "" && c.host != host {
+			continue
+		}
+		if best == nil || c.idleSince.Before(best.idleSince) {
+			best = c
+		}
+	}
+	return best
+}
+
+// forgetLocked uncounts c and marks it closed; cl.mu held.
+func (cl *capListener) forgetLocked(c *capConn) {
+	if !c.closed.CompareAndSwap(false, true) {
+		return
+	}
+	delete(cl.conns, c)
+	if cl.hosts[c.host]--; cl.hosts[c.host] <= 0 {
+		delete(cl.hosts, c.host)
+	}
+}
+
+// connState tracks idleness for the listener's http.Server.
+func (cl *capListener) connState(c net.Conn, st http.ConnState) {
+	cc, ok := c.(*capConn)
+	if !ok {
+		return
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	switch st {
+	case http.StateIdle:
+		cc.idleSince = time.Now()
+	case http.StateActive:
+		cc.idleSince = time.Time{}
+	case http.StateClosed, http.StateHijacked:
+		cl.forgetLocked(cc)
+	}
+}
+
+func (c *capConn) Close() error {
+	c.cl.mu.Lock()
+	c.cl.forgetLocked(c)
+	c.cl.mu.Unlock()
+	return c.Conn.Close()
+}
