@@ -54,13 +54,13 @@ type Settings struct {
 	// connections, calls in flight across them, how long a connection may
 	// sit without calls, and how long an answer may wait for the client to
 	// read it before its connection is closed.
-	GRPCMaxConnections           int           `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
-	GRPCMaxConnectionsPerAddress int           `envconfig:"GRPC_MAX_CONNECTIONS_PER_ADDRESS" default:"1000"`
+	GRPCMaxConnections           int `envconfig:"GRPC_MAX_CONNECTIONS" default:"10000"`
+	GRPCMaxConnectionsPerAddress int `envconfig:"GRPC_MAX_CONNECTIONS_PER_ADDRESS" default:"1000"`
 	// HTTPMaxConnections and HTTPMaxConnectionsPerAddress cap each HTTP
 	// listener (the HTTP port, the debug port, PROMETHEUS_ADDR); an idle
 	// keep-alive connection gives way to a new one.
-	HTTPMaxConnections           int `envconfig:"HTTP_MAX_CONNECTIONS" default:"1024"`
-	HTTPMaxConnectionsPerAddress int `envconfig:"HTTP_MAX_CONNECTIONS_PER_ADDRESS" default:"256"`
+	HTTPMaxConnections           int           `envconfig:"HTTP_MAX_CONNECTIONS" default:"1024"`
+	HTTPMaxConnectionsPerAddress int           `envconfig:"HTTP_MAX_CONNECTIONS_PER_ADDRESS" default:"256"`
 	GRPCMaxCallsInFlight         int           `envconfig:"GRPC_MAX_CALLS_IN_FLIGHT" default:"10000"`
 	GRPCMaxConnectionIdle        time.Duration `envconfig:"GRPC_MAX_CONNECTION_IDLE" default:"15m"`
 	GRPCStreamWriteTimeout       time.Duration `envconfig:"GRPC_STREAM_WRITE_TIMEOUT" default:"30s"`
