@@ -126,7 +126,8 @@ const maxPacket = 1400
 // deltas. Deltas are only marked sent once the write succeeded.
 func (sk *statsdSink) flush(r *Registry, counters bool) {
 	var lines []string
-	if q := r.timings.Load(); q != nil {
+	q := r.timings.Load()
+	if q != nil {
 	drain:
 		for {
 			select {
@@ -138,6 +139,7 @@ func (sk *statsdSink) flush(r *Registry, counters bool) {
 			}
 		}
 	}
+	timings := len(lines)
 	var commit func()
 	if counters {
 		var more []string
@@ -148,6 +150,11 @@ func (sk *statsdSink) flush(r *Registry, counters bool) {
 		return
 	}
 	err := sk.write(lines)
+	if err != nil && q != nil {
+		// Response times are sent once: those of a failed write are lost,
+		// and counted as dropped (counters go again with the next flush).
+		q.dropped.Add(uint64(timings))
+	}
 	if err != nil && sk.o.Network == "tcp" {
 		if !sk.down && sk.o.OnError != nil {
 			sk.o.OnError(err)

@@ -74,11 +74,15 @@ func TestStatsdTCPReconnects(t *testing.T) {
 	defer sk.close()
 	rule := r.Rule("d", "k", false, "k")
 	r.Hit(rule, Decision{Hits: 2, Used: 2, Limit: 10, Allowed: true})
+	r.Request("ok", time.Millisecond) // a response time, lost with the failed write
 	sk.flush(r, true)
 	r.Hit(rule, Decision{Hits: 3, Used: 5, Limit: 10, Allowed: true})
 	sk.flush(r, true)
 	if errs != 1 {
 		t.Fatalf("two failed flushes reported %d times, want once", errs)
+	}
+	if got := r.StatsdDropped(); got != 1 {
+		t.Errorf("StatsdDropped() = %d after a failed write of one response time, want 1", got)
 	}
 
 	c := newTCPCollector(t, addr)
@@ -95,7 +99,7 @@ func TestStatsdTCPReconnects(t *testing.T) {
 		"ratelimit_server.ShouldRateLimit.response_time:1.5|ms",
 		"ratelimit.service.rate_limit.d.k.total_hits:5|c",
 		"ratelimit.service.rate_limit.d.k.within_limit:5|c",
-		"ratelimit_server.ShouldRateLimit.total_requests:1|c",
+		"ratelimit_server.ShouldRateLimit.total_requests:2|c", // the first one's count waited for the collector
 	} {
 		if !got[want] {
 			t.Errorf("the collector did not get %q; got %v", want, got)
