@@ -170,7 +170,7 @@ func debugHandlers(s settings.Settings, reg *metrics.Registry, configs *config.H
 	sketch := topk.New(s.TopLimitedSize, s.TopLimitedWindow, nil)
 	debug["/limited"] = service.LimitedHandler(sketch, s.TopLimitedWindow)
 	if s.TopLimitedMetric > 0 {
-		reg.MustRegister(service.LimitedCollector(sketch, s.TopLimitedMetric))
+		reg.MustRegister(service.LimitedCollector(sketch, s.TopLimitedMetric, s.TopLimitedWindow, nil))
 	}
 	return debug, sketch
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -74,25 +76,65 @@ func LimitedHandler(sketch *topk.Sketch, window time.Duration) http.Handler {
 }
 
 // limitedCollector exports the top n as ratelimit_limited_top{domain,rule,values}.
+// The values exported are chosen for a whole window: the top n at its
+// first scrape (free places filled by later ones), exported with their
+// counts (0 once they fall out of the sketch) until the window ends. So at
+// most n series a scrape, and n distinct ones a window, however fast the
+// limited values change: a series per newly limited value per scrape would
+// grow a time-series database without bound.
 type limitedCollector struct {
 	sketch *topk.Sketch
 	n      int
+	window time.Duration
+	now    func() time.Time
+
+	mu     sync.Mutex
+	chosen []string // sketch keys, heaviest first at the time chosen
+	since  time.Time
 }
 
 var limitedDesc = prometheus.NewDesc("ratelimit_limited_top",
-	"Requests answered OVER_LIMIT in the last one to two TOP_LIMITED_WINDOWs, for the TOP_LIMITED_METRIC descriptors limited most (an upper bound).",
+	"Requests answered OVER_LIMIT in the last one to two TOP_LIMITED_WINDOWs, for the TOP_LIMITED_METRIC descriptors limited most "+
+		"when the window's first scrape chose them (an upper bound).",
 	[]string{"domain", "rule", "values"}, nil)
 
 // LimitedCollector returns a collector of the top n limited descriptors:
-// at most n series, whatever the traffic.
-func LimitedCollector(sketch *topk.Sketch, n int) prometheus.Collector {
-	return limitedCollector{sketch, n}
+// at most n series a scrape, and n new ones a window (see
+// limitedCollector); now is its clock (nil: time.Now).
+func LimitedCollector(sketch *topk.Sketch, n int, window time.Duration, now func() time.Time) prometheus.Collector {
+	if now == nil {
+		now = time.Now
+	}
+	return &limitedCollector{sketch: sketch, n: n, window: window, now: now}
 }
 
-func (c limitedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- limitedDesc }
+func (c *limitedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- limitedDesc }
 
-func (c limitedCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, e := range TopLimited(c.sketch, c.n) {
-		ch <- prometheus.MustNewConstMetric(limitedDesc, prometheus.GaugeValue, float64(e.Count), e.Domain, e.Rule, e.Values)
+func (c *limitedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	all := c.sketch.Top(1 << 30)
+	if now.Sub(c.since) >= c.window {
+		c.chosen, c.since = c.chosen[:0], now
+	}
+	// Free places (a window that began with fewer limited values) go to
+	// the heaviest not chosen yet.
+	for _, it := range all {
+		if len(c.chosen) >= c.n {
+			break
+		}
+		if !slices.Contains(c.chosen, it.Key) {
+			c.chosen = append(c.chosen, it.Key)
+		}
+	}
+	counts := make(map[string]uint64, len(all))
+	for _, it := range all {
+		counts[it.Key] = it.Count
+	}
+	for _, k := range c.chosen {
+		if d, r, v, ok := SplitLimitedKey(k); ok {
+			ch <- prometheus.MustNewConstMetric(limitedDesc, prometheus.GaugeValue, float64(counts[k]), d, r, v)
+		}
 	}
 }
