@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"io"
@@ -14,6 +15,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -171,23 +174,51 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved client after the attack: %v", got)
 	}
-	// The attacker's address cools down: redialling gets it nothing. The
-	// connection is held unanswered (not a frame, not even the server's
-	// settings) until the cooldown ends, then closed.
-	_, again := dialH2(t, p.grpcAddr)
+	// The attacker's address cools down, on probation: a well-behaved
+	// client sharing it (behind one NAT) still gets a new connection
+	// served; a connection that resumes the attack is closed after a few
+	// resets (probationResets, not GRPC_MAX_RESETS_PER_SECOND); and past
+	// four connections at once, the address's new ones are held unanswered
+	// (not even the server's settings) until the cooldown ends, then closed.
+	fresh, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rlsv3.NewRateLimitServiceClient(fresh).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
+		Descriptors: descs(desc("user=neighbour"))}); err != nil {
+		t.Errorf("a new connection of a well-behaved client sharing the cooling address: %v", err)
+	}
+	again, againFrames := dialH2(t, p.grpcAddr)
+	go func() {
+		for i := uint32(0); i < 5000; i++ {
+			if again.call(2*i+1, req) != nil || again.reset(2*i+1) != nil {
+				return // the server closed the connection
+			}
+		}
+	}()
+	if code, ok := goAway(t, againFrames); !ok || code != http2.ErrCodeEnhanceYourCalm {
+		t.Errorf("rapid reset resumed on probation: GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
+	}
+	for range 3 { // with fresh's, four on probation
+		dialH2(t, p.grpcAddr)
+	}
+	_, held := dialH2(t, p.grpcAddr)
 	timeout := time.After(20 * time.Second)
 	for open := true; open; {
 		select {
-		case f, ok := <-again:
+		case f, ok := <-held:
 			if open = ok; ok {
-				t.Fatalf("a connection from the attacker's address during GRPC_ABUSE_COOLDOWN got %v", f)
+				t.Fatalf("a fifth connection from the cooling address got %v", f)
 			}
 		case <-timeout:
 			t.Fatal("a connection held during the cooldown was not closed within 20 s")
 		}
 	}
 	m := metricsBody(t, p)
-	for _, want := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"} 1`, `ratelimit_grpc_guard_total{event="connection_refused"} 1`} {
+	for _, want := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"} 2`, `ratelimit_grpc_guard_total{event="connection_refused"} 1`} {
 		if !bytes.Contains([]byte(m), []byte(want)) {
 			t.Errorf("metrics lack %s:\n%s", want, m)
 		}

@@ -57,10 +57,15 @@ type GuardOptions struct {
 	// StreamWriteTimeout is how long a stream may stay open before its
 	// connection is taken to be one whose answers are not read.
 	StreamWriteTimeout time.Duration
-	// Cooldown is how long new connections from an address are refused
-	// after one of its connections was closed for abuse: an attacker that
-	// simply redials would otherwise get a fresh budget each time
-	// (GRPC_ABUSE_COOLDOWN). Connections it already holds are not touched.
+	// Cooldown is how long an address is on probation after one of its
+	// connections was closed for abuse (GRPC_ABUSE_COOLDOWN): an attacker
+	// that simply redials would otherwise get a fresh budget each time. On
+	// probation an address may open at most probationConns connections
+	// (more are held unanswered until the cooldown ends), and those are
+	// closed after probationResets resets in a second, not ResetsPerSecond.
+	// Well-behaved clients that share the address (behind one NAT or load
+	// balancer) keep being served meanwhile. Connections it already holds
+	// are not touched.
 	Cooldown time.Duration
 }
 
@@ -134,6 +139,7 @@ type guardListener struct {
 	// of cooling addresses, kept in the tarpit.
 	hostMu    sync.Mutex
 	perHost   map[string]int
+	probation map[string]int // open connections admitted while their address cooled
 	held      map[string][]net.Conn
 	heldTotal int
 	stop      chan struct{}
@@ -145,7 +151,7 @@ type guardListener struct {
 
 func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
 	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
-		held: map[string][]net.Conn{}}
+		probation: map[string]int{}, held: map[string][]net.Conn{}}
 	gl.now.Store(time.Now().UnixNano())
 	go gl.sweep()
 	return gl
@@ -157,18 +163,22 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if gl.cooling(c.RemoteAddr()) {
+		host := hostOf(c.RemoteAddr())
+		probation := gl.cooling(c.RemoteAddr())
+		if probation && !gl.onProbation(host, 1) {
 			gl.note(EventConnectionRefused)
 			gl.tarpit(c)
 			continue
 		}
-		host := hostOf(c.RemoteAddr())
 		if !gl.admit(host) {
+			if probation {
+				gl.onProbation(host, -1)
+			}
 			gl.note(EventConnectionRefused)
 			_ = c.Close()
 			continue
 		}
-		gc := &guardConn{Conn: c, gl: gl, host: host, counted: true}
+		gc := &guardConn{Conn: c, gl: gl, host: host, counted: true, probation: probation}
 		if gl.watch {
 			gl.startWatching(gc)
 		}
@@ -177,10 +187,14 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 }
 
 // tarpitPerHost and tarpitTotal bound the connections held per cooling
-// address and in all.
+// address and in all; probationConns and probationResets bound what a
+// cooling address's admitted connections may hold and reset (see
+// GuardOptions.Cooldown).
 const (
-	tarpitPerHost = 16
-	tarpitTotal   = 1024
+	tarpitPerHost   = 16
+	tarpitTotal     = 1024
+	probationConns  = 4
+	probationResets = 10
 )
 
 // tarpit holds a connection from a cooling address open, unread and
@@ -216,6 +230,20 @@ func (gl *guardListener) releaseHeld(all bool) {
 		gl.heldTotal -= len(conns)
 		delete(gl.held, host)
 	}
+}
+
+// onProbation counts a connection of a cooling host in (d 1, reporting
+// false when it has probationConns already) or out (d -1).
+func (gl *guardListener) onProbation(host string, d int) bool {
+	gl.hostMu.Lock()
+	defer gl.hostMu.Unlock()
+	if d > 0 && gl.probation[host] >= probationConns {
+		return false
+	}
+	if gl.probation[host] += d; gl.probation[host] <= 0 {
+		delete(gl.probation, host)
+	}
+	return true
 }
 
 // admit counts a new connection from host, or reports false if it would
@@ -387,6 +415,9 @@ func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInf
 	// raw, a guardConn of the listener, stays counted until conn closes
 	// it; this one only watches.
 	gc := &guardConn{Conn: conn, gl: g.gl, host: hostOf(raw.RemoteAddr())}
+	if r, ok := raw.(*guardConn); ok {
+		gc.probation = r.probation // its thresholds; raw counts it
+	}
 	g.gl.startWatching(gc)
 	return gc, info, nil
 }
@@ -400,10 +431,11 @@ func (g guardCreds) Clone() credentials.TransportCredentials {
 // set, with its frames watched; see the package note above.
 type guardConn struct {
 	net.Conn
-	gl      *guardListener
-	host    string // the client's address (IP); empty for a Unix socket
-	counted bool
-	watch   bool
+	gl        *guardListener
+	host      string // the client's address (IP); empty for a Unix socket
+	counted   bool
+	watch     bool
+	probation bool // admitted while its address cooled down
 	closed  atomic.Bool
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
@@ -459,7 +491,11 @@ func (c *guardConn) inbound(typ, flags byte, stream uint32) bool {
 		delete(c.waiting, stream)
 		// Many resets, and most of the streams opened: a client that
 		// cancels what it asks as a habit, not now and then.
-		if c.resets++; c.resets > c.gl.o.ResetsPerSecond && 2*c.resets > c.opened {
+		allowed := c.gl.o.ResetsPerSecond
+		if c.probation {
+			allowed = min(allowed, probationResets)
+		}
+		if c.resets++; c.resets > allowed && 2*c.resets > c.opened {
 			event = EventRapidReset
 		}
 	}
@@ -577,6 +613,9 @@ func (c *guardConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		if c.counted {
 			c.gl.release(c.host)
+		}
+		if c.counted && c.probation {
+			c.gl.onProbation(c.host, -1)
 		}
 		c.gl.conns.Delete(c)
 	}
