@@ -176,10 +176,10 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	}
 	// The attacker's address cools down, on probation: a well-behaved
 	// client sharing it (behind one NAT) still gets a new connection
-	// served; a connection that resumes the attack is closed after a few
-	// resets (probationResets, not GRPC_MAX_RESETS_PER_SECOND); and past
-	// four connections at once, the address's new ones are held unanswered
-	// (not even the server's settings) until the cooldown ends, then closed.
+	// served, but the address gets one a second: another at once is held
+	// unanswered (not even the server's settings) until the cooldown ends,
+	// then closed, so redialling buys an attacker nothing and its dials
+	// wait instead of spinning.
 	fresh, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -191,34 +191,20 @@ func TestRapidResetIsCutOff(t *testing.T) {
 		Descriptors: descs(desc("user=neighbour"))}); err != nil {
 		t.Errorf("a new connection of a well-behaved client sharing the cooling address: %v", err)
 	}
-	again, againFrames := dialH2(t, p.grpcAddr)
-	go func() {
-		for i := uint32(0); i < 5000; i++ {
-			if again.call(2*i+1, req) != nil || again.reset(2*i+1) != nil {
-				return // the server closed the connection
-			}
-		}
-	}()
-	if code, ok := goAway(t, againFrames); !ok || code != http2.ErrCodeEnhanceYourCalm {
-		t.Errorf("rapid reset resumed on probation: GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
-	}
-	for range 3 { // with fresh's, four on probation
-		dialH2(t, p.grpcAddr)
-	}
 	_, held := dialH2(t, p.grpcAddr)
 	timeout := time.After(20 * time.Second)
 	for open := true; open; {
 		select {
 		case f, ok := <-held:
 			if open = ok; ok {
-				t.Fatalf("a fifth connection from the cooling address got %v", f)
+				t.Fatalf("a second connection within a second from the cooling address got %v", f)
 			}
 		case <-timeout:
 			t.Fatal("a connection held during the cooldown was not closed within 20 s")
 		}
 	}
 	m := metricsBody(t, p)
-	for _, want := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"} 2`, `ratelimit_grpc_guard_total{event="connection_refused"} 1`} {
+	for _, want := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"} 1`, `ratelimit_grpc_guard_total{event="connection_refused"} 1`} {
 		if !bytes.Contains([]byte(m), []byte(want)) {
 			t.Errorf("metrics lack %s:\n%s", want, m)
 		}

@@ -60,12 +60,13 @@ type GuardOptions struct {
 	// Cooldown is how long an address is on probation after one of its
 	// connections was closed for abuse (GRPC_ABUSE_COOLDOWN): an attacker
 	// that simply redials would otherwise get a fresh budget each time. On
-	// probation an address may open at most probationConns connections
-	// (more are held unanswered until the cooldown ends), and those are
-	// closed after probationResets resets in a second, not ResetsPerSecond.
-	// Well-behaved clients that share the address (behind one NAT or load
-	// balancer) keep being served meanwhile. Connections it already holds
-	// are not touched.
+	// probation an address may open one connection a second, at most
+	// probationConns at once (more are held unanswered until the cooldown
+	// ends), and those are closed after probationResets resets in a
+	// second, not ResetsPerSecond: well-behaved clients that share the
+	// address (behind one NAT or load balancer) can still connect, and an
+	// attacker's redials cost at most that many reset streams a second.
+	// Connections it already holds are not touched.
 	Cooldown time.Duration
 }
 
@@ -140,10 +141,13 @@ type guardListener struct {
 	hostMu    sync.Mutex
 	perHost   map[string]int
 	probation map[string]int // open connections admitted while their address cooled
-	held      map[string][]net.Conn
-	heldTotal int
-	stop      chan struct{}
-	once      sync.Once
+	// probationAt is when a cooling address last had a connection
+	// admitted (ns); forgotten once its cooldown ends.
+	probationAt map[string]int64
+	held        map[string][]net.Conn
+	heldTotal   int
+	stop        chan struct{}
+	once        sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
@@ -151,7 +155,7 @@ type guardListener struct {
 
 func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
 	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
-		probation: map[string]int{}, held: map[string][]net.Conn{}}
+		probation: map[string]int{}, probationAt: map[string]int64{}, held: map[string][]net.Conn{}}
 	gl.now.Store(time.Now().UnixNano())
 	go gl.sweep()
 	return gl
@@ -220,6 +224,11 @@ func (gl *guardListener) tarpit(c net.Conn) {
 func (gl *guardListener) releaseHeld(all bool) {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
+	for host := range gl.probationAt {
+		if _, cooling := gl.banned.Load(host); !cooling || all {
+			delete(gl.probationAt, host)
+		}
+	}
 	for host, conns := range gl.held {
 		if _, cooling := gl.banned.Load(host); cooling && !all {
 			continue
@@ -233,12 +242,17 @@ func (gl *guardListener) releaseHeld(all bool) {
 }
 
 // onProbation counts a connection of a cooling host in (d 1, reporting
-// false when it has probationConns already) or out (d -1).
+// false when it has probationConns already, or had one admitted less
+// than a second ago) or out (d -1).
 func (gl *guardListener) onProbation(host string, d int) bool {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
-	if d > 0 && gl.probation[host] >= probationConns {
-		return false
+	if d > 0 {
+		now := time.Now().UnixNano()
+		if gl.probation[host] >= probationConns || now-gl.probationAt[host] < int64(time.Second) {
+			return false
+		}
+		gl.probationAt[host] = now
 	}
 	if gl.probation[host] += d; gl.probation[host] <= 0 {
 		delete(gl.probation, host)
@@ -436,7 +450,7 @@ type guardConn struct {
 	counted   bool
 	watch     bool
 	probation bool // admitted while its address cooled down
-	closed  atomic.Bool
+	closed    atomic.Bool
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
 

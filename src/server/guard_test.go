@@ -141,3 +141,64 @@ func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
 		t.Error("A's blocked write succeeded after its connection was closed")
 	}
 }
+
+// TestProbation: while an address cools down after an abuse, it gets one
+// new connection a second, and such a connection is closed after
+// probationResets resets in a second instead of ResetsPerSecond.
+func TestProbation(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan GuardEvent, 64)
+	gl := newGuardListener(l, GuardOptions{Cooldown: time.Minute}.withDefaults(), true, func(e GuardEvent) { events <- e })
+	defer gl.Close()
+	gl.ban(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := gl.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	first, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	gc := (<-accepted).(*guardConn)
+	if !gc.probation {
+		t.Fatal("a connection from a cooling address is not on probation")
+	}
+	second, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if e := <-events; e != EventConnectionRefused {
+		t.Errorf("a second connection within the second: event %q, want it held (%q)", e, EventConnectionRefused)
+	}
+	// Streams opened and reset: the eleventh reset in the second cuts.
+	gc.in.preface = 0
+	cut := -1
+	for i := range 20 {
+		var frames []byte
+		for _, typ := range []byte{frameHeaders, frameRST} {
+			f := make([]byte, frameHeader)
+			f[3] = typ
+			binary.BigEndian.PutUint32(f[5:], uint32(2*i+1))
+			frames = append(frames, f...)
+		}
+		gc.in.feed(frames, gc.inbound)
+		if gc.cut.Load() {
+			cut = i + 1
+			break
+		}
+	}
+	if cut != probationResets+1 {
+		t.Errorf("cut after %d resets, want %d", cut, probationResets+1)
+	}
+}
