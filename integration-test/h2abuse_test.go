@@ -150,15 +150,10 @@ func goAway(t *testing.T, frames <-chan http2.Frame) (code http2.ErrCode, ok boo
 	}
 }
 
-// TestRapidResetIsCutOff: a connection that opens and cancels streams as
-// fast as it can (HTTP/2 rapid reset) is answered GOAWAY
-// (ENHANCE_YOUR_CALM) and closed, and the service keeps answering others.
-func TestRapidResetIsCutOff(t *testing.T) {
-	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
-	env["GRPC_ABUSE_COOLDOWN"] = "2s"
-	p := start(t, env)
-	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the attack
-	c, frames := dialH2(t, p.grpcAddr)
+// rapidReset opens and cancels streams on c as fast as it can and expects
+// the service's GOAWAY (ENHANCE_YOUR_CALM).
+func rapidReset(t *testing.T, c *h2, frames <-chan http2.Frame) {
+	t.Helper()
 	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
 	go func() {
 		for i := uint32(0); i < 5000; i++ {
@@ -171,6 +166,18 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
 		t.Errorf("rapid reset answered with GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
 	}
+}
+
+// TestRapidResetIsCutOff: a connection that opens and cancels streams as
+// fast as it can (HTTP/2 rapid reset) is answered GOAWAY
+// (ENHANCE_YOUR_CALM) and closed, and the service keeps answering others.
+func TestRapidResetIsCutOff(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["GRPC_ABUSE_COOLDOWN"] = "2s"
+	p := start(t, env)
+	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the attack
+	c, frames := dialH2(t, p.grpcAddr)
+	rapidReset(t, c, frames)
 	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved client after the attack: %v", got)
 	}

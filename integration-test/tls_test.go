@@ -11,7 +11,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -31,6 +30,24 @@ func mtlsEnv(t *testing.T, dir string, serverCA, clientCA *tlstest.CA) map[strin
 	return env
 }
 
+// clientTLS is a client's TLS config trusting serverCA, with a client
+// certificate for envoy.mesh from clientCA unless it is nil.
+func clientTLS(t *testing.T, serverCA, clientCA *tlstest.CA) *tls.Config {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(serverCA.PEM)
+	cfg := &tls.Config{RootCAs: roots, ServerName: "ratelimit.local"}
+	if clientCA != nil {
+		c, k := clientCA.Issue(t, "envoy", "envoy.mesh")
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg
+}
+
 func TestGRPCMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	serverCA, clientCA, rogueCA := tlstest.NewCA(t, "server-ca"), tlstest.NewCA(t, "client-ca"), tlstest.NewCA(t, "rogue")
@@ -38,19 +55,8 @@ func TestGRPCMutualTLS(t *testing.T) {
 	env["GRPC_CLIENT_TLS_SAN"] = "envoy.mesh"
 	p := start(t, env)
 
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(serverCA.PEM)
 	try := func(ca *tlstest.CA) error {
-		cfg := &tls.Config{RootCAs: roots, ServerName: "ratelimit.local"}
-		if ca != nil {
-			c, k := ca.Issue(t, "envoy", "envoy.mesh")
-			pair, err := tls.X509KeyPair(c, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, serverCA, ca))))
 		if err != nil {
 			return err
 		}
@@ -122,17 +128,11 @@ func TestRapidResetIsCutOffOverTLS(t *testing.T) {
 				delete(env, "GRPC_CLIENT_TLS_CACERT")
 			}
 			p := start(t, env)
-			roots := x509.NewCertPool()
-			roots.AppendCertsFromPEM(serverCA.PEM)
-			cfg := &tls.Config{RootCAs: roots, ServerName: "ratelimit.local"}
+			var certCA *tlstest.CA
 			if mutual {
-				c, k := clientCA.Issue(t, "envoy", "envoy.mesh")
-				pair, err := tls.X509KeyPair(c, k)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.Certificates = []tls.Certificate{pair}
+				certCA = clientCA
 			}
+			cfg := clientTLS(t, serverCA, certCA)
 			legit, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 			if err != nil {
 				t.Fatal(err)
@@ -148,18 +148,7 @@ func TestRapidResetIsCutOffOverTLS(t *testing.T) {
 				t.Fatalf("a well-behaved client before the attack: %v", err)
 			}
 			c, frames := dialH2TLS(t, p.grpcAddr, cfg)
-			req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
-			go func() {
-				for i := uint32(0); i < 5000; i++ {
-					id := 2*i + 1
-					if c.call(id, req) != nil || c.reset(id) != nil {
-						return // the server closed the connection
-					}
-				}
-			}()
-			if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
-				t.Errorf("rapid reset over TLS answered with GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
-			}
+			rapidReset(t, c, frames)
 			if err := ask(); err != nil {
 				t.Errorf("a well-behaved client after the attack: %v", err)
 			}

@@ -411,6 +411,7 @@ func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 &
 // startWatching makes gc parse its frames, and the sweeper look at it.
 func (gl *guardListener) startWatching(gc *guardConn) {
 	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
+	gc.done = make(chan struct{})
 	gl.conns.Store(gc, struct{}{})
 }
 
@@ -451,6 +452,7 @@ type guardConn struct {
 	watch     bool
 	probation bool // admitted while its address cooled down
 	closed    atomic.Bool
+	done      chan struct{} // closed by Close (watched connections)
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
 
@@ -472,6 +474,9 @@ type guardConn struct {
 
 func (c *guardConn) Read(b []byte) (int, error) {
 	if c.cut.Load() {
+		// grpc-go closes the connection on this error: not before the
+		// GOAWAY is out (or the connection closed a second later anyway).
+		<-c.done
 		return 0, net.ErrClosed
 	}
 	n, err := c.Conn.Read(b)
@@ -625,6 +630,9 @@ func (c *guardConn) writeGoAway() {
 
 func (c *guardConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
+		if c.done != nil {
+			close(c.done)
+		}
 		if c.counted {
 			c.gl.release(c.host)
 		}
