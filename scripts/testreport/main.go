@@ -34,6 +34,7 @@ func main() {
 // code.
 func report(r io.Reader, w io.Writer) int {
 	outputs := map[string]*strings.Builder{} // package or package/test → output
+	failedIDs := map[string]bool{}           // package/test of each failed test
 	passedPkgs, failedPkgs, passedTests, failedTests := 0, 0, 0, 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -59,7 +60,12 @@ func report(r io.Reader, w io.Writer) int {
 			failed := e.Action == "fail"
 			switch {
 			case e.Test != "" && failed:
-				failedTests++
+				// A test fails with its failed subtests (which end first):
+				// one failure, counted at the deepest test.
+				if !hasFailedChild(failedIDs, id) {
+					failedTests++
+				}
+				failedIDs[id] = true
 				if b := outputs[id]; b != nil {
 					fmt.Fprint(w, b.String())
 				}
@@ -86,6 +92,16 @@ func report(r io.Reader, w io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// hasFailedChild reports whether a subtest of id failed.
+func hasFailedChild(failed map[string]bool, id string) bool {
+	for f := range failed {
+		if strings.HasPrefix(f, id+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // unfinished removes and returns, sorted by test, the output still held for

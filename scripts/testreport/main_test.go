@@ -25,6 +25,12 @@ func TestReport(t *testing.T) {
 {"Action":"output","Package":"q","Output":"FAIL\tq\t1.987s\n"}
 {"Action":"fail","Package":"q","Elapsed":2}
 `, 1, []string{"b_test.go:9: got 1, want 2", "FAIL\n", "FAIL\tq\t2.0s", "packages: 0 passed, 1 failed", "0 passed, 1 failed"}, []string{"1.987s"}},
+		{"a failed subtest and its parent are one failure", `{"Action":"output","Package":"t","Test":"TestD/sub","Output":"    d_test.go:3: wrong\n"}
+{"Action":"fail","Package":"t","Test":"TestD/sub"}
+{"Action":"fail","Package":"t","Test":"TestD"}
+{"Action":"fail","Package":"t","Test":"TestE"}
+{"Action":"fail","Package":"t","Elapsed":1}
+`, 1, []string{"d_test.go:3: wrong", "packages: 0 passed, 1 failed", "0 passed, 2 failed"}, nil},
 		{"a panic in a test that never ends", `{"Action":"output","Package":"r","Test":"TestC","Output":"panic: boom\n"}
 {"Action":"fail","Package":"r","Elapsed":0.5}
 `, 1, []string{"panic: boom", "FAIL\tr"}, nil},
