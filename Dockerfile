@@ -11,10 +11,10 @@ COPY . .
 # set `command: [/bin/ratelimit]`, which replaces the entrypoint, and
 # distroless has no shell to add a link at run time. /usr/local/bin/server
 # stays, as a link, for what was written against this image's older path.
-RUN CGO_ENABLED=0 go build -trimpath -o /out/bin/ratelimit ./cmd/server \
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -o /out/bin/ratelimit ./cmd/server \
  && mkdir -p /out/usr/local/bin \
- && CGO_ENABLED=0 go build -trimpath -o /out/usr/local/bin/config-check ./cmd/config-check \
- && CGO_ENABLED=0 go build -trimpath -o /out/usr/local/bin/client ./cmd/client \
+ && CGO_ENABLED=0 go build -trimpath -buildvcs=auto -o /out/usr/local/bin/config-check ./cmd/config-check \
+ && CGO_ENABLED=0 go build -trimpath -buildvcs=auto -o /out/usr/local/bin/client ./cmd/client \
  && ln -s /bin/ratelimit /out/usr/local/bin/server
 
 # Static binaries on distroless, as its unprivileged "nonroot" user, named by

@@ -9,9 +9,9 @@ SHELL := /bin/bash
 
 # The same steps as the Dockerfile's build stage.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/server ./cmd/server
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/config-check ./cmd/config-check
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/client ./cmd/client
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN)/server ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN)/config-check ./cmd/config-check
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN)/client ./cmd/client
 
 # Runs the service with the example config: on the embedded in-memory store,
 # or on Redis with REDIS_URL=127.0.0.1:6379 make run (see make redis). The

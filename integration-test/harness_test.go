@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 	serverBin = filepath.Join(dir, "server")
 	// -trimpath as in the release build; it also keeps this machine's
 	// paths out of the CPU profiles make pgo turns into default.pgo.
-	build := exec.Command("go", "build", "-trimpath", "-o", serverBin, "../cmd/server")
+	// -buildvcs=auto as make build: the binary names its revision.
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=auto", "-o", serverBin, "../cmd/server")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build server:", err)

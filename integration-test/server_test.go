@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -182,5 +183,38 @@ func TestForceStartWithoutConfig(t *testing.T) {
 	_, err = p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration") {
 		t.Errorf("request without config: %v, want Unavailable", err)
+	}
+}
+
+// TestBinaryExplainsItself: the server answers -h/--help with its usage
+// and --version with its build, exiting 0 without starting; serving, it
+// logs its version at start-up and exports ratelimit_build_info.
+func TestBinaryExplainsItself(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-h"}, "Usage:\n  ratelimit "},
+		{[]string{"--help"}, "docs/settings.md"},
+		{[]string{"--version"}, "ratelimit "},
+		{[]string{"version"}, " go1."},
+	} {
+		out, err := exec.Command(serverBin, tc.args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("server %v: %v, %q; want exit 0 and %q", tc.args, err, out, tc.want)
+		}
+	}
+	version, err := exec.Command(serverBin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(version)) // ratelimit VERSION (revision REV...) GO
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	if !strings.Contains(p.stderr.String(), "starting ratelimit") || !strings.Contains(p.stderr.String(), "version="+fields[1]) {
+		t.Errorf("the start-up log does not name version %s:\n%s", fields[1], p.stderr)
+	}
+	if m := metricsBody(t, p); !strings.Contains(m, `ratelimit_build_info{goversion="`+fields[len(fields)-1]+`"`) ||
+		!strings.Contains(m, `version="`+fields[1]+`"} 1`) {
+		t.Errorf("/metrics lacks ratelimit_build_info for %q", version)
 	}
 }

@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/openrls/ratelimit/src/buildinfo"
+	"github.com/openrls/ratelimit/src/cmdline"
 	"github.com/openrls/ratelimit/src/config"
 )
 
@@ -83,8 +85,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	debugAddr := fs.String("debug_addr", "localhost:6070", "debug port address of the service, for -explain")
 	var descs descriptorsFlag
 	fs.Var(&descs, "descriptors", "one descriptor as key=value[,key=value...]; repeat for several")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `client asks a rate limit service for a decision, as Envoy would.
+
+Usage:
+  client [-addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...] [-descriptors ...] [-hits N]
+  client -explain [-debug_addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...]
+  client -version
+
+It exits 0 for OK, 2 for OVER_LIMIT and 1 for an error.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if cmdline.HelpAsked(args) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(args); err != nil {
 		return 1
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return 0
 	}
 	if *domain == "" || len(descs) == 0 {
 		fmt.Fprintln(stderr, "client: -domain and at least one -descriptors are required")

@@ -63,6 +63,9 @@ func TestRun(t *testing.T) {
 			"  remote_address=192.0.2.9: OK, limit 10/second"},
 		{"bad descriptor", []string{"-addr", addr, "-domain", "example", "-descriptors", "novalue"}, 1, ""},
 		{"missing domain", []string{"-addr", addr, "-descriptors", "a=b"}, 1, ""},
+		{"help", []string{"-h"}, 0, "Usage:\n  client [-addr HOST:PORT] -domain DOMAIN"},
+		{"--help", []string{"--help"}, 0, "-descriptors value"},
+		{"version", []string{"-version"}, 0, "ratelimit "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

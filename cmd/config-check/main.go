@@ -40,6 +40,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/openrls/ratelimit/src/buildinfo"
+	"github.com/openrls/ratelimit/src/cmdline"
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/server"
@@ -58,8 +60,36 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	dump := fs.Bool("dump", false, "print the loaded config, one line per limit")
 	summary := fs.Bool("summary", false, "print one line per domain: rules, wildcards, limits")
 	explain := fs.String("explain", "", "DOMAIN: print how the config decides the descriptors given as the first argument")
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `config-check validates descriptor config files with the service's own parser.
+
+Usage:
+  config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...
+  config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...
+  config-check -version
+
+Each PATH is a config file, a directory of them (read as the service reads its
+config directory) or a Kubernetes ConfigMap. Problems are printed as
+file:line: path: message; the exit code is 1 if there is any, 2 for bad usage.
+REQUEST_MAX_STRING_BYTES, REQUEST_MAX_ENTRIES, REQUEST_MAX_BYTES and
+WILDCARD_PRECEDENCE are read from the environment, as the service reads them.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if cmdline.HelpAsked(args) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return 0
 	}
 	args = fs.Args()
 	var explainDescs []*rlv3.RateLimitDescriptor

@@ -61,6 +61,9 @@ func TestRun(t *testing.T) {
 		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
 			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
 		{"no args", nil, 2, "", []string{"usage"}},
+		{"help names PATH", []string{"-h"}, 0, "config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...", nil},
+		{"--help", []string{"--help"}, 0, "-explain string", nil},
+		{"version", []string{"-version"}, 0, "ratelimit ", nil},
 		{"missing path", []string{filepath.Join(dir, "nope")}, 1, "", []string{"no such file"}},
 	}
 	for _, tc := range tests {

@@ -16,9 +16,11 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 
+	"github.com/openrls/ratelimit/src/buildinfo"
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
@@ -35,6 +37,9 @@ import (
 const defaultGCPercent = 400
 
 func main() {
+	if code, stop := commandLine(os.Args[1:], os.Stdout, os.Stderr); stop {
+		os.Exit(code)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -52,12 +57,16 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("invalid settings: %w", oneLine(err))
 	}
 	log := newLogger(s)
+	build := buildinfo.Read()
+	log.WithFields(logrus.Fields{"version": build.Version, "revision": build.Revision, "go": build.GoVersion}).Info("starting ratelimit")
 	manageMemory(ctx, log)
 	for _, w := range settings.Warnings() {
 		log.Warn(w)
 	}
 	health := &server.Health{}
 	reg := newRegistry(ctx, s, log)
+	reg.GaugeFunc("ratelimit_build_info", "1, labelled with the running build's version, VCS revision and Go version.",
+		prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion}, func() float64 { return 1 })
 
 	tr, err := tracing.Setup(ctx, tracing.Options{Enabled: s.TracingEnabled, Protocol: s.TracingExporterProtocol,
 		ServiceName: s.TracingServiceName, Namespace: s.TracingServiceNamespace, InstanceID: s.TracingServiceInstanceID,
