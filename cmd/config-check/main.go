@@ -9,9 +9,11 @@
 // apply and their counter keys (config.Explain).
 //
 // Each PATH is a file or a directory (read as the service reads
-// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding a
-// Kubernetes ConfigMap is checked by its *.yaml/*.yml data entries, named
-// FILE#ENTRY with lines counted within the entry. Every problem is printed on
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding
+// Kubernetes ConfigMaps is checked by their *.yaml/*.yml data entries,
+// named FILE#ENTRY with lines counted within the entry; a file that is
+// plainly something else (an Envoy bootstrap, other Kubernetes objects, a
+// Compose file, Prometheus rules) is named as skipped, with what it is. Every problem is printed on
 // its own line as file:line: path: message, and the exit code is 1 if there
 // is any, 2 for bad usage, 0 otherwise. Rules no request can match under
 // the service's request bounds (REQUEST_MAX_STRING_BYTES,
@@ -29,16 +31,12 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"gopkg.in/yaml.v3"
 
 	"github.com/openrls/ratelimit/src/buildinfo"
 	"github.com/openrls/ratelimit/src/cmdline"
@@ -146,10 +144,9 @@ Flags:
 			return 2
 		}
 	}
-	files, err := parseAll(paths)
-	var cfg *config.Config
-	if err == nil {
-		cfg, err = config.Build(files, config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards})
+	sets, skipped, err := parseAll(paths)
+	for _, sk := range skipped {
+		fmt.Fprintln(stderr, "skipped: "+sk)
 	}
 	if err != nil {
 		for _, line := range flatten(err) {
@@ -157,9 +154,32 @@ Flags:
 		}
 		return 1
 	}
-	warnings := append(config.Unreachable(files, bounds), config.UnknownReplaces(files)...)
-	for _, w := range append(warnings, config.Overlaps(files, wildcards)...) {
-		fmt.Fprintln(stderr, "warning: "+w.Error())
+	if len(sets) == 0 {
+		fmt.Fprintln(stderr, "no descriptor config among the files")
+		return 1
+	}
+	opts := config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards}
+	var cfg *config.Config
+	var domains []string
+	nfiles, failed := 0, false
+	for _, set := range sets {
+		c, ok := checkSet(set, opts, bounds, stderr)
+		failed = failed || !ok
+		if c == nil {
+			continue
+		}
+		if cfg == nil {
+			cfg = c // the first set: the plain files, else a manifest's ConfigMaps
+		}
+		for _, d := range c.Domains() {
+			if !slices.Contains(domains, d) {
+				domains = append(domains, d)
+			}
+		}
+		nfiles += len(set)
+	}
+	if failed {
+		return 1
 	}
 	if *dump {
 		_ = cfg.WriteDump(stdout)
@@ -173,7 +193,8 @@ Flags:
 			return 1
 		}
 	}
-	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", len(files), strings.Join(cfg.Domains(), ", "))
+	slices.Sort(domains)
+	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", nfiles, strings.Join(domains, ", "))
 	return 0
 }
 
@@ -213,65 +234,70 @@ func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
 	return b, nil
 }
 
-// parseAll parses every path, reporting every file's problems together.
-func parseAll(paths []string) ([]*config.File, error) {
-	var files []*config.File
+// parseAll parses every path, reporting every file's problems together,
+// into sets of files that are checked apart: the descriptor config files
+// (one set, as the service loads one directory), then each Kubernetes
+// manifest's ConfigMaps (a set each: each is mounted as a directory of its
+// own), their *.yaml/*.yml entries named FILE#ENTRY. Files that are plainly
+// not descriptor configs (see notAConfig) are passed over, each named in
+// skipped with what it is.
+func parseAll(paths []string) (sets [][]*config.File, skipped []string, err error) {
 	var errs []error
+	var plain []*config.File
 	for _, p := range paths {
 		data, err := config.ReadFile(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		entries := map[string][]byte{p: data}
-		if cm, ok := configMapEntries(data); ok {
-			entries = map[string][]byte{}
-			for name, body := range cm {
-				entries[p+"#"+name] = []byte(body)
+		what, cms := notAConfig(data)
+		if what == "" {
+			f, err := config.Parse(p, data)
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				plain = append(plain, f)
 			}
+			continue
 		}
-		names := make([]string, 0, len(entries))
-		for n := range entries {
-			names = append(names, n)
+		if len(cms) == 0 {
+			skipped = append(skipped, p+": "+what+", not a descriptor config")
+			continue
 		}
-		sort.Strings(names)
-		for _, n := range names {
-			f, err := config.Parse(n, entries[n])
+		var set []*config.File
+		for _, name := range slices.Sorted(maps.Keys(cms)) {
+			f, err := config.Parse(p+"#"+name, []byte(cms[name]))
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			files = append(files, f)
+			set = append(set, f)
 		}
+		sets = append(sets, set)
 	}
-	return files, errors.Join(errs...)
+	if len(plain) > 0 {
+		sets = append([][]*config.File{plain}, sets...)
+	}
+	return sets, skipped, errors.Join(errs...)
 }
 
-var manifestKind = regexp.MustCompile(`(?m)^kind:[ \t]*["']?ConfigMap\b`)
-
-// configMapEntries returns the config entries of a Kubernetes ConfigMap
-// manifest, or false when data is not one.
-func configMapEntries(data []byte) (map[string]string, bool) {
-	// A manifest says so at its top level; a config file never has a kind,
-	// and is not decoded twice (a 100,000-rule file takes most of a second
-	// to decode).
-	if !manifestKind.Match(data) {
-		return nil, false
-	}
-	var cm struct {
-		Kind string            `yaml:"kind"`
-		Data map[string]string `yaml:"data"`
-	}
-	if yaml.Unmarshal(data, &cm) != nil || cm.Kind != "ConfigMap" {
-		return nil, false
-	}
-	out := map[string]string{}
-	for name, body := range cm.Data {
-		if ext := filepath.Ext(name); ext == ".yaml" || ext == ".yml" {
-			out[name] = body
+// checkSet builds one set of files as the service would load them,
+// printing its errors, or its warnings (unreachable rules, replaces that
+// name nothing, wildcards the two precedences decide differently). ok is
+// false on errors.
+func checkSet(files []*config.File, opts config.Options, bounds config.RequestBounds, stderr io.Writer) (cfg *config.Config, ok bool) {
+	cfg, err := config.Build(files, opts)
+	if err != nil {
+		for _, line := range flatten(err) {
+			fmt.Fprintln(stderr, line)
 		}
+		return nil, false
 	}
-	return out, true
+	warnings := append(config.Unreachable(files, bounds), config.UnknownReplaces(files)...)
+	for _, w := range append(warnings, config.Overlaps(files, opts.Wildcards)...) {
+		fmt.Fprintln(stderr, "warning: "+w.Error())
+	}
+	return cfg, true
 }
 
 // flatten lists the leaves of a joined error.

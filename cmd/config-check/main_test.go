@@ -30,6 +30,12 @@ func TestRun(t *testing.T) {
 	leaseBad := filepath.Join(dir, "leasebad", "bad.yaml")
 	_ = os.MkdirAll(filepath.Dir(leaseBad), 0o755)
 	_ = os.WriteFile(leaseBad, []byte("domain: lb\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, lease: true}\n"), 0o644)
+	badCM := filepath.Join(dir, "cm", "cm.yaml")
+	_ = os.MkdirAll(filepath.Dir(badCM), 0o755)
+	_ = os.WriteFile(badCM, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n  app.yaml: |\n    domain: a\n    descriptors:\n      - value: v\n"), 0o644)
+	neither := filepath.Join(dir, "neither", "n.yaml")
+	_ = os.MkdirAll(filepath.Dir(neither), 0o755)
+	_ = os.WriteFile(neither, []byte("name: something\n"), 0o644)
 	env := map[string]string{"REQUEST_MAX_STRING_BYTES": "8"}
 	tests := []struct {
 		name     string
@@ -60,6 +66,17 @@ func TestRun(t *testing.T) {
 		{"lease where it holds", []string{"-dump", filepath.Dir(leased)}, 0, "l.api: 50000 per second, fixed_window, lease", nil},
 		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
 			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
+		{"the examples directory: configs checked, the rest named", []string{"../../examples"}, 0, "OK: 4 files, domains ai_gateway, app, example", []string{
+			"skipped: ../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config",
+			"skipped: ../../examples/envoy-gateway/envoy-gateway.yaml: Kubernetes objects (EnvoyGateway), not a descriptor config",
+			"skipped: ../../examples/envoy-token-usage.yaml: an Envoy bootstrap, not a descriptor config",
+			"skipped: ../../examples/envoy.yaml: an Envoy bootstrap, not a descriptor config",
+			"skipped: ../../examples/istio/envoyfilter.yaml: Kubernetes objects (EnvoyFilter), not a descriptor config",
+			"skipped: ../../examples/kubernetes/shared/ratelimit.yaml: Kubernetes objects (Deployment, Service, PodDisruptionBudget), not a descriptor config",
+			"skipped: ../../examples/kubernetes/shared/redis.yaml: Kubernetes objects (Deployment, Service), not a descriptor config",
+			"skipped: ../../examples/monitoring/prometheus-rules.yaml: Prometheus rules, not a descriptor config"}},
+		{"a ConfigMap's bad entry is an error", []string{badCM}, 1, "", []string{badCM + "#app.yaml:3: descriptors[0]: missing key"}},
+		{"a file like nothing known is checked as a config", []string{neither}, 1, "", []string{neither + `:1: name: unknown field "name"`}},
 		{"no args", nil, 2, "", []string{"usage"}},
 		{"help names PATH", []string{"-h"}, 0, "config-check [-merge] [-ignore-dotfiles] [-dump | -summary] PATH...", nil},
 		{"--help", []string{"--help"}, 0, "-explain string", nil},
