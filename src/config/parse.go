@@ -59,7 +59,9 @@ type Limit struct {
 	// limiter.Rule.Lease); Build sets Rule.Lease from it.
 	Lease    bool
 	Replaces []string
-	Line     int
+	// ReplacesLines are the lines of Replaces' entries.
+	ReplacesLines []int
+	Line          int
 
 	// Rule is what a store applies; identity is the part of the key that
 	// names the limit (algorithm and period), so changing requests_per_unit
@@ -287,7 +289,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 	*l = Limit{Line: n.Line, UnitMultiplier: 1}
 	l.Name = d.str(f["name"], path, "name")
 	l.Unlimited = d.boolean(f["unlimited"], path, "unlimited")
-	l.Replaces = d.replaces(f["replaces"], path+".replaces")
+	l.Replaces, l.ReplacesLines = d.replaces(f["replaces"], path+".replaces")
 	for _, r := range l.Replaces {
 		if r != "" && r == l.Name {
 			d.errf(f["replaces"], path+".replaces", "a limit cannot replace itself (%q)", r)
@@ -389,15 +391,15 @@ func periodString(u Unit, mult uint32) string {
 	return fmt.Sprintf("%d %ss", mult, u)
 }
 
-func (d *decoder) replaces(n *yaml.Node, path string) []string {
+// replaces reads a limit's replaces list: the names, and the line of each.
+func (d *decoder) replaces(n *yaml.Node, path string) (names []string, lines []int) {
 	if n == nil || isNull(n) {
-		return nil
+		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		d.errf(n, path, "want a list of {name: ...}, got %s", kindName(n))
-		return nil
+		return nil, nil
 	}
-	var out []string
 	for i, c := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		f := d.fields(c, p, []string{"name"})
@@ -409,9 +411,9 @@ func (d *decoder) replaces(n *yaml.Node, path string) []string {
 			d.errf(c, p+".name", "replaces needs a non-empty name")
 			continue
 		}
-		out = append(out, name)
+		names, lines = append(names, name), append(lines, f["name"].Line)
 	}
-	return out
+	return names, lines
 }
 
 // FailurePolicy is what to answer for a descriptor when the store fails.

@@ -55,7 +55,7 @@ func unreachable(out []*Error, file string, ds []*Descriptor, depth int, b Reque
 // UnknownReplaces returns a warning for each `replaces` that names no
 // limit of its domain (across files, as MERGE_DOMAIN_CONFIG merges them):
 // it replaces nothing, which is nearly always a typo. Each names the file,
-// line and path.
+// the line of the replaces entry and the path.
 func UnknownReplaces(files []*File) []*Error {
 	names := map[string]map[string]bool{} // domain → limit names
 	var walk func(domain string, ds []*Descriptor, visit func(d *Descriptor, l *Limit))
@@ -80,9 +80,13 @@ func UnknownReplaces(files []*File) []*Error {
 	var out []*Error
 	for _, f := range files {
 		walk(f.Domain, f.Descriptors, func(d *Descriptor, l *Limit) {
-			for _, r := range l.Replaces {
+			for i, r := range l.Replaces {
 				if !names[f.Domain][r] {
-					out = append(out, &Error{File: f.Name, Line: l.Line, Path: d.Path, Msg: fmt.Sprintf(
+					line := l.Line
+					if i < len(l.ReplacesLines) {
+						line = l.ReplacesLines[i] // the entry that names it
+					}
+					out = append(out, &Error{File: f.Name, Line: line, Path: d.Path, Msg: fmt.Sprintf(
 						"replaces %q, but no limit of domain %q is named so: it replaces nothing", r, f.Domain)})
 				}
 			}

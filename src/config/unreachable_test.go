@@ -82,15 +82,18 @@ descriptors:
     rate_limit:
       unit: minute
       requests_per_unit: 50
-      replaces: [{name: base}, {name: bsae}]
+      replaces:
+        - name: base
+        - name: bsae
 `)
 	b := mustParse(t, "b.yaml", `domain: d
 descriptors:
   - key: other
     rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: base}]}
 `)
+	// The warning names the line of the entry that names it.
 	got := UnknownReplaces([]*File{a, b})
-	if len(got) != 1 || !strings.HasPrefix(got[0].Error(), `a.yaml:7: descriptors[1]: replaces "bsae", but no limit of domain "d" is named so`) {
+	if len(got) != 1 || !strings.HasPrefix(got[0].Error(), `a.yaml:11: descriptors[1]: replaces "bsae", but no limit of domain "d" is named so`) {
 		t.Errorf("UnknownReplaces() = %v, want one warning for the typo only", got)
 	}
 }
