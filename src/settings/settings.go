@@ -261,15 +261,38 @@ func Load() (Settings, error) {
 		dst    any
 	}{{"", &s}, {"REDIS", &s.Redis}, {"REDIS_PERSECOND", &s.RedisPerSecondConfig}} {
 		if err := envconfig.Process(p.prefix, p.dst); err != nil {
-			// envconfig stops at the first bad variable; name them all.
-			if all := parseErrors(); all != nil {
-				return s, all
+			// envconfig stops at the first bad variable: name them all,
+			// and what is wrong with the others too.
+			bad, all := parseErrors()
+			if all == nil {
+				return s, cleanEnvconfigError(err)
 			}
-			return s, cleanEnvconfigError(err)
+			return s, errors.Join(all, validateWithout(bad))
 		}
 	}
 	s.normalize()
 	return s, s.Validate()
+}
+
+// validateWithout validates the settings as if the variables named were
+// not set (they did not parse, and are reported already), so that one run
+// names every bad variable. It runs at start-up, before anything else reads
+// the environment, which it restores.
+func validateWithout(names []string) error {
+	saved := map[string]string{}
+	for _, n := range names {
+		saved[n] = os.Getenv(n)
+		_ = os.Unsetenv(n)
+	}
+	defer func() {
+		for n, v := range saved {
+			_ = os.Setenv(n, v)
+		}
+	}()
+	if _, err := Load(); err != nil {
+		return err
+	}
+	return nil
 }
 
 // referenceRedisURL and referenceRedisPerSecondURL are the reference's
@@ -392,9 +415,9 @@ func Warnings() []string {
 }
 
 // parseErrors checks every set variable against its field's type, as
-// envconfig parses it, and returns one error per variable that does not
-// parse, in the order of Names.
-func parseErrors() error {
+// envconfig parses it, and returns the names of those that do not parse
+// and one error for each, in the order of Names.
+func parseErrors() (names []string, err error) {
 	var errs []error
 	check := func(t reflect.Type, prefix string) {
 		for i := 0; i < t.NumField(); i++ {
@@ -408,6 +431,7 @@ func parseErrors() error {
 				continue
 			}
 			if want := parses(f.Type, v); want != "" {
+				names = append(names, prefix+name)
 				errs = append(errs, fmt.Errorf("%s: invalid value %q: want %s", prefix+name, v, want))
 			}
 		}
@@ -415,7 +439,7 @@ func parseErrors() error {
 	check(reflect.TypeOf(Settings{}), "")
 	check(reflect.TypeOf(Redis{}), "REDIS_")
 	check(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
-	return errors.Join(errs...)
+	return names, errors.Join(errs...)
 }
 
 // parses returns "" if v parses as a value of type t, else the type's name

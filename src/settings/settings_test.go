@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,27 @@ func TestWarningsAndFlushAliases(t *testing.T) {
 	t.Setenv("STATS_FLUSH_INTERVAL", "7s")
 	if s, _ = Load(); s.StatsFlushInterval != 7*time.Second {
 		t.Errorf("StatsFlushInterval = %v, want STATS_FLUSH_INTERVAL's 7s to win", s.StatsFlushInterval)
+	}
+}
+
+// TestEveryBadSettingAtOnce: a variable that does not parse and one that
+// parses but is wrong are both named in one run, and the environment is
+// as it was after.
+func TestEveryBadSettingAtOnce(t *testing.T) {
+	t.Setenv("REDIS_URL", "a:1")
+	t.Setenv("REDIS_TIMEOUT", "abc")
+	t.Setenv("GRPC_PORT", "x")
+	t.Setenv("BACKEND_FAILURE_POLICY", "maybe")
+	_, err := Load()
+	if err == nil {
+		t.Fatal("Load() succeeded")
+	}
+	for _, want := range []string{`REDIS_TIMEOUT: invalid value "abc"`, `GRPC_PORT: invalid value "x"`, "BACKEND_FAILURE_POLICY:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Load() = %v, want it to name %s", err, want)
+		}
+	}
+	if got := os.Getenv("REDIS_TIMEOUT"); got != "abc" {
+		t.Errorf("REDIS_TIMEOUT = %q after Load, want it restored", got)
 	}
 }
