@@ -155,6 +155,8 @@ func TestStartupFailures(t *testing.T) {
 		{"bad setting", map[string]string{"PORT": "eighty"}, `ratelimit: invalid settings: PORT: invalid value "eighty"`},
 		{"every bad setting at once", map[string]string{"PORT": "eighty", "GRPC_PORT": "x"},
 			`ratelimit: invalid settings: PORT: invalid value "eighty": want int; GRPC_PORT: invalid value "x": want int`},
+		{"bad settings that parse and that do not", map[string]string{"REDIS_TIMEOUT": "abc", "BACKEND_FAILURE_POLICY": "maybe"},
+			`ratelimit: invalid settings: REDIS_TIMEOUT: invalid value "abc": want a duration such as 500ms, 10s or 1h; BACKEND_FAILURE_POLICY: `},
 		{"missing config dir", map[string]string{"RUNTIME_ROOT": "/nonexistent-dir-for-test"}, "load config from /nonexistent-dir-for-test/config"},
 		{"duplicate domain", writeConfig(t, map[string]string{"a.yaml": "domain: x\n", "b.yaml": "domain: x\n"}), `duplicate domain "x"`},
 	}
@@ -169,6 +171,9 @@ func TestStartupFailures(t *testing.T) {
 			}
 			if strings.Contains(out, "last good config") {
 				t.Errorf("at start-up there is no last good config, but the log says so:\n%s", out)
+			}
+			if n := strings.Count(out, tc.want); n != 1 {
+				t.Errorf("the error is printed %d times, want once:\n%s", n, out)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -23,8 +24,15 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 	first := make(chan struct{})
 	var once sync.Once
 	var holder *config.Holder
+	// firstFile is set during the first load from files when its failure
+	// stops start-up: the error is the process's exit message then, not a
+	// log line as well.
+	var firstFile atomic.Bool
 	holder = config.NewHolder(func(cfg *config.Config, err error) {
 		if err != nil {
+			if firstFile.Load() {
+				return
+			}
 			if holder.Load() == nil {
 				log.WithError(err).Error("config load failed; no config is serving yet")
 			} else {
@@ -89,7 +97,10 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 		return nil, err
 	}
 	go w.Run(ctx)
-	if err := reload(); err != nil && !s.ForceStartWithoutInitialConfig {
+	firstFile.Store(!s.ForceStartWithoutInitialConfig)
+	err = reload()
+	firstFile.Store(false)
+	if err != nil && !s.ForceStartWithoutInitialConfig {
 		return nil, fmt.Errorf("load config from %s: %w", dir, err)
 	}
 	return holder, nil

@@ -461,10 +461,13 @@ func parses(t reflect.Type, v string) string {
 	case t.Kind() == reflect.Float64:
 		_, err = strconv.ParseFloat(v, 64)
 	}
-	if err != nil {
-		return t.String()
+	switch {
+	case err == nil:
+		return ""
+	case t == reflect.TypeOf(time.Duration(0)):
+		return "a duration such as 500ms, 10s or 1h"
 	}
-	return ""
+	return t.String()
 }
 
 // cleanEnvconfigError turns envconfig's "envconfig.Process: assigning PORT to

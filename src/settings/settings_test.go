@@ -105,7 +105,7 @@ func TestLoad(t *testing.T) {
 		{"request bytes", map[string]string{"REQUEST_MAX_BYTES": "0"}, "REQUEST_MAX_BYTES: must be at least 1, got 0", nil},
 		{"concurrent streams", map[string]string{"GRPC_MAX_CONCURRENT_STREAMS": "-1"}, "GRPC_MAX_CONCURRENT_STREAMS: must be at least 1, got -1", nil},
 		{"every unparsable variable at once", map[string]string{"PORT": "eighty", "GRPC_PORT": "x", "REDIS_TIMEOUT": "soon", "SHADOW_MODE": "maybe"},
-			"PORT: invalid value \"eighty\": want int\nGRPC_PORT: invalid value \"x\": want int\nSHADOW_MODE: invalid value \"maybe\": want bool\nREDIS_TIMEOUT: invalid value \"soon\": want time.Duration", nil},
+			"PORT: invalid value \"eighty\": want int\nGRPC_PORT: invalid value \"x\": want int\nSHADOW_MODE: invalid value \"maybe\": want bool\nREDIS_TIMEOUT: invalid value \"soon\": want a duration such as 500ms, 10s or 1h", nil},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
 	}
 	for _, tc := range tests {
