@@ -14,14 +14,15 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -o $(BIN)/client ./cmd/client
 
 # Runs the service with the example config: on the embedded in-memory store,
-# or on Redis with REDIS_URL=127.0.0.1:6379 make run (see make redis). The
+# or on Redis with REDIS_URL=127.0.0.1:6379 make run (see make redis), statsd
+# off unless USE_STATSD=true (nothing listens on 8125 on a laptop). The
 # config directory holds a link to examples/ratelimit-config.yaml, which the
 # service follows: editing the example reloads it.
 run: build
 	mkdir -p .run/ratelimit/config
 	ln -sf "$(CURDIR)/examples/ratelimit-config.yaml" .run/ratelimit/config/ratelimit-config.yaml
 	RUNTIME_ROOT="$(CURDIR)/.run" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
-	LOG_LEVEL=info $(BIN)/server
+	USE_STATSD=$${USE_STATSD:-false} LOG_LEVEL=info $(BIN)/server
 
 # A throwaway Redis on 127.0.0.1:6379 in the foreground (nothing saved), for
 # REDIS_URL=127.0.0.1:6379 make run in another terminal.
