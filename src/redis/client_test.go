@@ -112,7 +112,7 @@ func TestClientTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(ClientOptions{URL: tc.addr, Type: "single", Auth: "rl:pw", TLS: cfg, PoolSize: 1, Timeout: 2 * time.Second})
+			c, err := NewClient(ClientOptions{URL: tc.addr, Type: "single", Auth: "rl:pw", TLS: cfg, PoolSize: 1, Timeout: testTimeout})
 			if err != nil {
 				t.Fatal(err)
 			}

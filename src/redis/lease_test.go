@@ -183,7 +183,7 @@ func testReplicasNeverPassTheLimit(t *testing.T, newClient func() goredis.Univer
 
 func sentinelClient(t *testing.T, st *redistest.Sentinel) goredis.UniversalClient {
 	t.Helper()
-	c, err := NewClient(ClientOptions{URL: st.MasterName + "," + strings.Join(st.SentinelAddrs(), ","), Type: "sentinel", PoolSize: 16, Timeout: 2 * time.Second})
+	c, err := NewClient(ClientOptions{URL: st.MasterName + "," + strings.Join(st.SentinelAddrs(), ","), Type: "sentinel", PoolSize: 16, Timeout: testTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestLeaseOnEveryTopology(t *testing.T) {
 					addrs = append(addrs, n.Addr)
 				}
 				client = func() goredis.UniversalClient {
-					c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: 2 * time.Second})
+					c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
 					if err != nil {
 						t.Fatal(err)
 					}
