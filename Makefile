@@ -67,8 +67,8 @@ bench:
 	$(GO) test ./src/redis -run '^$$' -bench Accuracy -benchtime 1x -timeout 10m
 	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
-# Regenerates cmd/server/default.pgo (profile-guided optimisation; every
-# `go build` of the server uses it) from the load benchmark's CPU profiles.
+# Regenerates cmd/server/release.pgo (profile-guided optimisation of the
+# image's server build) from the load benchmark's CPU profiles.
 pgo:
 	scripts/pgo.sh $(BENCHFLAGS)
 

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	serverBin = filepath.Join(dir, "server")
 	// -trimpath as in the release build; it also keeps this machine's
-	// paths out of the CPU profiles make pgo turns into default.pgo.
+	// paths out of the CPU profiles make pgo turns into release.pgo.
 	// -buildvcs=auto as make build: the binary names its revision.
 	build := exec.Command("go", "build", "-trimpath", "-buildvcs=auto", "-o", serverBin, "../cmd/server")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr

@@ -91,9 +91,6 @@ type loadResult struct {
 	scriptPerRequest             float64 // µs Redis spent in scripts, per request
 }
 
-// serverProfile is the server's profile-guided optimisation profile (make pgo).
-const serverProfile = "../cmd/server/default.pgo"
-
 var noopOnce sync.Once
 var noopBin string
 
@@ -101,13 +98,9 @@ func startNoop(b *testing.B) (string, int) {
 	b.Helper()
 	noopOnce.Do(func() {
 		noopBin = filepath.Join(filepath.Dir(serverBin), "noopserver")
-		// Built as the server is (TestMain), with the server's profile: the
-		// profile also reshapes gRPC's hot path, which both share, so the
-		// ratio measures the service's own work, not the compiler's.
+		// Built as the server is (TestMain): the ratio measures the
+		// service's own work, not the compiler's.
 		args := []string{"build", "-trimpath", "-o", noopBin}
-		if _, err := os.Stat(serverProfile); err == nil {
-			args = append(args, "-pgo="+serverProfile)
-		}
 		if out, err := exec.Command("go", append(args, "./noopserver")...).CombinedOutput(); err != nil {
 			b.Fatalf("build noopserver: %v\n%s", err, out)
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates cmd/server/default.pgo, the CPU profile `go build` uses for
-# profile-guided optimisation of the server: runs the load benchmark with a
-# CPU profile of the service per target and scenario, and merges them.
+# Regenerates cmd/server/release.pgo, the CPU profile the image's build
+# (Dockerfile) uses for profile-guided optimisation of the server: runs the
+# load benchmark with a CPU profile of the service per target and scenario,
+# and merges them.
 # Extra arguments go to the benchmark (e.g. -load.duration=5s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,5 @@ fi
 go tool pprof -proto "${profiles[@]}" >"$dir/merged.pgo"
 # The profiles name the binary's temporary path; the repository gets none.
 go run ./scripts/pgoscrub <"$dir/merged.pgo" >"$dir/scrubbed.pgo"
-mv "$dir/scrubbed.pgo" cmd/server/default.pgo
-echo "cmd/server/default.pgo: merged ${#profiles[@]} profiles"
+mv "$dir/scrubbed.pgo" cmd/server/release.pgo
+echo "cmd/server/release.pgo: merged ${#profiles[@]} profiles"
