@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // event is the part of a test2json event this reads.
@@ -27,19 +29,48 @@ type event struct {
 }
 
 func main() {
-	os.Exit(report(os.Stdin, os.Stdout))
+	os.Exit(report(os.Stdin, os.Stdout, 30*time.Second))
 }
 
 // report reads events from r and writes progress to w; it returns the exit
-// code.
-func report(r io.Reader, w io.Writer) int {
+// code. When it has written nothing for quiet, it says what still runs (or
+// that the tests are still being compiled), so that a cold run is never
+// silent for long.
+func report(r io.Reader, w io.Writer, quiet time.Duration) int {
 	outputs := map[string]*strings.Builder{} // package or package/test → output
 	failedIDs := map[string]bool{}           // package/test of each failed test
+	running := map[string]time.Time{}        // packages started, not ended → when
 	passedPkgs, failedPkgs, passedTests, failedTests := 0, 0, 0, 0
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
+	lines := make(chan []byte)
+	var scanErr error
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			lines <- slices.Clone(sc.Bytes())
+		}
+		scanErr = sc.Err()
+		close(lines)
+	}()
+	pw := &progressWriter{w: w, last: time.Now()}
+	w = pw
+	tick := time.NewTicker(max(quiet/4, time.Millisecond))
+	defer tick.Stop()
+read:
+	for {
+		var line []byte
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				break read
+			}
+			line = l
+		case now := <-tick.C:
+			if now.Sub(pw.last) >= quiet {
+				fmt.Fprintln(w, stillRunning(running, now))
+			}
+			continue
+		}
 		var e event
 		if json.Unmarshal(line, &e) != nil {
 			fmt.Fprintln(w, string(line)) // not an event: pass it on
@@ -47,6 +78,8 @@ func report(r io.Reader, w io.Writer) int {
 		}
 		id := e.Package + "/" + e.Test
 		switch e.Action {
+		case "start":
+			running[e.Package] = time.Now()
 		case "build-output":
 			fmt.Fprint(w, e.Output)
 		case "output":
@@ -72,6 +105,7 @@ func report(r io.Reader, w io.Writer) int {
 			case e.Test != "" && e.Action == "pass":
 				passedTests++
 			case e.Test == "" && failed:
+				delete(running, e.Package)
 				failedPkgs++
 				// The package's own lines and any test it never finished
 				// (a panic, a timeout, TestMain).
@@ -80,6 +114,7 @@ func report(r io.Reader, w io.Writer) int {
 				}
 				fmt.Fprintf(w, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
 			case e.Test == "" && e.Action == "pass":
+				delete(running, e.Package)
 				passedPkgs++
 				fmt.Fprintf(w, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
 			}
@@ -88,10 +123,39 @@ func report(r io.Reader, w io.Writer) int {
 	}
 	fmt.Fprintf(w, "packages: %d passed, %d failed\n", passedPkgs, failedPkgs)
 	fmt.Fprintf(w, "%d passed, %d failed\n", passedTests, failedTests)
-	if failedPkgs > 0 || failedTests > 0 || sc.Err() != nil {
+	if failedPkgs > 0 || failedTests > 0 || scanErr != nil {
 		return 1
 	}
 	return 0
+}
+
+// progressWriter notes when it last wrote.
+type progressWriter struct {
+	w    io.Writer
+	last time.Time
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	p.last = time.Now()
+	return p.w.Write(b)
+}
+
+// stillRunning says what the run is waiting for: the packages whose tests
+// run, longest first, or the compiler.
+func stillRunning(running map[string]time.Time, now time.Time) string {
+	if len(running) == 0 {
+		return "... compiling the tests (nothing has finished for a while; a cold build cache takes minutes)"
+	}
+	pkgs := make([]string, 0, len(running))
+	for p := range running {
+		pkgs = append(pkgs, p)
+	}
+	sort.Slice(pkgs, func(i, j int) bool { return running[pkgs[i]].Before(running[pkgs[j]]) })
+	parts := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		parts[i] = fmt.Sprintf("%s (%ds)", p, int(now.Sub(running[p]).Seconds()))
+	}
+	return "... still running: " + strings.Join(parts, ", ")
 }
 
 // hasFailedChild reports whether a subtest of id failed.

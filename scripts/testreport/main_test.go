@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestReport(t *testing.T) {
@@ -41,7 +45,7 @@ func TestReport(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			code := report(strings.NewReader(tc.events), &out)
+			code := report(strings.NewReader(tc.events), &out, time.Hour)
 			got := out.String()
 			if code != tc.wantCode {
 				t.Errorf("report() = %d, want %d; output:\n%s", code, tc.wantCode, got)
@@ -61,4 +65,44 @@ func TestReport(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReportSaysWhatStillRuns: when nothing has been written for a while,
+// the report says which packages still run, so a long run is never silent.
+func TestReportSaysWhatStillRuns(t *testing.T) {
+	r, w := io.Pipe()
+	var out syncBuffer
+	done := make(chan int)
+	go func() { done <- report(r, &out, 20*time.Millisecond) }()
+	fmt.Fprintln(w, `{"Action":"start","Package":"slowpkg"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "... still running: slowpkg (") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress line within 10 s: %q", out.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the report's output
+	}
+	fmt.Fprintln(w, `{"Action":"pass","Package":"slowpkg","Elapsed":1}`)
+	w.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d:\n%s", code, out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer the report and the test may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
