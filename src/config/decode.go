@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -36,13 +37,62 @@ func (d *decoder) errf(n *yaml.Node, path, format string, args ...any) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlError turns a yaml.v3 syntax error into a positioned *Error.
-func (d *decoder) yamlError(err error) error {
+// yamlError turns a yaml.v3 syntax error in data into a positioned *Error,
+// at the line syntaxLine finds.
+func (d *decoder) yamlError(err error, data []byte) error {
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return &Error{File: d.file, Line: line, Msg: "invalid YAML: " + m[2]}
+		return &Error{File: d.file, Line: syntaxLine(data, line, m[2]), Msg: "invalid YAML: " + m[2]}
 	}
 	return &Error{File: d.file, Msg: "invalid YAML: " + err.Error()}
+}
+
+// syntaxLine is the line a yaml.v3 syntax error is about. yaml.v3 names
+// the line of the error's context, counted from 0 for the parser's errors
+// ("did not find expected ..."), from 1 for the scanner's: the line of an
+// unclosed bracket comes out one early, and a bad line inside a block list,
+// or a tab, as the line where the list starts. It returns the 1-based line
+// of the bracket, of the first line of the list out of line, of the tab,
+// or what yaml.v3 said.
+func syntaxLine(data []byte, reported int, msg string) int {
+	lines := strings.Split(string(data), "\n")
+	indent := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
+	blank := func(l string) bool { t := strings.TrimSpace(l); return t == "" || t[0] == '#' }
+	last := len(lines)
+	for last > 1 && blank(lines[last-1]) {
+		last--
+	}
+	switch {
+	case strings.Contains(msg, "tab character"):
+		for k := max(reported, 1); k <= len(lines); k++ {
+			if l := lines[k-1]; strings.ContainsRune(l[:len(l)-len(strings.TrimLeft(l, " \t"))], '\t') {
+				return k
+			}
+		}
+	case strings.HasPrefix(msg, "did not find expected '-' indicator"):
+		start := reported + 1 // the list's first item
+		if start > len(lines) {
+			break
+		}
+		dash := indent(lines[start-1])
+		for k := start + 1; k <= len(lines); k++ {
+			l := lines[k-1]
+			if blank(l) {
+				continue
+			}
+			ind := indent(l)
+			if ind < dash {
+				break
+			}
+			if ind == dash && !strings.HasPrefix(l[ind:], "-") || ind > dash && ind < dash+2 {
+				return k
+			}
+		}
+		return min(start, last)
+	case strings.HasPrefix(msg, "did not find expected"):
+		return min(reported+1, last)
+	}
+	return reported
 }
 
 // fields checks that n is a mapping whose keys are all in allowed, each once,

@@ -101,7 +101,7 @@ func parseWhole(name string, data []byte) (*File, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: name, Msg: "file is empty: want a mapping with domain and descriptors"}
 		}
-		return nil, d.yamlError(err)
+		return nil, d.yamlError(err, data)
 	}
 	if err := checkAliases(name, &doc); err != nil {
 		return nil, err
@@ -130,7 +130,7 @@ func parseWhole(name string, data []byte) (*File, error) {
 	case err == nil:
 		d.errAt(extra.Line, "", "more than one YAML document; put each domain in its own file")
 	case !errors.Is(err, io.EOF):
-		d.errs = append(d.errs, d.yamlError(err))
+		d.errs = append(d.errs, d.yamlError(err, data))
 	}
 	return f, d.err()
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -263,5 +264,35 @@ d.tenant: 100 per second, fixed_window (lease.yaml:9)
 	defer po.Release()
 	if len(po.Hits) != 1 || po.Hits[0].Rule.Lease != "" {
 		t.Errorf("override hits = %+v, want one without lease", po.Hits)
+	}
+}
+
+// TestSyntaxErrorLines: a YAML syntax error names the line it is about:
+// the unclosed bracket, the tab, the line out of a list, the stray one.
+func TestSyntaxErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+	}{
+		{"unclosed [", "domain: d\ndescriptors:\n  - key: a\n    value: [x, y\n  - key: b\n", 4},
+		{"unclosed [ at the end", "domain: d\ndescriptors: [\n", 2},
+		{"unclosed {", "domain: d\ndescriptors:\n  - {key: a\n  - key: b\n", 3},
+		{"a tab indenting a line", "domain: d\ndescriptors:\n  - key: a\n\t- key: b\n", 4},
+		{"a tab before a list", "domain: d\ndescriptors:\n\t- key: a\n", 3},
+		{"an unclosed quote", "domain: d\ndescriptors:\n  - key: \"a\n  - key: b\n", 3},
+		{"a line indented one too many", "domain: d\ndescriptors:\n  - key: a\n   value: b\n", 4},
+		{"a key at the list's indentation", "domain: d\ndescriptors:\n  - key: a\n    value: b\n  key2: b\n", 5},
+		{"a colon in a plain value", "domain: d\ndescriptors:\n  - key: a: b\n", 3},
+		{"a stray ]", "domain: d\ndescriptors:\n  - key: a\n]\n", 4},
+	} {
+		_, err := Parse("f.yaml", []byte(tc.src))
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(e.Msg, "invalid YAML") {
+			t.Errorf("%s: %v, want an invalid YAML error", tc.name, err)
+			continue
+		}
+		if e.Line != tc.line {
+			t.Errorf("%s: %v, want line %d", tc.name, err, tc.line)
+		}
 	}
 }
