@@ -155,13 +155,16 @@ func TestOneMeaningPerFile(t *testing.T) {
 			}
 		}
 	}
-	for _, tc := range []struct{ tail, want string }{
-		{"...\n]\n", "f.yaml:%d: invalid YAML:"},
-		{"---\ndomain: e\n", "f.yaml:%d: more than one YAML document"},
+	for _, tc := range []struct {
+		tail, want string
+		after      int // the error's line, counted from the marker's
+	}{
+		{"...\n]\n", "f.yaml:%d: invalid YAML:", 1},
+		{"---\ndomain: e\n", "f.yaml:%d: more than one YAML document", 0},
 	} {
 		for _, rules := range []int{small, large} {
 			data := build(rules, tc.tail)
-			line := 2*rules + 3 // the marker's line
+			line := 2*rules + 3 + tc.after
 			_, err := Parse("f.yaml", data)
 			if want := fmt.Sprintf(tc.want, line); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%q after the document, %d rules: error %v, want %q", tc.tail, rules, err, want)

@@ -34,7 +34,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"zero_multiplier.yaml", []string{`zero_multiplier.yaml:7: descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1`}},
 		{"duplicate_limit_identity.yaml", []string{`duplicate_limit_identity.yaml:7: descriptors[0]: two limits with the same algorithm and period (fixed_window per second) on one descriptor (first at line 5)`}},
 		{"bad_bool.yaml", []string{`bad_bool.yaml:4: descriptors[0].shadow_mode: want true or false, got "yes please"`}},
-		{"bad_yaml.yaml", []string{`bad_yaml.yaml:2: invalid YAML: did not find expected '-' indicator`}},
+		{"bad_yaml.yaml", []string{`bad_yaml.yaml:7: invalid YAML: did not find expected '-' indicator`}},
 		{"empty.yaml", []string{`empty.yaml: file is empty`}},
 		{"token_bucket_too_fast.yaml", []string{`token_bucket_too_fast.yaml:5: descriptors[0].rate_limit: token_bucket refills at most one token per microsecond`}},
 		{"window_too_long.yaml", []string{`window_too_long.yaml:5: descriptors[0].rate_limit: a window of 11 years is longer than the longest supported`}},
