@@ -73,7 +73,7 @@ pgo:
 	scripts/pgo.sh $(BENCHFLAGS)
 
 vet:
-	@echo "vet: compiling every package first (a few minutes with an empty build cache; a line per 50 packages)"
+	@echo "vet: downloading the modules (once) and compiling every package first (a few minutes with empty caches; a line per 50 packages)"
 	@$(GO) build -v ./... 2>&1 | awk '/^[^ :]+$$/ { if (++n % 50 == 0) print "  " n " packages compiled"; next } { print }'
 	$(GO) vet ./...
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
