@@ -91,6 +91,9 @@ read:
 			b.WriteString(e.Output)
 		case "pass", "fail", "skip":
 			failed := e.Action == "fail"
+			if e.Test == "" {
+				delete(running, e.Package) // a package without tests ends with skip
+			}
 			switch {
 			case e.Test != "" && failed:
 				// A test fails with its failed subtests (which end first):
@@ -105,7 +108,6 @@ read:
 			case e.Test != "" && e.Action == "pass":
 				passedTests++
 			case e.Test == "" && failed:
-				delete(running, e.Package)
 				failedPkgs++
 				// The package's own lines and any test it never finished
 				// (a panic, a timeout, TestMain).
@@ -114,7 +116,6 @@ read:
 				}
 				fmt.Fprintf(w, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
 			case e.Test == "" && e.Action == "pass":
-				delete(running, e.Package)
 				passedPkgs++
 				fmt.Fprintf(w, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
 			}

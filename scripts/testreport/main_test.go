@@ -74,6 +74,8 @@ func TestReportSaysWhatStillRuns(t *testing.T) {
 	var out syncBuffer
 	done := make(chan int)
 	go func() { done <- report(r, &out, 20*time.Millisecond) }()
+	fmt.Fprintln(w, `{"Action":"start","Package":"notests"}`)
+	fmt.Fprintln(w, `{"Action":"skip","Package":"notests"}`)
 	fmt.Fprintln(w, `{"Action":"start","Package":"slowpkg"}`)
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), "... still running: slowpkg (") {
@@ -81,6 +83,9 @@ func TestReportSaysWhatStillRuns(t *testing.T) {
 			t.Fatalf("no progress line within 10 s: %q", out.String())
 		}
 		time.Sleep(5 * time.Millisecond) // polling the report's output
+	}
+	if strings.Contains(out.String(), "notests") {
+		t.Errorf("a package without tests is listed as running: %q", out.String())
 	}
 	fmt.Fprintln(w, `{"Action":"pass","Package":"slowpkg","Elapsed":1}`)
 	w.Close()
