@@ -179,13 +179,16 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	call := func(entries ...string) *rlsv3.RateLimitResponse {
-		t.Helper()
+	try := func(entries ...string) (*rlsv3.RateLimitResponse, error) {
 		rule := "httproute/default/http-ratelimit/rule/0/match/-1"
 		d := desc(append([]string{rule + "=" + rule}, entries...)...)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlv3.RateLimitDescriptor{d}})
+		return client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlv3.RateLimitDescriptor{d}})
+	}
+	call := func(entries ...string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := try(entries...)
 		if err != nil {
 			t.Fatalf("ShouldRateLimit: %v", err)
 		}
@@ -198,7 +201,11 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	// Started before any config (FORCE_START_WITHOUT_INITIAL_CONFIG):
 	// healthy, and the first config arrives over xDS.
 	set("1", 2)
-	eventually(t, "the first xDS config serves", func() bool { return limitOf(call("rule-0-match-1=probe")) == 2 })
+	// Until it does, the service answers Unavailable (no config yet).
+	eventually(t, "the first xDS config serves", func() bool {
+		resp, err := try("rule-0-match-1=probe")
+		return err == nil && limitOf(resp) == 2
+	})
 	for _, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := call("rule-0-match-0=one").GetOverallCode(); got != want {
 			t.Errorf("value match: %v, want %v", got, want)
