@@ -25,6 +25,7 @@ import (
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/server/h2guard"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/tracing"
@@ -177,7 +178,7 @@ func serverOptions(s settings.Settings, svc *service.Server, tlsCfg *tls.Config,
 		MaxRequestBytes:      s.RequestMaxBytes,
 		MaxConcurrentStreams: uint32(s.GRPCMaxConcurrentStreams),
 		MaxConnectionIdle:    s.GRPCMaxConnectionIdle,
-		Guard: server.GuardOptions{MaxConnections: s.GRPCMaxConnections, MaxConnectionsPerAddress: s.GRPCMaxConnectionsPerAddress,
+		Guard: h2guard.Options{MaxConnections: s.GRPCMaxConnections, MaxConnectionsPerAddress: s.GRPCMaxConnectionsPerAddress,
 			MaxInFlight:     s.GRPCMaxCallsInFlight,
 			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout, Cooldown: cooldown(s)},
 		OnGuard:               guardEvents(reg, log),

@@ -15,6 +15,7 @@ import (
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/server/h2guard"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/topk"
@@ -31,18 +32,18 @@ func cooldown(s settings.Settings) time.Duration {
 // guardEvents counts what the gRPC guards did, by event, and logs a
 // connection they closed at most once per event and 10 s (an attacker
 // must not flood the log either).
-func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(server.GuardEvent) {
-	events := []server.GuardEvent{server.EventConnectionRefused, server.EventCallRefused, server.EventRapidReset, server.EventUnreadAnswers}
-	counts := make(map[server.GuardEvent]*atomic.Uint64, len(events))
-	logged := make(map[server.GuardEvent]*atomic.Int64, len(events))
+func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Event) {
+	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers}
+	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
+	logged := make(map[h2guard.Event]*atomic.Int64, len(events))
 	for _, e := range events {
 		counts[e], logged[e] = new(atomic.Uint64), new(atomic.Int64)
 		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed or refused and calls refused by the listener's guards, by event.",
 			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
 	}
-	return func(e server.GuardEvent) {
+	return func(e h2guard.Event) {
 		counts[e].Add(1)
-		if e != server.EventRapidReset && e != server.EventUnreadAnswers {
+		if e != h2guard.EventRapidReset && e != h2guard.EventUnreadAnswers {
 			return
 		}
 		now := time.Now().UnixNano()

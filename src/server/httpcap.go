@@ -72,7 +72,7 @@ func (cl *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		cc := &capConn{Conn: c, cl: cl, host: hostOf(c.RemoteAddr())}
+		cc := &capConn{Conn: c, cl: cl, host: clientIP(c.RemoteAddr())}
 		if cl.admit(cc) {
 			return cc, nil
 		}
@@ -167,4 +167,12 @@ func (c *capConn) Close() error {
 	c.cl.forgetLocked(c)
 	c.cl.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// clientIP is a TCP peer's address, or "" for a Unix socket's peer.
+func clientIP(addr net.Addr) string {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return ""
 }

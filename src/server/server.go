@@ -30,6 +30,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/openrls/ratelimit/src/server/h2guard"
 )
 
 // Service is what the gRPC listener serves.
@@ -74,9 +76,9 @@ type Options struct {
 	// long (GRPC_MAX_CONNECTION_IDLE); 0 never.
 	MaxConnectionIdle time.Duration
 	// Guard bounds what one client may take of the gRPC listener (see
-	// GuardOptions); OnGuard, when set, hears each time a guard acts.
-	Guard   GuardOptions
-	OnGuard func(GuardEvent)
+	// h2guard.Options); OnGuard, when set, hears each time a guard acts.
+	Guard   h2guard.Options
+	OnGuard func(h2guard.Event)
 	// HTTPLimits caps each HTTP listener's connections; OnHTTPConn, when
 	// set, hears each connection a listener closes of its own accord
 	// (port: http, debug or metrics; why: HTTPRefused or HTTPEvictedIdle).
@@ -164,8 +166,8 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	// The guards watch HTTP/2 as it is accepted when it is plaintext, and
-	// after the handshake under TLS (guardCreds).
-	gl := newGuardListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
+	// after the handshake under TLS (gl.Creds).
+	gl := h2guard.NewListener(lis[0], o.Guard, o.TLS == nil, o.OnGuard)
 	lis[0] = gl
 	gs := grpc.NewServer(grpcOptions(o, gl)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
@@ -215,9 +217,9 @@ func (o Options) withDefaults() Options {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
 	o.Timeouts = o.Timeouts.withDefaults()
-	o.Guard = o.Guard.withDefaults()
+	o.Guard = o.Guard.WithDefaults()
 	if o.OnGuard == nil {
-		o.OnGuard = func(GuardEvent) {}
+		o.OnGuard = func(h2guard.Event) {}
 	}
 	o.HTTPLimits = o.HTTPLimits.withDefaults()
 	if o.OnHTTPConn == nil {
@@ -354,10 +356,10 @@ func removeStaleSocket(path string) error {
 
 // grpcOptions are the gRPC server's options: the caller's, TLS, bounds on
 // what one client may hold, keepalive, and the lenient codec.
-func grpcOptions(o Options, gl *guardListener) []grpc.ServerOption {
+func grpcOptions(o Options, gl *h2guard.Listener) []grpc.ServerOption {
 	sopts := slices.Clone(o.GRPCOptions)
 	if o.TLS != nil {
-		sopts = append(sopts, grpc.Creds(guardCreds{TransportCredentials: credentials.NewTLS(o.TLS), gl: gl}))
+		sopts = append(sopts, grpc.Creds(gl.Creds(credentials.NewTLS(o.TLS))))
 	}
 	sopts = append(sopts,
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
@@ -366,7 +368,7 @@ func grpcOptions(o Options, gl *guardListener) []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: o.Timeouts.KeepaliveTime, Timeout: o.Timeouts.KeepaliveTimeout, MaxConnectionIdle: o.MaxConnectionIdle,
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
-		grpc.ChainUnaryInterceptor(inFlightLimit(o.Guard.MaxInFlight, o.OnGuard)),
+		grpc.ChainUnaryInterceptor(h2guard.InFlightLimit(o.Guard.MaxInFlight, o.OnGuard)),
 		keepaliveEnforcement(keepaliveMinTime),
 		grpc.ForceServerCodecV2(newLenientCodec()))
 	return append(sopts, Tuning()...)

@@ -9,6 +9,7 @@ import (
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/server"
+	"github.com/openrls/ratelimit/src/server/h2guard"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 )
@@ -38,12 +39,12 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"REQUEST_MAX_KEYS":                 service.DefaultLimits.MaxKeys,
 		"REQUEST_MAX_BYTES":                server.DefaultMaxRequestBytes,
 		"GRPC_MAX_CONCURRENT_STREAMS":      server.DefaultMaxConcurrentStreams,
-		"GRPC_MAX_CONNECTIONS":             server.DefaultGuard.MaxConnections,
-		"GRPC_MAX_CONNECTIONS_PER_ADDRESS": server.DefaultGuard.MaxConnectionsPerAddress,
-		"GRPC_MAX_CALLS_IN_FLIGHT":         server.DefaultGuard.MaxInFlight,
-		"GRPC_MAX_RESETS_PER_SECOND":       server.DefaultGuard.ResetsPerSecond,
-		"GRPC_STREAM_WRITE_TIMEOUT":        server.DefaultGuard.StreamWriteTimeout,
-		"GRPC_ABUSE_COOLDOWN":              server.DefaultGuard.Cooldown,
+		"GRPC_MAX_CONNECTIONS":             h2guard.Default.MaxConnections,
+		"GRPC_MAX_CONNECTIONS_PER_ADDRESS": h2guard.Default.MaxConnectionsPerAddress,
+		"GRPC_MAX_CALLS_IN_FLIGHT":         h2guard.Default.MaxInFlight,
+		"GRPC_MAX_RESETS_PER_SECOND":       h2guard.Default.ResetsPerSecond,
+		"GRPC_STREAM_WRITE_TIMEOUT":        h2guard.Default.StreamWriteTimeout,
+		"GRPC_ABUSE_COOLDOWN":              h2guard.Default.Cooldown,
 		"MEMORY_MAX_KEYS":                  limiter.DefaultMaxKeys,
 		"MEMORY_MAX_BYTES":                 limiter.DefaultMaxBytes,
 		"LEASE_IDLE":                       redis.DefaultLeaseIdle,

@@ -1,4 +1,4 @@
-package server
+package h2guard
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 )
 
 func TestInFlightLimit(t *testing.T) {
-	var events []GuardEvent
-	limit := inFlightLimit(1, func(e GuardEvent) { events = append(events, e) })
+	var events []Event
+	limit := InFlightLimit(1, func(e Event) { events = append(events, e) })
 	release, entered := make(chan struct{}), make(chan struct{})
 	done := make(chan error)
 	go func() {
@@ -40,7 +41,7 @@ func TestInFlightLimit(t *testing.T) {
 	if _, err := limit(context.Background(), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return "ok", nil }); err != nil {
 		t.Errorf("a call once the first ended = %v", err)
 	}
-	if !slices.Equal(events, []GuardEvent{EventCallRefused}) {
+	if !slices.Equal(events, []Event{EventCallRefused}) {
 		t.Errorf("events = %v, want one refusal", events)
 	}
 }
@@ -86,10 +87,10 @@ func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan GuardEvent, 8)
-	gl := newGuardListener(l, GuardOptions{StreamWriteTimeout: time.Second}.withDefaults(), true, func(e GuardEvent) { events <- e })
+	events := make(chan Event, 8)
+	gl := NewListener(l, Options{StreamWriteTimeout: time.Second}.WithDefaults(), true, func(e Event) { events <- e })
 	defer gl.Close()
-	accept := func() (server *guardConn, client net.Conn) {
+	accept := func() (server *guardedConn, client net.Conn) {
 		t.Helper()
 		client, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -100,7 +101,7 @@ func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c.(*guardConn), client
+		return c.(*guardedConn), client
 	}
 
 	// A: the server writes far more than the socket buffers hold; the
@@ -150,8 +151,8 @@ func TestProbation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan GuardEvent, 64)
-	gl := newGuardListener(l, GuardOptions{Cooldown: time.Minute}.withDefaults(), true, func(e GuardEvent) { events <- e })
+	events := make(chan Event, 64)
+	gl := NewListener(l, Options{Cooldown: time.Minute}.WithDefaults(), true, func(e Event) { events <- e })
 	defer gl.Close()
 	gl.ban(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	accepted := make(chan net.Conn, 4)
@@ -169,7 +170,7 @@ func TestProbation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	gc := (<-accepted).(*guardConn)
+	gc := (<-accepted).(*guardedConn)
 	if !gc.probation {
 		t.Fatal("a connection from a cooling address is not on probation")
 	}
@@ -202,3 +203,95 @@ func TestProbation(t *testing.T) {
 		t.Errorf("cut after %d resets, want %d", cut, probationResets+1)
 	}
 }
+
+// TestRapidReset: a connection is cut when, within a second, it resets more
+// than ResetsPerSecond streams and more than half of those it opened; a
+// client that opens many streams and cancels some is not.
+func TestRapidReset(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		opened, resets int
+		cut            bool
+	}{
+		{"resets past the limit, most of what it opened", 60, 60, true},
+		{"resets at the limit", 50, 50, false},
+		{"many calls, some cancelled", 200, 60, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gl := &Listener{o: Options{ResetsPerSecond: 50}.WithDefaults(), note: func(Event) {}, banned: sync.Map{}, clock: time.Now}
+			c := &guardedConn{Conn: discardConn{}, gl: gl, watch: true, waiting: map[uint32]int64{}}
+			var frames []byte
+			frame := func(typ byte, stream uint32) {
+				f := make([]byte, frameHeader)
+				f[3] = typ
+				binary.BigEndian.PutUint32(f[5:], stream)
+				frames = append(frames, f...)
+			}
+			// Streams opened first, then some reset: the habit of a
+			// client that cancels now and then, not one that resets what
+			// it opens as it opens it.
+			for i := range tc.opened {
+				frame(frameHeaders, uint32(2*i+1))
+			}
+			for i := range tc.resets {
+				frame(frameRST, uint32(2*i+1))
+			}
+			c.in.feed(frames, c.inbound)
+			if got := c.cut.Load(); got != tc.cut {
+				t.Errorf("%d opened, %d reset: cut %v, want %v", tc.opened, tc.resets, got, tc.cut)
+			}
+		})
+	}
+}
+
+// TestCooldownEnds: an address banned for abuse cools down for Cooldown,
+// and is then like any other.
+func TestCooldownEnds(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	gl := &Listener{o: Options{Cooldown: 10 * time.Second}.WithDefaults(), clock: func() time.Time { return now }}
+	addr := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 1234}
+	other := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 8), Port: 1234}
+	gl.ban(addr)
+	if !gl.cooling(addr) || gl.cooling(other) {
+		t.Fatal("a banned address does not cool down, or another does")
+	}
+	now = now.Add(10*time.Second - time.Nanosecond)
+	if !gl.cooling(addr) {
+		t.Error("the cooldown ended early")
+	}
+	now = now.Add(time.Nanosecond)
+	if gl.cooling(addr) {
+		t.Error("the cooldown did not end")
+	}
+	// A Unix socket's peers share one empty address: none is banned.
+	gl.ban(&net.UnixAddr{Name: "@", Net: "unix"})
+	if gl.cooling(&net.UnixAddr{Name: "@", Net: "unix"}) {
+		t.Error("a Unix socket peer was banned")
+	}
+}
+
+// TestConnectionCaps: admit counts connections in all and per address,
+// refuses past either cap, and release makes room again.
+func TestConnectionCaps(t *testing.T) {
+	gl := &Listener{o: Options{MaxConnections: 3, MaxConnectionsPerAddress: 2}, perHost: map[string]int{}}
+	for i, tc := range []struct {
+		host string
+		want bool
+	}{{"a", true}, {"a", true}, {"a", false}, {"b", true}, {"c", false}} {
+		if got := gl.admit(tc.host); got != tc.want {
+			t.Errorf("admit %d (%s) = %v, want %v", i, tc.host, got, tc.want)
+		}
+	}
+	gl.release("a")
+	if !gl.admit("c") {
+		t.Error("no room after a release")
+	}
+}
+
+// discardConn is a net.Conn that takes every write.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (discardConn) Close() error                     { return nil }
+func (discardConn) SetWriteDeadline(time.Time) error { return nil }
+func (discardConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)} }

@@ -1,4 +1,10 @@
-package server
+// Package h2guard guards a gRPC listener against one client taking it away
+// from the others, below grpc-go: it caps connections (in all and per
+// address), watches every connection's HTTP/2 frame headers (plaintext as
+// accepted, TLS after the handshake) to cut rapid resets and connections
+// whose answers are not read, puts an abusing address on probation, and
+// bounds the calls in flight.
+package h2guard
 
 import (
 	"context"
@@ -14,11 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Guards against one client taking the gRPC listener away from the others.
-//
 // grpc-go owns HTTP/2 on a connection, so what it cannot see coming is
-// watched below it: guardListener caps the connections, and every accepted
-// connection is a guardConn, which reads the frame headers going both ways
+// watched below it: Listener caps the connections, and every accepted
+// connection is a guardedConn, which reads the frame headers going both ways
 // (nine bytes a frame; payloads are skipped, never copied). With them it
 // closes, with a GOAWAY of ENHANCE_YOUR_CALM written between two of
 // grpc-go's frames:
@@ -35,13 +39,13 @@ import (
 //
 // Under TLS the bytes on the wire are encrypted, so the listener's
 // connections only count toward the caps, and the frames are watched on the
-// decrypted connection instead: guardCreds hands grpc-go, after the
-// handshake, the TLS connection wrapped in a guardConn of its own (the
+// decrypted connection instead: creds hands grpc-go, after the
+// handshake, the TLS connection wrapped in a guardedConn of its own (the
 // handshake's AuthInfo, with the peer's certificate, goes through as it
 // is).
 
-// GuardOptions configure the guards; zero fields take DefaultGuard's values.
-type GuardOptions struct {
+// Options configure the guards; zero fields take Default's values.
+type Options struct {
 	// MaxConnections caps open gRPC connections; past it, a new one is
 	// closed at once (GRPC_MAX_CONNECTIONS). MaxConnectionsPerAddress caps
 	// those of one client address (GRPC_MAX_CONNECTIONS_PER_ADDRESS), so
@@ -70,49 +74,49 @@ type GuardOptions struct {
 	Cooldown time.Duration
 }
 
-// DefaultGuard fits a mesh: thousands of Envoy connections, each with far
+// Default fits a mesh: thousands of Envoy connections, each with far
 // fewer resets than calls, every call answered within seconds.
-var DefaultGuard = GuardOptions{MaxConnections: 10000, MaxConnectionsPerAddress: 1000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
+var Default = Options{MaxConnections: 10000, MaxConnectionsPerAddress: 1000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
 	Cooldown: 10 * time.Second}
 
-func (g GuardOptions) withDefaults() GuardOptions {
+func (g Options) WithDefaults() Options {
 	if g.MaxConnections <= 0 {
-		g.MaxConnections = DefaultGuard.MaxConnections
+		g.MaxConnections = Default.MaxConnections
 	}
 	if g.MaxConnectionsPerAddress <= 0 {
-		g.MaxConnectionsPerAddress = DefaultGuard.MaxConnectionsPerAddress
+		g.MaxConnectionsPerAddress = Default.MaxConnectionsPerAddress
 	}
 	if g.MaxInFlight <= 0 {
-		g.MaxInFlight = DefaultGuard.MaxInFlight
+		g.MaxInFlight = Default.MaxInFlight
 	}
 	if g.ResetsPerSecond <= 0 {
-		g.ResetsPerSecond = DefaultGuard.ResetsPerSecond
+		g.ResetsPerSecond = Default.ResetsPerSecond
 	}
 	if g.StreamWriteTimeout <= 0 {
-		g.StreamWriteTimeout = DefaultGuard.StreamWriteTimeout
+		g.StreamWriteTimeout = Default.StreamWriteTimeout
 	}
 	if g.Cooldown < 0 {
 		g.Cooldown = 0
 	} else if g.Cooldown == 0 {
-		g.Cooldown = DefaultGuard.Cooldown
+		g.Cooldown = Default.Cooldown
 	}
 	return g
 }
 
-// GuardEvent names why a guard acted, for metrics and logs.
-type GuardEvent string
+// Event names why a guard acted, for metrics and logs.
+type Event string
 
 // The guards' events.
 const (
-	EventConnectionRefused GuardEvent = "connection_refused" // past MaxConnections
-	EventCallRefused       GuardEvent = "call_refused"       // past MaxInFlight
-	EventRapidReset        GuardEvent = "rapid_reset"        // closed: too many resets
-	EventUnreadAnswers     GuardEvent = "unread_answers"     // closed: a stream outlived StreamWriteTimeout
+	EventConnectionRefused Event = "connection_refused" // past MaxConnections
+	EventCallRefused       Event = "call_refused"       // past MaxInFlight
+	EventRapidReset        Event = "rapid_reset"        // closed: too many resets
+	EventUnreadAnswers     Event = "unread_answers"     // closed: a stream outlived StreamWriteTimeout
 )
 
-// inFlightLimit is a unary interceptor that answers ResourceExhausted past
+// InFlightLimit is a unary interceptor that answers ResourceExhausted past
 // max calls in flight, rather than letting them queue without bound.
-func inFlightLimit(max int, note func(GuardEvent)) grpc.UnaryServerInterceptor {
+func InFlightLimit(max int, note func(Event)) grpc.UnaryServerInterceptor {
 	sem := make(chan struct{}, max)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		select {
@@ -126,11 +130,12 @@ func inFlightLimit(max int, note func(GuardEvent)) grpc.UnaryServerInterceptor {
 	}
 }
 
-// guardListener caps connections and wraps each in a guardConn.
-type guardListener struct {
+// Listener caps a gRPC listener's connections and wraps each in a
+// guardedConn.
+type Listener struct {
 	net.Listener
-	o     GuardOptions
-	note  func(GuardEvent)
+	o     Options
+	note  func(Event)
 	open  atomic.Int64
 	watch bool     // parse frames of accepted connections: the listener carries plaintext HTTP/2
 	conns sync.Map // the watched connections, for the sweeper
@@ -151,17 +156,23 @@ type guardListener struct {
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
+	// clock decides cooldowns and probation: time.Now (tests set another).
+	clock func() time.Time
 }
 
-func newGuardListener(l net.Listener, o GuardOptions, watch bool, note func(GuardEvent)) *guardListener {
-	gl := &guardListener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
-		probation: map[string]int{}, probationAt: map[string]int64{}, held: map[string][]net.Conn{}}
+// NewListener wraps l: it caps the connections, and with watch (l carries
+// plaintext HTTP/2) watches their frames; note hears each time a guard
+// acts. Under TLS, pass watch false and hand grpc-go the credentials of
+// Creds instead.
+func NewListener(l net.Listener, o Options, watch bool, note func(Event)) *Listener {
+	gl := &Listener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
+		probation: map[string]int{}, probationAt: map[string]int64{}, held: map[string][]net.Conn{}, clock: time.Now}
 	gl.now.Store(time.Now().UnixNano())
 	go gl.sweep()
 	return gl
 }
 
-func (gl *guardListener) Accept() (net.Conn, error) {
+func (gl *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := gl.Listener.Accept()
 		if err != nil {
@@ -182,7 +193,7 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		gc := &guardConn{Conn: c, gl: gl, host: host, counted: true, probation: probation}
+		gc := &guardedConn{Conn: c, gl: gl, host: host, counted: true, probation: probation}
 		if gl.watch {
 			gl.startWatching(gc)
 		}
@@ -193,7 +204,7 @@ func (gl *guardListener) Accept() (net.Conn, error) {
 // tarpitPerHost and tarpitTotal bound the connections held per cooling
 // address and in all; probationConns and probationResets bound what a
 // cooling address's admitted connections may hold and reset (see
-// GuardOptions.Cooldown).
+// Options.Cooldown).
 const (
 	tarpitPerHost   = 16
 	tarpitTotal     = 1024
@@ -206,7 +217,7 @@ const (
 // that they are closed at once). Closed at once, an attacker redials in a
 // tight loop, and each refusal costs this process an accept and a close;
 // held, its dials wait, and cost nothing.
-func (gl *guardListener) tarpit(c net.Conn) {
+func (gl *Listener) tarpit(c net.Conn) {
 	host := hostOf(c.RemoteAddr())
 	gl.hostMu.Lock()
 	if host == "" || len(gl.held[host]) >= tarpitPerHost || gl.heldTotal >= tarpitTotal {
@@ -221,7 +232,7 @@ func (gl *guardListener) tarpit(c net.Conn) {
 
 // release the held connections of addresses no longer cooling (all, once
 // the listener closes).
-func (gl *guardListener) releaseHeld(all bool) {
+func (gl *Listener) releaseHeld(all bool) {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
 	for host := range gl.probationAt {
@@ -244,11 +255,11 @@ func (gl *guardListener) releaseHeld(all bool) {
 // onProbation counts a connection of a cooling host in (d 1, reporting
 // false when it has probationConns already, or had one admitted less
 // than a second ago) or out (d -1).
-func (gl *guardListener) onProbation(host string, d int) bool {
+func (gl *Listener) onProbation(host string, d int) bool {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
 	if d > 0 {
-		now := time.Now().UnixNano()
+		now := gl.clock().UnixNano()
 		if gl.probation[host] >= probationConns || now-gl.probationAt[host] < int64(time.Second) {
 			return false
 		}
@@ -262,7 +273,7 @@ func (gl *guardListener) onProbation(host string, d int) bool {
 
 // admit counts a new connection from host, or reports false if it would
 // pass a cap.
-func (gl *guardListener) admit(host string) bool {
+func (gl *Listener) admit(host string) bool {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
 	if gl.open.Load() >= int64(gl.o.MaxConnections) || host != "" && gl.perHost[host] >= gl.o.MaxConnectionsPerAddress {
@@ -276,7 +287,7 @@ func (gl *guardListener) admit(host string) bool {
 }
 
 // release uncounts a connection from host.
-func (gl *guardListener) release(host string) {
+func (gl *Listener) release(host string) {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
 	gl.open.Add(-1)
@@ -288,13 +299,13 @@ func (gl *guardListener) release(host string) {
 }
 
 // cooling reports whether addr's host is in its cooldown after an abuse.
-func (gl *guardListener) cooling(addr net.Addr) bool {
+func (gl *Listener) cooling(addr net.Addr) bool {
 	host := hostOf(addr)
 	until, ok := gl.banned.Load(host)
 	if !ok {
 		return false
 	}
-	if time.Now().UnixNano() < until.(int64) {
+	if gl.clock().UnixNano() < until.(int64) {
 		return true
 	}
 	gl.banned.Delete(host)
@@ -304,9 +315,9 @@ func (gl *guardListener) cooling(addr net.Addr) bool {
 // ban starts addr's host's cooldown. Only TCP peers have one: the peers of
 // a Unix socket (GRPC_UDS) share one empty address, and one of them must
 // not shut the others out.
-func (gl *guardListener) ban(addr net.Addr) {
+func (gl *Listener) ban(addr net.Addr) {
 	if _, tcp := addr.(*net.TCPAddr); tcp && gl.o.Cooldown > 0 {
-		gl.banned.Store(hostOf(addr), time.Now().Add(gl.o.Cooldown).UnixNano())
+		gl.banned.Store(hostOf(addr), gl.clock().Add(gl.o.Cooldown).UnixNano())
 	}
 }
 
@@ -317,7 +328,7 @@ func hostOf(addr net.Addr) string {
 	return ""
 }
 
-func (gl *guardListener) Close() error {
+func (gl *Listener) Close() error {
 	gl.once.Do(func() { close(gl.stop) })
 	err := gl.Listener.Close()
 	gl.releaseHeld(true)
@@ -326,7 +337,7 @@ func (gl *guardListener) Close() error {
 
 // sweep closes, once a second, the connections holding a stream older than
 // StreamWriteTimeout.
-func (gl *guardListener) sweep() {
+func (gl *Listener) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -343,7 +354,7 @@ func (gl *guardListener) sweep() {
 			})
 			gl.releaseHeld(false)
 			gl.conns.Range(func(k, _ any) bool {
-				if c := k.(*guardConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
+				if c := k.(*guardedConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
 					c.goAway(EventUnreadAnswers, false)
 				}
 				return true
@@ -409,44 +420,50 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) 
 func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 && f.have == 0 }
 
 // startWatching makes gc parse its frames, and the sweeper look at it.
-func (gl *guardListener) startWatching(gc *guardConn) {
+func (gl *Listener) startWatching(gc *guardedConn) {
 	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
 	gc.done = make(chan struct{})
 	gl.conns.Store(gc, struct{}{})
 }
 
-// guardCreds are TLS transport credentials whose connections are watched
-// after the handshake, on their decrypted HTTP/2 (see the note above).
-type guardCreds struct {
-	credentials.TransportCredentials
-	gl *guardListener
+// Creds wraps TLS transport credentials so that the connections gl
+// accepts are watched after the handshake, on their decrypted HTTP/2.
+func (gl *Listener) Creds(tls credentials.TransportCredentials) credentials.TransportCredentials {
+	return creds{TransportCredentials: tls, gl: gl}
 }
 
-func (g guardCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+// creds are TLS transport credentials whose connections are watched
+// after the handshake, on their decrypted HTTP/2 (see the note above).
+type creds struct {
+	credentials.TransportCredentials
+	gl *Listener
+}
+
+func (g creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := g.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	// raw, a guardConn of the listener, stays counted until conn closes
+	// raw, a guardedConn of the listener, stays counted until conn closes
 	// it; this one only watches.
-	gc := &guardConn{Conn: conn, gl: g.gl, host: hostOf(raw.RemoteAddr())}
-	if r, ok := raw.(*guardConn); ok {
+	gc := &guardedConn{Conn: conn, gl: g.gl, host: hostOf(raw.RemoteAddr())}
+	if r, ok := raw.(*guardedConn); ok {
 		gc.probation = r.probation // its thresholds; raw counts it
 	}
 	g.gl.startWatching(gc)
 	return gc, info, nil
 }
 
-func (g guardCreds) Clone() credentials.TransportCredentials {
-	return guardCreds{TransportCredentials: g.TransportCredentials.Clone(), gl: g.gl}
+func (g creds) Clone() credentials.TransportCredentials {
+	return creds{TransportCredentials: g.TransportCredentials.Clone(), gl: g.gl}
 }
 
-// guardConn is one gRPC connection as the guards see it: counted toward
+// guardedConn is one gRPC connection as the guards see it: counted toward
 // the caps (counted: it was accepted by the listener), and, when watch is
 // set, with its frames watched; see the package note above.
-type guardConn struct {
+type guardedConn struct {
 	net.Conn
-	gl        *guardListener
+	gl        *Listener
 	host      string // the client's address (IP); empty for a Unix socket
 	counted   bool
 	watch     bool
@@ -469,10 +486,10 @@ type guardConn struct {
 	opened  int              // client streams opened in it
 	second  int64            // that second (unix)
 	cut     atomic.Bool      // reads end: a guard tripped
-	pending GuardEvent       // a GOAWAY to write at the next frame boundary
+	pending Event            // a GOAWAY to write at the next frame boundary
 }
 
-func (c *guardConn) Read(b []byte) (int, error) {
+func (c *guardedConn) Read(b []byte) (int, error) {
 	if c.cut.Load() {
 		// grpc-go closes the connection on this error: not before the
 		// GOAWAY is out (or the connection closed a second later anyway).
@@ -491,12 +508,12 @@ func (c *guardConn) Read(b []byte) (int, error) {
 
 // inbound follows the client's streams and resets; it reports true when
 // the connection is to be cut.
-func (c *guardConn) inbound(typ, flags byte, stream uint32) bool {
+func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 	if stream == 0 || stream%2 == 0 || (typ != frameHeaders && typ != frameRST) {
 		return false
 	}
 	c.mu.Lock()
-	var event GuardEvent
+	var event Event
 	if s := c.gl.now.Load() / int64(time.Second); s != c.second {
 		c.second, c.resets, c.opened = s, 0, 0
 	}
@@ -527,7 +544,7 @@ func (c *guardConn) inbound(typ, flags byte, stream uint32) bool {
 	return true
 }
 
-func (c *guardConn) Write(b []byte) (int, error) {
+func (c *guardedConn) Write(b []byte) (int, error) {
 	if !c.watch {
 		return c.Conn.Write(b)
 	}
@@ -546,7 +563,7 @@ func (c *guardConn) Write(b []byte) (int, error) {
 
 // outbound starts waiting for a stream's message when its answer's headers
 // go out, and stops when a message does, or the stream ends.
-func (c *guardConn) outbound(typ, flags byte, stream uint32) bool {
+func (c *guardedConn) outbound(typ, flags byte, stream uint32) bool {
 	switch {
 	case typ == frameHeaders && flags&flagEndStream == 0:
 		if _, ok := c.waiting[stream]; !ok {
@@ -560,7 +577,7 @@ func (c *guardConn) outbound(typ, flags byte, stream uint32) bool {
 
 // oldestWaiting is when the longest-waiting answer's headers went out (ns),
 // or the maximum when none waits.
-func (c *guardConn) oldestWaiting() int64 {
+func (c *guardedConn) oldestWaiting() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	oldest := int64(1<<63 - 1)
@@ -578,7 +595,7 @@ func (c *guardConn) oldestWaiting() int64 {
 // the connection right after (grpc-go closes it on the read error), so
 // when no write is in progress the GOAWAY is written at once, bounded by a
 // second's write deadline; the sweeper always leaves it to a goroutine.
-func (c *guardConn) goAway(event GuardEvent, now bool) {
+func (c *guardedConn) goAway(event Event, now bool) {
 	c.mu.Lock()
 	if c.closed.Load() || c.pending != "" {
 		c.mu.Unlock()
@@ -603,7 +620,7 @@ func (c *guardConn) goAway(event GuardEvent, now bool) {
 
 // goAwayIfBetweenFrames writes the GOAWAY if the server's frames are
 // between two frames (the caller holds wmu).
-func (c *guardConn) goAwayIfBetweenFrames() {
+func (c *guardedConn) goAwayIfBetweenFrames() {
 	c.mu.Lock()
 	atBoundary := c.out.atBoundary()
 	c.mu.Unlock()
@@ -615,7 +632,7 @@ func (c *guardConn) goAwayIfBetweenFrames() {
 // writeGoAway writes GOAWAY(ENHANCE_YOUR_CALM) naming the last client
 // stream seen, and closes the connection. The caller holds wmu, with the
 // server's frames at a boundary.
-func (c *guardConn) writeGoAway() {
+func (c *guardedConn) writeGoAway() {
 	var f [frameHeader + 8]byte
 	f[2] = 8
 	f[3] = frameGoAway
@@ -628,7 +645,7 @@ func (c *guardConn) writeGoAway() {
 	_ = c.Close()
 }
 
-func (c *guardConn) Close() error {
+func (c *guardedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		if c.done != nil {
 			close(c.done)
