@@ -313,7 +313,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 	if n := f["requests_per_unit"]; n == nil {
 		d.errAt(l.Line, path, "missing requests_per_unit (use 0 to reject everything, or unlimited: true)")
 	} else {
-		l.RequestsPerUnit = uint32(d.uint(n, path, "requests_per_unit", math.MaxUint32))
+		l.RequestsPerUnit = uint32(d.uint(n, path, "requests_per_unit", limiter.MaxLimit))
 	}
 	if n := f["unit_multiplier"]; n != nil {
 		l.UnitMultiplier = uint32(d.uint(n, path, "unit_multiplier", math.MaxUint32))
@@ -330,7 +330,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		l.Algorithm = a
 	}
 	if n := f["burst"]; n != nil {
-		l.Burst = uint32(d.uint(n, path, "burst", math.MaxUint32))
+		l.Burst = uint32(d.uint(n, path, "burst", limiter.MaxLimit))
 		if l.Algorithm != limiter.TokenBucket {
 			d.errf(n, path+".burst", "burst applies only to algorithm: token_bucket")
 		} else if l.Burst == 0 {

@@ -5,11 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/tlsclient"
 )
 
 // ClientOptions describes one Redis deployment, in the terms of the
@@ -97,23 +98,9 @@ func splitList(s string) []string {
 // the system roots; certFile and keyFile go together. skipHostname verifies
 // the chain but not the server name (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION).
 func TLSConfig(caFile, certFile, keyFile string, skipHostname bool) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis: read CA: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis: no certificate in %s", caFile)
-		}
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis: load client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
+	cfg, err := tlsclient.Config(caFile, certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if skipHostname {
 		roots := cfg.RootCAs

@@ -9,13 +9,10 @@ package xds
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/tlsclient"
 )
 
 // Options configures Run.
@@ -98,24 +96,11 @@ type TLSOptions struct {
 
 // TLSDialOption builds the transport credentials for o.
 func TLSDialOption(o TLSOptions) (grpc.DialOption, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.ServerName}
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: read CA: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds: no certificate in %s", o.CAFile)
-		}
+	cfg, err := tlsclient.Config(o.CAFile, o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
 	}
-	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: load client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
+	cfg.ServerName = o.ServerName
 	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
 }
 
