@@ -75,15 +75,15 @@ func (ls lineIndex) line(i int) []byte { return ls.data[ls.at[i]:ls.at[i+1]] }
 func (ls lineIndex) span(a, b int) []byte { return ls.data[ls.at[a]:ls.at[b]] }
 
 // parseInChunks parses data as Parse does, in pieces of per items, if it
-// holds at least minBytes; ok is false when it declines (see above).
-func parseInChunks(name string, data []byte, minBytes, per int) (f *File, err error, ok bool) {
+// holds at least minBytes; taken is false when it declines (see above).
+func parseInChunks(name string, data []byte, minBytes, per int) (f *File, taken bool, err error) {
 	if len(data) < minBytes || !plainYAML(data) {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	lines := splitLines(data)
 	items, ok := splitItems(lines)
 	if !ok || len(items) == 0 {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	// The rest of the file, item lines blanked: domain and top-level
 	// errors from the whole-document decode, the descriptors key null.
@@ -100,7 +100,7 @@ func parseInChunks(name string, data []byte, minBytes, per int) (f *File, err er
 		// Not a mapping, invalid (the whole decode says why), or the
 		// descriptors key not empty once its items are blanked: not the
 		// shape this split understands.
-		return nil, nil, false
+		return nil, false, nil
 	}
 	pieces := make([][]decoded, (len(items)+per-1)/per)
 	declined := make([]bool, len(pieces))
@@ -124,7 +124,7 @@ func parseInChunks(name string, data []byte, minBytes, per int) (f *File, err er
 	wg.Wait()
 	for _, no := range declined {
 		if no {
-			return nil, nil, false
+			return nil, false, nil
 		}
 	}
 	// In file order, each item's errors then its duplicate check, as
@@ -146,7 +146,7 @@ func parseInChunks(name string, data []byte, minBytes, per int) (f *File, err er
 			}
 		}
 	}
-	return f, d.err(), true
+	return f, true, d.err()
 }
 
 // decoded is one item as decoded: its Descriptor (nil if it has none) and

@@ -13,7 +13,7 @@ import (
 func sameParse(t *testing.T, data string) bool {
 	t.Helper()
 	want, wantErr := parseWhole("f.yaml", []byte(data))
-	got, gotErr, ok := parseInChunks("f.yaml", []byte(data), 0, 2)
+	got, ok, gotErr := parseInChunks("f.yaml", []byte(data), 0, 2)
 	if !ok {
 		return false
 	}
@@ -92,7 +92,7 @@ func TestChunksMatchWhole(t *testing.T) {
 		"# x\u0085---\ndomain: d\ndescriptors:\n  - key: a\n",
 	}
 	for i, data := range declined {
-		if _, _, ok := parseInChunks("f.yaml", []byte(data), 0, 2); ok {
+		if _, taken, _ := parseInChunks("f.yaml", []byte(data), 0, 2); taken {
 			t.Errorf("case %d was taken in pieces, want it left to the whole decode:\n%s", i, data)
 		}
 	}
@@ -102,7 +102,7 @@ func TestChunksMatchWhole(t *testing.T) {
 // and gives what the whole decode gives.
 func TestLargeFileInPieces(t *testing.T) {
 	data := scaleConfig(8_000, 2_000)
-	got, err, ok := parseInChunks("scale.yaml", data, chunkMin, chunkItems)
+	got, ok, err := parseInChunks("scale.yaml", data, chunkMin, chunkItems)
 	if !ok || err != nil {
 		t.Fatalf("not parsed in pieces: ok %v, %v", ok, err)
 	}

@@ -85,7 +85,7 @@ var (
 // problem found, so a single run shows them all. A large file is decoded in
 // pieces (chunks.go) when its shape allows.
 func Parse(name string, data []byte) (*File, error) {
-	if f, err, ok := parseInChunks(name, data, chunkMin, chunkItems); ok {
+	if f, taken, err := parseInChunks(name, data, chunkMin, chunkItems); taken {
 		return f, err
 	}
 	return parseWhole(name, data)

@@ -43,7 +43,7 @@ import (
 
 // leases holds this replica's slices, one per leased key.
 type leases struct {
-	slices   sync.Map // limiter.Hit.Key -> *slice
+	slices   sync.Map // limiter.Hit.Key -> *leaseSlice
 	count    atomic.Int64
 	interval time.Duration
 	idle     time.Duration
@@ -69,13 +69,14 @@ type giveBack struct {
 	n, size uint64
 }
 
-// slice is a replica's budget on one key.
-type slice struct {
+// leaseSlice is a replica's budget on one key.
+type leaseSlice struct {
 	mu sync.Mutex
-	sliceState
+	sliceFields
 }
 
-type sliceState struct {
+// sliceFields are a leaseSlice's fields, guarded by its mu.
+type sliceFields struct {
 	rule limiter.Rule
 	// left hits of the slice are not yet admitted; they were counted in
 	// Redis's window number window, and may be admitted before until.
@@ -128,18 +129,18 @@ func leased(b limiter.Batch) bool {
 const maxSlices = 1 << 16
 
 // get returns key's slice, or nil when maxSlices keys hold one.
-func (l *leases) get(h *limiter.Hit, now time.Time) *slice {
+func (l *leases) get(h *limiter.Hit, now time.Time) *leaseSlice {
 	if v, ok := l.slices.Load(h.Key); ok {
-		return v.(*slice)
+		return v.(*leaseSlice)
 	}
 	if l.count.Load() >= maxSlices {
 		return nil
 	}
-	v, loaded := l.slices.LoadOrStore(h.Key, &slice{sliceState: sliceState{rule: h.Rule, lastUse: now}})
+	v, loaded := l.slices.LoadOrStore(h.Key, &leaseSlice{sliceFields: sliceFields{rule: h.Rule, lastUse: now}})
 	if !loaded {
 		l.count.Add(1)
 	}
-	return v.(*slice)
+	return v.(*leaseSlice)
 }
 
 func (l *leases) ruleStats(name string) *leaseStats {
@@ -157,17 +158,17 @@ func (l *leases) ruleStats(name string) *leaseStats {
 // held): it holds unspent hits, or Redis holds its grant against refunds;
 // while its window lasts, and for a sliding window during the next one, on
 // which it still weighs.
-func (sl *slice) returnable(now time.Time) bool {
+func (sl *leaseSlice) returnable(now time.Time) bool {
 	return (sl.left > 0 || sl.size > 0) && now.Before(sl.until.Add(slack(sl.rule)))
 }
 
 // back is sl given back (sl.mu held).
-func (sl *slice) back(key string) giveBack {
+func (sl *leaseSlice) back(key string) giveBack {
 	return giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left, size: sl.size}
 }
 
 // queue schedules sl's unspent hits for return (sl.mu held).
-func (l *leases) queue(key string, sl *slice, now time.Time) {
+func (l *leases) queue(key string, sl *leaseSlice, now time.Time) {
 	if sl.returnable(now) {
 		l.mu.Lock()
 		l.returns = append(l.returns, sl.back(key))
@@ -176,9 +177,9 @@ func (l *leases) queue(key string, sl *slice, now time.Time) {
 	sl.left, sl.size = 0, 0
 }
 
-// use is what a leased hit did with its slice.
-type use struct {
-	sl *slice
+// leaseUse is what a leased hit did with its slice.
+type leaseUse struct {
+	sl *leaseSlice
 	// local is set when its slice answered it, taking its cost from the
 	// slice of window (put back if the batch counts nothing).
 	local  bool
@@ -189,7 +190,7 @@ type use struct {
 	want uint64
 	// base is what Redis last said remains beyond the slices.
 	base uint64
-	// back is what goes back to Redis before the batch (n > 0).
+	// back is what goes back to Redis before the batch (n or size > 0).
 	back giveBack
 }
 
@@ -201,7 +202,7 @@ type use struct {
 // and the slice to ask for (none while another call is taking one, or in
 // a dry run). A dry run gives back too: giving a slice back is never part
 // of what a batch decides, so it is never wrong to do.
-func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dryRun, mayTake bool) (out limiter.Outcome, u use) {
+func (l *leases) admit(key string, sl *leaseSlice, h *limiter.Hit, now time.Time, dryRun, mayTake bool) (out limiter.Outcome, u leaseUse) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	u.sl = sl
@@ -211,7 +212,7 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 		if sl.returnable(now) {
 			u.back = sl.back(key)
 		}
-		sl.sliceState = sliceState{rule: h.Rule, lastUse: now}
+		sl.sliceFields = sliceFields{rule: h.Rule, lastUse: now}
 	}
 	if !dryRun {
 		sl.seen += h.Cost
@@ -237,7 +238,7 @@ func (l *leases) admit(key string, sl *slice, h *limiter.Hit, now time.Time, dry
 // want sizes a slice: the hits seen since the last call that could
 // grant, scaled from the time they took to Interval, or to the window's
 // end when that comes sooner; at most the limit.
-func (l *leases) want(sl *slice, now time.Time) uint64 {
+func (l *leases) want(sl *leaseSlice, now time.Time) uint64 {
 	if sl.since.IsZero() {
 		return 0 // no rate yet: the first hit only starts the clock
 	}
@@ -262,7 +263,7 @@ func slack(r limiter.Rule) time.Duration {
 // putBack returns what u took from its slice after the batch counted
 // nothing, unless the slice has moved to another window meanwhile (then
 // those hits ended with theirs).
-func (u *use) putBack() {
+func (u *leaseUse) putBack() {
 	if u.sl == nil || u.took == 0 {
 		return
 	}
@@ -275,7 +276,7 @@ func (u *use) putBack() {
 
 // credit notes that n hits of sl went back to Redis, which now has them
 // remaining.
-func (sl *slice) credit(n uint64) {
+func (sl *leaseSlice) credit(n uint64) {
 	sl.mu.Lock()
 	sl.remaining += n
 	sl.mu.Unlock()
@@ -283,7 +284,7 @@ func (sl *slice) credit(n uint64) {
 
 // view returns what Redis last said remains beyond the slices and what sl
 // holds for its replica now.
-func (sl *slice) view(now time.Time) (remaining, held uint64) {
+func (sl *leaseSlice) view(now time.Time) (remaining, held uint64) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if now.Before(sl.until) {
@@ -294,7 +295,7 @@ func (sl *slice) view(now time.Time) (remaining, held uint64) {
 
 // observe notes what Redis said remains on sl's key (beyond every
 // slice), and returns what sl holds for its replica now: its unspent hits.
-func (sl *slice) observe(out limiter.Outcome, now time.Time) uint64 {
+func (sl *leaseSlice) observe(out limiter.Outcome, now time.Time) uint64 {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if out.Allowed {
@@ -309,7 +310,7 @@ func (sl *slice) observe(out limiter.Outcome, now time.Time) uint64 {
 // took records the answer to a call that could grant a slice on sl. sent
 // is the local instant before the call: the answer's times are counted
 // from it, so the slice ends no later than its window in Redis.
-func (l *leases) took(key string, sl *slice, h *limiter.Hit, out limiter.Outcome, g grant, ok bool, sent time.Time) {
+func (l *leases) took(key string, sl *leaseSlice, h *limiter.Hit, out limiter.Outcome, g grant, ok bool, sent time.Time) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	sl.taking = false
@@ -353,7 +354,7 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 		now = s.clock()
 	}
 	outs := make([]limiter.Outcome, len(b.Hits))
-	uses := make([]use, len(b.Hits))
+	uses := make([]leaseUse, len(b.Hits))
 	rest := limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
 	var (
 		restIdx []int
@@ -448,7 +449,7 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 // abandon undoes what b's hits did to their slices when Redis could not
 // be asked: the calls that were taking slices are over, and what slices
 // answered goes back. What was to be given back stays counted.
-func (s *Store) abandon(b limiter.Batch, uses []use) {
+func (s *Store) abandon(b limiter.Batch, uses []leaseUse) {
 	for i, u := range uses {
 		if u.want > 0 {
 			s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], limiter.Outcome{}, grant{}, false, time.Time{})
@@ -497,7 +498,7 @@ func lastOnKey(hits []limiter.Hit, i int) bool {
 func (s *Store) sweepLeases(ctx context.Context, now time.Time, idle time.Duration) {
 	l := s.leases
 	l.slices.Range(func(k, v any) bool {
-		sl := v.(*slice)
+		sl := v.(*leaseSlice)
 		sl.mu.Lock()
 		unused := now.Sub(sl.lastUse) >= idle
 		if unused {
@@ -538,7 +539,7 @@ func (s *Store) LeaseStats() map[string]LeaseStats {
 	}
 	l.mu.Unlock()
 	l.slices.Range(func(_, v any) bool {
-		sl := v.(*slice)
+		sl := v.(*leaseSlice)
 		sl.mu.Lock()
 		if sl.left > 0 && now.Before(sl.until) {
 			st := out[sl.rule.Lease]

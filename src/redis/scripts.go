@@ -35,15 +35,19 @@ var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSr
 // keyVersion names the state format written by batch.lua.
 const keyVersion = "rl:v1:"
 
-// Script modes; see batch.lua.
+// scriptMode is how batch.lua applies one decision's hits (its mode
+// argument).
+type scriptMode int
+
+// The script modes; see batch.lua.
 const (
-	modeEach = iota
-	modeAllOrNothing
-	modeDryRun
+	modeEach         scriptMode = iota // count each allowed hit
+	modeAllOrNothing                   // count nothing if a blocking hit is rejected
+	modeDryRun                         // count nothing, answer all
 )
 
 // modeArgs are the modes boxed once, so building ARGV does not allocate them.
-var modeArgs = [...]any{modeEach, modeAllOrNothing, modeDryRun}
+var modeArgs = [...]any{int(modeEach), int(modeAllOrNothing), int(modeDryRun)}
 
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
@@ -52,7 +56,7 @@ const hitArgBytes = 6 * 8
 // the number of hits, then one packed argument per hit, all sliced from one
 // buffer. leases, when not nil, holds each hit's lease parameter (see
 // batch.lua and lease.go).
-func scriptArgs(now string, mode int, hits []*limiter.Hit, leases []uint64) []any {
+func scriptArgs(now string, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
 	args := make([]any, 0, 3+len(hits))
 	args = append(args, now, modeArgs[mode], len(hits))
 	buf := make([]byte, hitArgBytes*len(hits))

@@ -200,7 +200,12 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (ou
 	case b.AllOrNothing:
 		mode = modeAllOrNothing
 	}
-	groups := s.groups(b, outs, localNow, &mode, leases)
+	groups, cachedReject := s.groups(b, outs, localNow, leases)
+	if cachedReject {
+		// A rejection known from the local cache: the request is
+		// rejected anyway, so nothing is counted.
+		mode = modeDryRun
+	}
 	if len(groups) == 0 {
 		return outs, nil, nil
 	}
@@ -263,9 +268,10 @@ func collectGrants(groups []*group, n int) []grant {
 }
 
 // groups answers what the local cache knows and groups the rest: one group
-// per hash tag in Cluster mode, else one group. A cached rejection under
-// AllOrNothing turns the call into a dry run: the request is rejected anyway.
-func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, mode *int, leases []uint64) []*group {
+// per hash tag in Cluster mode, else one group. cachedReject reports a
+// cached rejection of a blocking hit under AllOrNothing: the request is
+// rejected anyway, and the call is to be a dry run.
+func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, leases []uint64) (gs []*group, cachedReject bool) {
 	if !s.cluster && s.cache == nil && leases == nil {
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
@@ -273,11 +279,10 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+b.Hits[i].Key, &b.Hits[i]
 		}
 		if len(b.Hits) == 0 {
-			return nil
+			return nil, false
 		}
-		return []*group{g}
+		return []*group{g}, false
 	}
-	var gs []*group
 	byTag := map[string]*group{}
 	for i := range b.Hits {
 		h := &b.Hits[i]
@@ -289,7 +294,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 				outs[i] = out
 				s.cacheHits.Add(1)
 				if b.AllOrNothing && !h.Advisory {
-					*mode = modeDryRun
+					cachedReject = true
 				}
 				continue
 			}
@@ -316,7 +321,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, m
 			g.grants = make([]grant, len(g.hits))
 		}
 	}
-	return gs
+	return gs, cachedReject
 }
 
 func hashTag(key string) string {
@@ -347,7 +352,7 @@ func reportGroups(groups []*group) []*group {
 
 // run executes the groups' scripts in one round trip and fills outs. ctx
 // ends at deadline unless batching is on (see Apply).
-func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if s.batch != nil {
 		return s.runBatched(ctx, deadline, now, mode, groups, outs)
 	}
@@ -369,7 +374,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode in
 
 // runBatched hands the groups to the batcher, which pipelines them with
 // other decisions' calls.
-func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, mode int, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
 		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
