@@ -30,8 +30,8 @@ func manageMemory(ctx context.Context, log logrus.FieldLogger) {
 // loadGCPercent is the collector's target while a config loads. Loading
 // 100,000 rules makes garbage several times the config's size (yaml.v3's
 // node trees); at the service's GOGC of 400 the heap could grow to five
-// times what is live before a collection: measured, a start-up peak of
-// 256 MiB for a config that settles at 87 MiB, 147 MiB at 100.
+// times what is live before a collection, peaks measured in
+// docs/configuration.md ("config at scale").
 const loadGCPercent = 100
 
 // tightGC runs build with the collector at loadGCPercent, unless GOGC asks
@@ -39,9 +39,8 @@ const loadGCPercent = 100
 // being served, and stays in memory while the new one loads) also runs
 // under a soft memory limit of twice what the process holds when it
 // starts (at least 64 MiB more), unless a lower one is set: the collector
-// then works harder
-// rather than let the two configs and the load's garbage take three times
-// the settled memory (measured: 259 MiB for 82 settled, 100,000 rules).
+// then works harder rather than let the two configs and the load's garbage
+// take three times the settled memory (docs/configuration.md).
 // Soft: a new config larger than that is still loaded, more slowly.
 func tightGC(serving bool, build func() (*config.Config, error)) (*config.Config, error) {
 	prev := debug.SetGCPercent(loadGCPercent)

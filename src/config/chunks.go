@@ -29,7 +29,7 @@ import (
 // that does not decode on its own (the whole-document decode then reports
 // the syntax error as it always has). What it accepts decodes to exactly
 // what the whole-document decode gives, errors included (TestChunksMatchWhole
-// and FuzzParse check it).
+// and FuzzChunks check it).
 
 const (
 	// chunkItems is how many list items one piece holds.

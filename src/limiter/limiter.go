@@ -27,10 +27,10 @@ const (
 )
 
 // MaxLogLimit is the largest Limit a SlidingLog rule may carry: its state
-// holds up to one entry per counted request (16 bytes each). Measured on
-// Redis 7 (BenchmarkAccuracy): a full log of 1,000 takes 16 KB and a
-// decision on it about 80 µs more than on a counter; at 10,000 it was
-// 160 KB and 560 µs, too long to hold a shared Redis per decision.
+// holds up to one entry per counted request (16 bytes each), and a
+// decision on a full log costs Redis time that grows with its length
+// (BenchmarkAccuracy; figures in docs/performance.md): ten times this was
+// too long to hold a shared Redis per decision.
 const MaxLogLimit = 1_000
 
 var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket", "sliding_log"}

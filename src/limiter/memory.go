@@ -335,9 +335,8 @@ func (s *MemoryStore) put(sh uint8, key string, e memEntry) {
 	shard.liveUntil = min(shard.liveUntil, e.expires)
 }
 
-// entryOverhead is what a counter costs beside its key and log, measured
-// (115 bytes with a 25-byte key: docs/stores.md): the map slot, the
-// state, the key's string header.
+// entryOverhead is what a counter costs beside its key and log (the map
+// slot, the state, the key's string header), as measured in docs/stores.md.
 const entryOverhead = 90
 
 // entrySize is what one counter is counted as against MaxBytes: its key,

@@ -31,8 +31,8 @@ import (
 // defaultInFlight is how many batches may be in flight at once unless
 // REDIS_PIPELINE_MAX_IN_FLIGHT says otherwise. More in flight means
 // smaller batches: more script calls, each with a fixed cost in Redis and,
-// above all, a write and a read that each wake the other process (about
-// 15 µs of CPU per round trip on a 2-core VM). Fewer means requests wait
+// above all, a write and a read that each wake the other process (the
+// largest cost of a round trip: docs/performance.md). Fewer means requests wait
 // for the batch ahead of theirs, up to a round trip more with a distant
 // Redis. On the benchmark's machine 1 and 2 beat 4 by a few percent of
 // throughput; 2 keeps some overlap for a Redis across a network. See
@@ -45,8 +45,8 @@ type call struct {
 	args []any
 	// deadline is when the call gives up: REDIS_TIMEOUT after its Apply
 	// began (zero: never). A value, not a context with a timer: followers
-	// are woken by their leader anyway, and a timer per decision cost about
-	// 1 µs each.
+	// are woken by their leader anyway, and a timer per decision showed in
+	// the profile (docs/performance.md).
 	deadline time.Time
 	reply    any
 	err      error
