@@ -287,3 +287,19 @@ func (c *Config) Domains() []string {
 	sort.Strings(names)
 	return names
 }
+
+// visit calls fn for every node of the domain, parents before children,
+// each level in file order.
+func (d *Domain) visit(fn func(*Node)) {
+	if d != nil {
+		d.root.visit(fn)
+	}
+}
+
+// visit calls fn for every node of the level and below, parents first.
+func (lv *level) visit(fn func(*Node)) {
+	for _, n := range lv.nodes() {
+		fn(n)
+		n.children.visit(fn)
+	}
+}

@@ -10,16 +10,10 @@ import (
 	"strings"
 )
 
-// Dump renders the config one line per limit, domains sorted and descriptors
-// in file order, for the debug endpoint and golden tests.
-func (c *Config) Dump() string {
-	var b strings.Builder
-	_ = c.WriteDump(&b)
-	return b.String()
-}
-
-// WriteDump writes Dump's lines to w as it goes, so that a config of
-// 100,000 rules is not first built as one string.
+// WriteDump writes the config to w one line per limit, domains sorted and
+// descriptors in file order (the debug port's /rlconfig, config-check
+// -dump), as it goes, so that a config of 100,000 rules is never built as
+// one string.
 func (c *Config) WriteDump(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	for _, name := range c.Domains() {

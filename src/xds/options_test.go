@@ -115,7 +115,7 @@ func TestRunSendsNodeMetadataAndHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatalf("small config rejected: %v", err)
 		}
-		if d := h.Load().Dump(); strings.Contains(d, "value-1") {
+		if d := dump(h.Load()); strings.Contains(d, "value-1") {
 			t.Fatalf("the big config was installed:\n%s", d)
 		}
 	case <-time.After(10 * time.Second):

@@ -94,7 +94,7 @@ func TestRunFollowsTheServer(t *testing.T) {
 			rejected <- err
 			return
 		}
-		installed <- c.Dump()
+		installed <- dump(c)
 	})
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -152,8 +152,8 @@ func TestRunFollowsTheServer(t *testing.T) {
 	if n := len(rejected); n != 0 {
 		t.Errorf("the resent config was validated %d more times, want once", n)
 	}
-	if !strings.Contains(h.Load().Dump(), "web.user: 9 per hour") {
-		t.Errorf("after a rejected update, serving:\n%s\nwant the last good config", h.Load().Dump())
+	if !strings.Contains(dump(h.Load()), "web.user: 9 per hour") {
+		t.Errorf("after a rejected update, serving:\n%s\nwant the last good config", dump(h.Load()))
 	}
 	setConfig(t, cache, "4", limitConfig(3, rlconfv3.RateLimitUnit_SECOND))
 	expect("web.user: 3 per second")
@@ -290,4 +290,11 @@ func TestRenderRoundTrip(t *testing.T) {
 			t.Errorf("descriptor %d at line %d, its child at %d: not a line each", i, d.Line, d.Descriptors[0].Line)
 		}
 	}
+}
+
+// dump is the config's WriteDump lines as one string.
+func dump(c *config.Config) string {
+	var b strings.Builder
+	_ = c.WriteDump(&b)
+	return b.String()
 }

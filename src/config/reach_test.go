@@ -10,8 +10,8 @@ type ShapeEntry struct {
 
 // Reach returns the paths of the rules with limits that a descriptor of this
 // shape can reach: a dynamic entry may meet any descriptor of its key at its
-// level, a fixed one only the descriptor that would match it. Tools use it
-// to check a proxy's rate limit actions against this config.
+// level, a fixed one only the descriptor that would match it. Tests use it
+// (with LimitPaths and LimitsAt) to check which rules a request can reach.
 func (d *Domain) Reach(shape []ShapeEntry) []string {
 	if d == nil || len(shape) == 0 {
 		return nil
@@ -53,21 +53,6 @@ func (d *Domain) LimitPaths() []string {
 		}
 	})
 	return out
-}
-
-// visit calls fn for every node of the domain, parents before children,
-// each level in file order.
-func (d *Domain) visit(fn func(*Node)) {
-	if d != nil {
-		d.root.visit(fn)
-	}
-}
-
-func (lv *level) visit(fn func(*Node)) {
-	for _, n := range lv.nodes() {
-		fn(n)
-		n.children.visit(fn)
-	}
 }
 
 // LimitsAt returns the limits of the rule at path (a metric path, as Reach
