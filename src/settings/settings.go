@@ -803,3 +803,21 @@ func (s Settings) XDSHeaders() map[string]string {
 	m, _ := pairs(s.XDSAdditionalHeaders, ":")
 	return m
 }
+
+// Names lists every environment variable the service reads; the examples'
+// tests check the deployment manifests' variables against it.
+func Names() []string {
+	var out []string
+	add := func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			if name := t.Field(i).Tag.Get("envconfig"); name != "" {
+				out = append(out, prefix+name)
+			}
+		}
+	}
+	add(reflect.TypeOf(Settings{}), "")
+	add(reflect.TypeOf(Redis{}), "REDIS_")
+	add(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
+	sort.Strings(out)
+	return out
+}

@@ -2,8 +2,6 @@ package settings
 
 import (
 	"os"
-	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -189,21 +187,4 @@ func TestEveryBadSettingAtOnce(t *testing.T) {
 	if got := os.Getenv("REDIS_TIMEOUT"); got != "abc" {
 		t.Errorf("REDIS_TIMEOUT = %q after Load, want it restored", got)
 	}
-}
-
-// Names lists every environment variable the service reads.
-func Names() []string {
-	var out []string
-	add := func(t reflect.Type, prefix string) {
-		for i := 0; i < t.NumField(); i++ {
-			if name := t.Field(i).Tag.Get("envconfig"); name != "" {
-				out = append(out, prefix+name)
-			}
-		}
-	}
-	add(reflect.TypeOf(Settings{}), "")
-	add(reflect.TypeOf(Redis{}), "REDIS_")
-	add(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
-	sort.Strings(out)
-	return out
 }

@@ -10,8 +10,9 @@ type ShapeEntry struct {
 
 // Reach returns the paths of the rules with limits that a descriptor of this
 // shape can reach: a dynamic entry may meet any descriptor of its key at its
-// level, a fixed one only the descriptor that would match it. Tests use it
-// (with LimitPaths and LimitsAt) to check which rules a request can reach.
+// level, a fixed one only the descriptor that would match it. The
+// examples' tests use it to check the Envoy bootstraps' rate limit actions
+// against the example config.
 func (d *Domain) Reach(shape []ShapeEntry) []string {
 	if d == nil || len(shape) == 0 {
 		return nil
