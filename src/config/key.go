@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
-
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 // Counter keys
@@ -68,40 +66,56 @@ func appendKeyEnd(b []byte) []byte { return append(b, '}', ':') }
 
 func appendIdentity(b []byte, l *Limit) []byte { return append(b, l.identity...) }
 
-// Values renders a matched request descriptor's entries as its counter key
-// holds them, for operators' eyes ("key=value,key2=value2"): a value the
-// key hashes (CACHE_KEY_HASH_VALUES, hash_value, or longer than MaxRawField)
-// appears only as '#' and its hash, a shared wildcard as its pattern, so
-// that whatever shows request values shows no more than Redis holds.
-// Entries past what the config matches appear as sent.
-func (d *Domain) Values(entries []*rlv3.RateLimitDescriptor_Entry) string {
-	var b []byte
-	var lv *level
-	if d != nil {
-		lv = &d.root
+// Values writes a request descriptor's entries as its counter key holds
+// them, for operators' eyes ("key=value,key2=value2"), read back from the
+// key its plan encoded (so the request is not matched again): a value the
+// key hashes (CACHE_KEY_HASH_VALUES, hash_value, or longer than
+// MaxRawField) appears only as '#' and its hash, a shared wildcard as its
+// pattern, so that whatever shows request values shows no more than Redis
+// holds. Entries past what the config matches appear as sent.
+func (p *Plan) Values(i int) string {
+	d := &p.Descs[i]
+	k := p.keyBuf[d.keyStart:d.keyEnd]
+	if len(k) < 2 || k[0] != '{' {
+		return ""
 	}
-	for i, e := range entries {
-		var n *Node
-		if lv != nil {
-			if n = lv.find(e.GetKey(), e.GetValue()); n != nil {
-				lv = &n.children
-			} else {
-				lv = nil
-			}
+	k = k[1:]
+	field := func() (tag byte, text []byte, ok bool) {
+		n := 0
+		for len(k) > 0 && k[0] >= '0' && k[0] <= '9' {
+			n, k = n*10+int(k[0]-'0'), k[1:]
 		}
-		if i > 0 {
+		if len(k) == 0 {
+			return 0, nil, false
+		}
+		tag, k = k[0], k[1:]
+		if tag == '#' || tag == '%' {
+			n = 32 // a hash: 128 bits in hex
+		}
+		if n > len(k) {
+			return 0, nil, false
+		}
+		text, k = k[:n], k[n:]
+		return tag, text, true
+	}
+	if _, _, ok := field(); !ok { // the domain
+		return ""
+	}
+	var b []byte
+	for len(k) > 0 && k[0] != '}' {
+		_, key, ok1 := field()
+		tag, value, ok2 := field()
+		if !ok1 || !ok2 {
+			break
+		}
+		if len(b) > 0 {
 			b = append(b, ',')
 		}
-		b = append(append(b, e.GetKey()...), '=')
-		v := e.GetValue()
-		switch {
-		case n != nil && n.shareThreshold:
-			b = append(b, n.value...)
-		case len(v) > MaxRawField || d != nil && d.hashValues || n != nil && n.hashValue:
-			b = appendHash(append(b, '#'), v)
-		default:
-			b = append(b, v...)
+		b = append(append(b, key...), '=')
+		if tag == '#' || tag == '%' {
+			b = append(b, '#')
 		}
+		b = append(b, value...)
 	}
 	return string(b)
 }

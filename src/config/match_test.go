@@ -331,3 +331,46 @@ func TestVersion(t *testing.T) {
 		t.Errorf("versions %q and %q: want 16 hex digits, different for a changed limit", a.Version(), c.Version())
 	}
 }
+
+// TestPlanValues: a plan names its descriptors' values as their counter
+// keys hold them, read back from the keys (no second match): as sent,
+// hashed where the key hashes, a shared wildcard as its pattern, and
+// entries past the config as sent.
+func TestPlanValues(t *testing.T) {
+	c := mustBuild(t, `domain: v
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: ip
+    hash_value: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    share_threshold: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	long := strings.Repeat("x", MaxRawField+1)
+	hash := func(s string) string { return "#" + string(appendHash(nil, s)) }
+	for _, tc := range []struct {
+		entries []string
+		want    string
+	}{
+		{[]string{"user=alice"}, "user=alice"},
+		{[]string{"user=" + long}, "user=" + hash(long)},
+		{[]string{"ip=10.0.0.1"}, "ip=" + hash("10.0.0.1")},
+		{[]string{"path=/api/x", "method=GET"}, "path=/api/*,method=GET"},
+		{[]string{"nope=1", "more=2"}, "nope=1,more=2"},
+		{[]string{"a=b,c=d:e"}, "a=b,c=d:e"},
+	} {
+		p, err := c.Plan("v", []*rlv3.RateLimitDescriptor{desc(tc.entries...)}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Values(0); got != tc.want {
+			t.Errorf("Values(%v) = %q, want %q", tc.entries, got, tc.want)
+		}
+		p.Release()
+	}
+}

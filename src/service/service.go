@@ -260,7 +260,7 @@ func (s *Server) noteLimited(req *rlsv3.RateLimitRequest, p *config.Plan, resp *
 		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || d.Rule() == "" || d.Shadow() {
 			continue
 		}
-		s.opts.Limited.Add(LimitedKey(req.GetDomain(), d.Rule(), p.Domain.Values(req.GetDescriptors()[i].GetEntries())), 1)
+		s.opts.Limited.Add(LimitedKey(req.GetDomain(), d.Rule(), p.Values(i)), 1)
 	}
 }
 
