@@ -42,8 +42,6 @@ import (
 	"github.com/openrls/ratelimit/src/cmdline"
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/escape"
-	"github.com/openrls/ratelimit/src/server"
-	"github.com/openrls/ratelimit/src/service"
 )
 
 func main() {
@@ -217,8 +215,7 @@ func parseDescriptors(s string) ([]*rlv3.RateLimitDescriptor, error) {
 // the service reads, so that a check in the service's environment warns
 // about exactly the rules it could never match.
 func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
-	b := config.RequestBounds{MaxStringBytes: service.DefaultLimits.MaxStringBytes,
-		MaxEntries: service.DefaultLimits.MaxEntries, MaxRequestBytes: server.DefaultMaxRequestBytes}
+	b := config.DefaultRequestBounds
 	for _, v := range []struct {
 		name string
 		dst  *int

@@ -14,6 +14,10 @@ type RequestBounds struct {
 	MaxRequestBytes int // a whole request, so any one value
 }
 
+// DefaultRequestBounds are the service's defaults of those settings (a
+// test keeps them equal to the settings' and the service's).
+var DefaultRequestBounds = RequestBounds{MaxStringBytes: 4096, MaxEntries: 32, MaxRequestBytes: 256 << 10}
+
 // Unreachable returns a warning for each rule no request within b can
 // reach: a domain or key longer than a request may carry, a value whose
 // literal part is longer than a whole request, or a descriptor deeper than

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/server"
@@ -31,6 +32,14 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 	}
 	walk(reflect.TypeOf(settings.Settings{}), "")
 	walk(reflect.TypeOf(settings.Redis{}), "REDIS_")
+	// config-check's request bounds, without the service's packages.
+	for name, v := range map[string]int{"REQUEST_MAX_ENTRIES": config.DefaultRequestBounds.MaxEntries,
+		"REQUEST_MAX_STRING_BYTES": config.DefaultRequestBounds.MaxStringBytes,
+		"REQUEST_MAX_BYTES":        config.DefaultRequestBounds.MaxRequestBytes} {
+		if def := defaults[name]; def != fmt.Sprint(v) {
+			t.Errorf("%s defaults to %q, config.DefaultRequestBounds to %d", name, def, v)
+		}
+	}
 	for name, pkg := range map[string]any{
 		"REQUEST_MAX_DESCRIPTORS":          service.DefaultLimits.MaxDescriptors,
 		"REQUEST_MAX_ENTRIES":              service.DefaultLimits.MaxEntries,
