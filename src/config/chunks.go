@@ -171,7 +171,7 @@ func decodePiece(name string, lines lineIndex, its []item, first int) ([]decoded
 	if seq.Kind != yaml.SequenceNode || len(seq.Content) != len(its) || !shiftLines(seq, its[0].start) {
 		return nil, true
 	}
-	d := &decoder{file: name, depth: 1, pack: packer{expect: len(its)}}
+	d := &decoder{file: name, depth: 1, pack: expecting(len(its))}
 	out := make([]decoded, len(its))
 	for i, n := range seq.Content {
 		out[i].desc = d.descriptor(n, fmt.Sprintf("descriptors[%d]", first+i))
