@@ -119,33 +119,42 @@ Flags:
 	if *explain {
 		return explainRemote(*debugAddr, *domain, descs, *timeout, stdout, stderr)
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	resp, err := ask(*addr, &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)}, *timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "client:", err)
 		return 1
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
-		&rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)})
-	if err != nil {
-		fmt.Fprintln(stderr, "client:", err)
-		return 1
-	}
-	fmt.Fprintln(stdout, resp.GetOverallCode())
-	for i, st := range resp.GetStatuses() {
-		fmt.Fprintf(stdout, "  %s: %s", entriesString(descs[i]), st.GetCode())
-		if l := st.GetCurrentLimit(); l != nil {
-			fmt.Fprintf(stdout, ", limit %d/%s, remaining %d, reset in %v", l.GetRequestsPerUnit(),
-				strings.ToLower(l.GetUnit().String()), st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
-		}
-		fmt.Fprintln(stdout)
-	}
+	printResponse(stdout, descs, resp)
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		return 2
 	}
 	return 0
+}
+
+// ask sends req to the service at addr, over plaintext gRPC.
+func ask(addr string, req *rlsv3.RateLimitRequest, timeout time.Duration) (*rlsv3.RateLimitResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+}
+
+// printResponse prints the overall code, then each descriptor's status
+// and the limit that decided it.
+func printResponse(w io.Writer, descs []*rlv3.RateLimitDescriptor, resp *rlsv3.RateLimitResponse) {
+	fmt.Fprintln(w, resp.GetOverallCode())
+	for i, st := range resp.GetStatuses() {
+		fmt.Fprintf(w, "  %s: %s", entriesString(descs[i]), st.GetCode())
+		if l := st.GetCurrentLimit(); l != nil {
+			fmt.Fprintf(w, ", limit %d/%s, remaining %d, reset in %v", l.GetRequestsPerUnit(),
+				strings.ToLower(l.GetUnit().String()), st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func entriesString(d *rlv3.RateLimitDescriptor) string {

@@ -48,15 +48,23 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// options are config-check's flags.
+type options struct {
+	merge, ignoreDot, dump, summary, version bool
+	explain                                  string
+}
+
+// newFlagSet declares config-check's flags, its usage written to stderr.
+func newFlagSet(stderr io.Writer) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("config-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	merge := fs.Bool("merge", false, "allow one domain in several files (MERGE_DOMAIN_CONFIG)")
-	ignoreDot := fs.Bool("ignore-dotfiles", false, "skip dotfiles in directories (RUNTIME_IGNOREDOTFILES)")
-	dump := fs.Bool("dump", false, "print the loaded config, one line per limit")
-	summary := fs.Bool("summary", false, "print one line per domain: rules, wildcards, limits")
-	explain := fs.String("explain", "", "DOMAIN: print how the config decides the descriptors given as the first argument")
-	version := fs.Bool("version", false, "print the version and exit")
+	o := &options{}
+	fs.BoolVar(&o.merge, "merge", false, "allow one domain in several files (MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&o.ignoreDot, "ignore-dotfiles", false, "skip dotfiles in directories (RUNTIME_IGNOREDOTFILES)")
+	fs.BoolVar(&o.dump, "dump", false, "print the loaded config, one line per limit")
+	fs.BoolVar(&o.summary, "summary", false, "print one line per domain: rules, wildcards, limits")
+	fs.StringVar(&o.explain, "explain", "", "DOMAIN: print how the config decides the descriptors given as the first argument")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `config-check validates descriptor config files with the service's own parser.
 
@@ -75,6 +83,11 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
+	return fs, o
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, o := newFlagSet(stderr)
 	if cmdline.HelpAsked(args) {
 		fs.SetOutput(stdout)
 		fs.Usage()
@@ -83,13 +96,13 @@ Flags:
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *version {
+	if o.version {
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
 	}
 	args = fs.Args()
 	var explainDescs []*rlv3.RateLimitDescriptor
-	if *explain != "" {
+	if o.explain != "" {
 		if len(args) == 0 {
 			fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
 			return 2
@@ -105,21 +118,53 @@ Flags:
 		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary | -explain DOMAIN DESCRIPTORS] PATH...")
 		return 2
 	}
-	var paths []string
+	paths, code := gatherPaths(args, o.ignoreDot, stderr)
+	if code != 0 {
+		return code
+	}
+	copts, bounds, err := checkOptions(getenv, o.merge)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	cfg, summary, code := checkPaths(paths, copts, bounds, stderr)
+	if code != 0 {
+		return code
+	}
+	if o.dump {
+		_ = cfg.WriteDump(stdout)
+	}
+	if o.summary {
+		fmt.Fprint(stdout, cfg.Summary())
+	}
+	if o.explain != "" {
+		if err := cfg.Explain(stdout, escape.String(o.explain), explainDescs); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
+	fmt.Fprintln(stdout, summary)
+	return 0
+}
+
+// gatherPaths lists the config files args name, each directory's as the
+// service reads it (its skipped entries named on stderr); code is the exit
+// code when it fails.
+func gatherPaths(args []string, ignoreDot bool, stderr io.Writer) (paths []string, code int) {
 	for _, p := range args {
 		fi, err := os.Stat(p)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return 1
+			return nil, 1
 		}
 		if !fi.IsDir() {
 			paths = append(paths, p)
 			continue
 		}
-		found, skipped, err := config.FindFiles(p, *ignoreDot)
+		found, skipped, err := config.FindFiles(p, ignoreDot)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return 1
+			return nil, 1
 		}
 		for _, path := range slices.Sorted(maps.Keys(skipped)) {
 			fmt.Fprintf(stderr, "warning: %s: %v; skipped, as the service skips it\n", path, skipped[path])
@@ -128,20 +173,31 @@ Flags:
 	}
 	if len(paths) == 0 {
 		fmt.Fprintln(stderr, "no config files (*.yaml, *.yml) found")
-		return 1
+		return nil, 1
 	}
+	return paths, 0
+}
+
+// checkOptions reads the settings config-check shares with the service
+// from the environment.
+func checkOptions(getenv func(string) string, merge bool) (config.Options, config.RequestBounds, error) {
 	bounds, err := requestBounds(getenv)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+		return config.Options{}, bounds, err
 	}
 	wildcards := config.WildcardFirst
 	if v := getenv("WILDCARD_PRECEDENCE"); v != "" {
 		if wildcards, err = config.ParseWildcardPrecedence(v); err != nil {
-			fmt.Fprintln(stderr, "WILDCARD_PRECEDENCE:", err)
-			return 2
+			return config.Options{}, bounds, fmt.Errorf("WILDCARD_PRECEDENCE: %w", err)
 		}
 	}
+	return config.Options{MergeDomains: merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards}, bounds, nil
+}
+
+// checkPaths parses and checks the files at paths, printing every problem
+// on stderr. It returns the first set's config (the plain files, else a
+// manifest's ConfigMaps) and the closing "OK" line, or the exit code.
+func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds, stderr io.Writer) (cfg *config.Config, summary string, code int) {
 	sets, skipped, err := parseAll(paths)
 	for _, sk := range skipped {
 		fmt.Fprintln(stderr, "skipped: "+sk)
@@ -150,14 +206,12 @@ Flags:
 		for _, line := range flatten(err) {
 			fmt.Fprintln(stderr, line)
 		}
-		return 1
+		return nil, "", 1
 	}
 	if len(sets) == 0 {
 		fmt.Fprintln(stderr, "no descriptor config among the files")
-		return 1
+		return nil, "", 1
 	}
-	opts := config.Options{MergeDomains: *merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards}
-	var cfg *config.Config
 	var domains []string
 	nfiles, failed := 0, false
 	for _, set := range sets {
@@ -167,7 +221,7 @@ Flags:
 			continue
 		}
 		if cfg == nil {
-			cfg = c // the first set: the plain files, else a manifest's ConfigMaps
+			cfg = c
 		}
 		for _, d := range c.Domains() {
 			if !slices.Contains(domains, d) {
@@ -177,23 +231,10 @@ Flags:
 		nfiles += len(set)
 	}
 	if failed {
-		return 1
-	}
-	if *dump {
-		_ = cfg.WriteDump(stdout)
-	}
-	if *summary {
-		fmt.Fprint(stdout, cfg.Summary())
-	}
-	if *explain != "" {
-		if err := cfg.Explain(stdout, escape.String(*explain), explainDescs); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+		return nil, "", 1
 	}
 	slices.Sort(domains)
-	fmt.Fprintf(stdout, "OK: %d files, domains %s\n", nfiles, strings.Join(domains, ", "))
-	return 0
+	return cfg, fmt.Sprintf("OK: %d files, domains %s", nfiles, strings.Join(domains, ", ")), 0
 }
 
 // parseDescriptors reads "k=v,k2=v2;k3=v3" into descriptors, their

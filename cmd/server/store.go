@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/limiter"
@@ -67,23 +68,15 @@ func exportLocalCache(reg *metrics.Registry, s settings.Settings, stores ...*red
 	reg.GaugeStatFunc("ratelimit.localcache.entryCount", sum((*redis.Store).CacheEntries))
 }
 
+// newRedis connects the Redis store named by name ("REDIS_" or
+// "REDIS_PERSECOND_", as its settings are named) and exports its metrics
+// and health check; the Store it returns is behind the circuit breaker
+// when one is set.
 func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, health *server.Health,
 	reg *metrics.Registry) (limiter.Store, *redis.Store, func(), error) {
-	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
-		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
-	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
-		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
-	}
-	if r.TLS {
-		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%sTLS: %w", name, err)
-		}
-		opts.TLS = tlsCfg
-	}
-	client, err := redis.NewClient(opts)
+	client, err := redisClient(name, r)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%sURL: %w", name, err)
+		return nil, nil, nil, err
 	}
 	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
 		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
@@ -115,6 +108,34 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if s.CircuitBreakerFailures == 0 {
 		return store, store, release, nil
 	}
+	br := withBreaker(name, r, s, log, reg, store)
+	return br, store, func() { br.Close(); release() }, nil
+}
+
+// redisClient builds the client r describes; errors name the setting.
+func redisClient(name string, r settings.Redis) (goredis.UniversalClient, error) {
+	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
+		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
+	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
+		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
+	}
+	if r.TLS {
+		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
+		if err != nil {
+			return nil, fmt.Errorf("%sTLS: %w", name, err)
+		}
+		opts.TLS = tlsCfg
+	}
+	client, err := redis.NewClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%sURL: %w", name, err)
+	}
+	return client, nil
+}
+
+// withBreaker puts store behind the circuit breaker the settings describe,
+// its state exported and its changes logged.
+func withBreaker(name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry, store *redis.Store) *limiter.Breaker {
 	blog := log.WithField("redis", r.URL)
 	var isOpen atomic.Bool
 	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the Redis circuit breaker is open (answering by failure policy without calling Redis).",
@@ -124,7 +145,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 			}
 			return 0
 		})
-	br := limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
+	return limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
 		ProbeInterval: s.CircuitBreakerProbeInterval, Probe: store.Ping,
 		OnChange: func(open bool) {
 			isOpen.Store(open)
@@ -134,7 +155,6 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 				blog.Warn("redis circuit breaker closed: redis answers again")
 			}
 		}})
-	return br, store, func() { br.Close(); release() }, nil
 }
 
 // exportLeases exports a Redis store's leased budgets per rule.

@@ -37,10 +37,7 @@ func main() {
 // that the tests are still being compiled), so that a cold run is never
 // silent for long.
 func report(r io.Reader, w io.Writer, quiet time.Duration) int {
-	outputs := map[string]*strings.Builder{} // package or package/test → output
-	failedIDs := map[string]bool{}           // package/test of each failed test
-	running := map[string]time.Time{}        // packages started, not ended → when
-	passedPkgs, failedPkgs, passedTests, failedTests := 0, 0, 0, 0
+	t := &tally{outputs: map[string]*strings.Builder{}, failedIDs: map[string]bool{}, running: map[string]time.Time{}}
 	lines := make(chan []byte)
 	var scanErr error
 	go func() {
@@ -67,7 +64,7 @@ read:
 			line = l
 		case now := <-tick.C:
 			if now.Sub(pw.last) >= quiet {
-				fmt.Fprintln(w, stillRunning(running, now))
+				fmt.Fprintln(w, stillRunning(t.running, now))
 			}
 			continue
 		}
@@ -76,58 +73,78 @@ read:
 			fmt.Fprintln(w, string(line)) // not an event: pass it on
 			continue
 		}
-		id := e.Package + "/" + e.Test
-		switch e.Action {
-		case "start":
-			running[e.Package] = time.Now()
-		case "build-output":
-			fmt.Fprint(w, e.Output)
-		case "output":
-			b := outputs[id]
-			if b == nil {
-				b = &strings.Builder{}
-				outputs[id] = b
-			}
-			b.WriteString(e.Output)
-		case "pass", "fail", "skip":
-			failed := e.Action == "fail"
-			if e.Test == "" {
-				delete(running, e.Package) // a package without tests ends with skip
-			}
-			switch {
-			case e.Test != "" && failed:
-				// A test fails with its failed subtests (which end first):
-				// one failure, counted at the deepest test.
-				if !hasFailedChild(failedIDs, id) {
-					failedTests++
-				}
-				failedIDs[id] = true
-				if b := outputs[id]; b != nil {
-					fmt.Fprint(w, b.String())
-				}
-			case e.Test != "" && e.Action == "pass":
-				passedTests++
-			case e.Test == "" && failed:
-				failedPkgs++
-				// The package's own lines and any test it never finished
-				// (a panic, a timeout, TestMain).
-				for _, o := range unfinished(outputs, e.Package) {
-					fmt.Fprint(w, o)
-				}
-				fmt.Fprintf(w, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
-			case e.Test == "" && e.Action == "pass":
-				passedPkgs++
-				fmt.Fprintf(w, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
-			}
-			delete(outputs, id)
-		}
+		t.add(e, w)
 	}
-	fmt.Fprintf(w, "packages: %d passed, %d failed\n", passedPkgs, failedPkgs)
-	fmt.Fprintf(w, "%d passed, %d failed\n", passedTests, failedTests)
-	if failedPkgs > 0 || failedTests > 0 || scanErr != nil {
+	fmt.Fprintf(w, "packages: %d passed, %d failed\n", t.passedPkgs, t.failedPkgs)
+	fmt.Fprintf(w, "%d passed, %d failed\n", t.passedTests, t.failedTests)
+	if t.failedPkgs > 0 || t.failedTests > 0 || scanErr != nil {
 		return 1
 	}
 	return 0
+}
+
+// tally is what report has read so far.
+type tally struct {
+	outputs   map[string]*strings.Builder // package or package/test → output
+	failedIDs map[string]bool             // package/test of each failed test
+	running   map[string]time.Time        // packages started, not ended → when
+
+	passedPkgs, failedPkgs, passedTests, failedTests int
+}
+
+// add takes in one event, writing to w what it shows.
+func (t *tally) add(e event, w io.Writer) {
+	id := e.Package + "/" + e.Test
+	switch e.Action {
+	case "start":
+		t.running[e.Package] = time.Now()
+	case "build-output":
+		fmt.Fprint(w, e.Output)
+	case "output":
+		b := t.outputs[id]
+		if b == nil {
+			b = &strings.Builder{}
+			t.outputs[id] = b
+		}
+		b.WriteString(e.Output)
+	case "pass", "fail", "skip":
+		t.ended(e, id, w)
+		delete(t.outputs, id)
+	}
+}
+
+// ended counts a test or package that ended, writing a failed one's
+// output and a package's closing line.
+func (t *tally) ended(e event, id string, w io.Writer) {
+	failed := e.Action == "fail"
+	if e.Test == "" {
+		delete(t.running, e.Package) // a package without tests ends with skip
+	}
+	switch {
+	case e.Test != "" && failed:
+		// A test fails with its failed subtests (which end first):
+		// one failure, counted at the deepest test.
+		if !hasFailedChild(t.failedIDs, id) {
+			t.failedTests++
+		}
+		t.failedIDs[id] = true
+		if b := t.outputs[id]; b != nil {
+			fmt.Fprint(w, b.String())
+		}
+	case e.Test != "" && e.Action == "pass":
+		t.passedTests++
+	case e.Test == "" && failed:
+		t.failedPkgs++
+		// The package's own lines and any test it never finished
+		// (a panic, a timeout, TestMain).
+		for _, o := range unfinished(t.outputs, e.Package) {
+			fmt.Fprint(w, o)
+		}
+		fmt.Fprintf(w, "FAIL\t%s\t%.1fs\n", e.Package, e.Elapsed)
+	case e.Test == "" && e.Action == "pass":
+		t.passedPkgs++
+		fmt.Fprintf(w, "ok  \t%s\t%.1fs\n", e.Package, e.Elapsed)
+	}
 }
 
 // progressWriter notes when it last wrote.

@@ -68,30 +68,9 @@ func parseInChunks(name string, data []byte, minBytes, per int) (f *File, taken 
 		// shape this split understands.
 		return nil, false, nil
 	}
-	pieces := make([][]decoded, (len(items)+per-1)/per)
-	declined := make([]bool, len(pieces))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(runtime.GOMAXPROCS(0), len(pieces)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range next {
-				first := p * per
-				its := items[first:min(first+per, len(items))]
-				pieces[p], declined[p] = decodePiece(name, lines, its, first)
-			}
-		}()
-	}
-	for p := range pieces {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
-	for _, no := range declined {
-		if no {
-			return nil, false, nil
-		}
+	pieces, ok := decodeAll(name, lines, items, per)
+	if !ok {
+		return nil, false, nil
 	}
 	// In file order, each item's errors then its duplicate check, as
 	// descriptors reports them; the skeleton's errors (domain) first.
@@ -113,6 +92,37 @@ func parseInChunks(name string, data []byte, minBytes, per int) (f *File, taken 
 		}
 	}
 	return f, true, d.err()
+}
+
+// decodeAll decodes items in pieces of per, on every core; ok is false if
+// any piece declined.
+func decodeAll(name string, lines yamlsplit.Lines, items []yamlsplit.Item, per int) (pieces [][]decoded, ok bool) {
+	pieces = make([][]decoded, (len(items)+per-1)/per)
+	declined := make([]bool, len(pieces))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(runtime.GOMAXPROCS(0), len(pieces)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				first := p * per
+				its := items[first:min(first+per, len(items))]
+				pieces[p], declined[p] = decodePiece(name, lines, its, first)
+			}
+		}()
+	}
+	for p := range pieces {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	for _, no := range declined {
+		if no {
+			return nil, false
+		}
+	}
+	return pieces, true
 }
 
 // decoded is one item as decoded: its Descriptor (nil if it has none) and

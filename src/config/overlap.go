@@ -97,20 +97,7 @@ func globsOverlap(a, b string) bool {
 	if (len(a)+1)*(len(b)+1) > maxOverlapStates {
 		return true // too long to walk: the prefixes and suffixes agree, so say they may
 	}
-	var alphabet []byte
-	var seen [256]bool
-	for _, c := range []byte(a + b) {
-		if c != '*' && !seen[c] {
-			seen[c] = true
-			alphabet = append(alphabet, c)
-		}
-	}
-	for c := 0; c < 256; c++ { // one byte in neither pattern, if any
-		if !seen[c] && c != '*' {
-			alphabet = append(alphabet, byte(c))
-			break
-		}
-	}
+	alphabet := globAlphabet(a, b)
 	w := len(b) + 1
 	visited := make([]bool, (len(a)+1)*w)
 	var stack []int
@@ -147,6 +134,26 @@ func globsOverlap(a, b string) bool {
 		}
 	}
 	return false
+}
+
+// globAlphabet is the bytes the walk tries: each literal byte of a and b,
+// and one byte in neither, if any, standing for all the others.
+func globAlphabet(a, b string) []byte {
+	var alphabet []byte
+	var seen [256]bool
+	for _, c := range []byte(a + b) {
+		if c != '*' && !seen[c] {
+			seen[c] = true
+			alphabet = append(alphabet, c)
+		}
+	}
+	for c := 0; c < 256; c++ {
+		if !seen[c] && c != '*' {
+			alphabet = append(alphabet, byte(c))
+			break
+		}
+	}
+	return alphabet
 }
 
 // step is where pattern p goes from position i on byte c, or -1.

@@ -214,6 +214,20 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 			d.errf(m, path+".metadata", "%v", err)
 		}
 	}
+	d.limits(f, desc, path)
+	if n := f["overdraft"]; n != nil {
+		desc.Overdraft = d.boolean(n, path, "overdraft")
+		d.applyOverdraft(desc, n, path)
+	}
+	desc.Limits = d.pack.limitList(desc.Limits)
+	d.checkLimitSet(desc)
+	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")
+	return desc
+}
+
+// limits decodes a descriptor's rate_limit and rate_limits into
+// desc.Limits, in that order.
+func (d *decoder) limits(f map[string]*yaml.Node, desc *Descriptor, path string) {
 	if rl := f["rate_limit"]; rl != nil && !isNull(rl) {
 		if l := d.limit(rl, path+".rate_limit"); l != nil {
 			desc.Limits = append(desc.Limits, l)
@@ -230,14 +244,6 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 			}
 		}
 	}
-	if n := f["overdraft"]; n != nil {
-		desc.Overdraft = d.boolean(n, path, "overdraft")
-		d.applyOverdraft(desc, n, path)
-	}
-	desc.Limits = d.pack.limitList(desc.Limits)
-	d.checkLimitSet(desc)
-	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")
-	return desc
 }
 
 // applyOverdraft marks each of desc's counted limits as overdraft; it is an
@@ -303,6 +309,19 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		}
 		return l
 	}
+	d.rate(f, l, path)
+	if l.Unit != 0 {
+		if err := l.finish(); err != nil {
+			d.errAt(l.Line, path, "%v", err)
+		}
+		l.identity = d.pack.key(l.identity) // a few distinct ones, on every limit
+	}
+	return l
+}
+
+// rate decodes a limited limit's rate fields (unit, requests_per_unit,
+// unit_multiplier, algorithm, burst, lease) into l.
+func (d *decoder) rate(f map[string]*yaml.Node, l *Limit, path string) {
 	if n := f["unit"]; n == nil {
 		d.errAt(l.Line, path, "missing unit")
 	} else if u, err := ParseUnit(d.str(n, path, "unit")); err != nil {
@@ -344,13 +363,6 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 				"a slice's hits are counted when it is taken and spent later, under which a token bucket refills and a sliding log loses their times", l.Algorithm)
 		}
 	}
-	if l.Unit != 0 {
-		if err := l.finish(); err != nil {
-			d.errAt(l.Line, path, "%v", err)
-		}
-		l.identity = d.pack.key(l.identity) // a few distinct ones, on every limit
-	}
-	return l
 }
 
 // finish derives Rule and identity from the written fields and checks the

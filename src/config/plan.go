@@ -70,7 +70,18 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 	if p.Domain == nil {
 		return p, nil
 	}
-	var replaced map[string]bool
+	replaced, err := p.match(descs)
+	if err != nil {
+		p.Release()
+		return nil, err
+	}
+	p.addHits(descs, hitsAddend, replaced)
+	return p, nil
+}
+
+// match matches each request descriptor, noting its key, metric key and
+// limits, and returns the names of the limits any of them replaces.
+func (p *Plan) match(descs []*rlv3.RateLimitDescriptor) (replaced map[string]bool, err error) {
 	for i, desc := range descs {
 		dp := &p.Descs[i]
 		dp.keyStart = len(p.keyBuf)
@@ -85,7 +96,6 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		}
 		limits, err := p.limitsFor(n, desc.GetLimit())
 		if err != nil {
-			p.Release()
 			return nil, fmt.Errorf("descriptors[%d].limit: %w", i, err)
 		}
 		dp.limits = limits
@@ -98,6 +108,12 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 			}
 		}
 	}
+	return replaced, nil
+}
+
+// addHits adds a hit per limit of each descriptor that is not replaced
+// or unlimited, costing the descriptor's hits_addend or else the request's.
+func (p *Plan) addHits(descs []*rlv3.RateLimitDescriptor, hitsAddend uint32, replaced map[string]bool) {
 	for i, desc := range descs {
 		dp := &p.Descs[i]
 		dp.First = len(p.Hits)
@@ -128,7 +144,6 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		}
 		dp.Count = len(p.Hits) - dp.First
 	}
-	return p, nil
 }
 
 // grow returns s with length n, zeroed, reusing its array when it can.

@@ -355,11 +355,37 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 	}
 	outs := make([]limiter.Outcome, len(b.Hits))
 	uses := make([]leaseUse, len(b.Hits))
-	rest := limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
-	var (
-		restIdx []int
-		backs   []giveBack
-	)
+	rest, restIdx, backs := s.admitLocally(b, now, outs, uses)
+	if len(backs) > 0 {
+		// Given back on their own, before the batch and whatever it
+		// decides: a slice given back is never wrong to give back.
+		if err := s.giveBack(ctx, backs); err != nil {
+			s.abandon(b, uses)
+			return nil, err
+		}
+		for _, u := range uses {
+			if u.back.n > 0 && u.back.rule == u.sl.rule {
+				u.sl.credit(u.back.n)
+			}
+		}
+	}
+	if len(rest.Hits) > 0 {
+		if err := s.applyRest(ctx, b, rest, restIdx, now, outs, uses); err != nil {
+			s.abandon(b, uses)
+			return nil, err
+		}
+	}
+	if b.DryRun || b.AllOrNothing && limiter.Decide(b, outs) != limiter.CommitAll {
+		uncount(uses, outs, now)
+	}
+	return outs, nil
+}
+
+// admitLocally answers the hits their slices can (into outs) and returns
+// the batch of those Redis must decide, their indexes in b, and the
+// slices to give back first.
+func (s *Store) admitLocally(b limiter.Batch, now time.Time, outs []limiter.Outcome, uses []leaseUse) (rest limiter.Batch, restIdx []int, backs []giveBack) {
+	rest = limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
 	for i := range b.Hits {
 		h := &b.Hits[i]
 		if h.Rule.Lease != "" {
@@ -377,73 +403,66 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 		}
 		rest.Hits, restIdx = append(rest.Hits, *h), append(restIdx, i)
 	}
-	if len(backs) > 0 {
-		// Given back on their own, before the batch and whatever it
-		// decides: a slice given back is never wrong to give back.
-		if err := s.giveBack(ctx, backs); err != nil {
-			s.abandon(b, uses)
-			return nil, err
-		}
-		for _, u := range uses {
-			if u.back.n > 0 && u.back.rule == u.sl.rule {
-				u.sl.credit(u.back.n)
+	return rest, restIdx, backs
+}
+
+// applyRest sends rest (b's hits at restIdx) to Redis, asking for slices
+// where uses want them, and folds the answers and the slices granted into
+// outs.
+func (s *Store) applyRest(ctx context.Context, b limiter.Batch, rest limiter.Batch, restIdx []int, now time.Time, outs []limiter.Outcome, uses []leaseUse) error {
+	var wants []uint64
+	for j, i := range restIdx {
+		if uses[i].want > 0 {
+			if wants == nil {
+				wants = make([]uint64, len(rest.Hits))
 			}
+			wants[j] = uses[i].want
 		}
 	}
-	if len(rest.Hits) > 0 {
-		var wants []uint64
-		for j, i := range restIdx {
-			if uses[i].want > 0 {
-				if wants == nil {
-					wants = make([]uint64, len(rest.Hits))
-				}
-				wants[j] = uses[i].want
-			}
-		}
-		routs, grants, err := s.apply(ctx, rest, wants)
-		if err != nil {
-			s.abandon(b, uses)
-			return nil, err
-		}
-		// In batch order, so that what a hit reports holds the slices
-		// granted before it, not after.
-		for j, i := range restIdx {
-			outs[i] = routs[j]
-			u := &uses[i]
-			if u.sl == nil {
-				continue
-			}
-			if u.want > 0 {
-				var g grant
-				if grants != nil {
-					g = grants[j]
-				}
-				s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], routs[j], g, true, now)
-			}
-			u.base = outs[i].Remaining
-			outs[i].Remaining += u.sl.observe(outs[i], now)
-		}
+	routs, grants, err := s.apply(ctx, rest, wants)
+	if err != nil {
+		return err
 	}
-	if b.DryRun || b.AllOrNothing && limiter.Decide(b, outs) != limiter.CommitAll {
-		// Nothing was counted: what slices answered goes back to them, and
-		// each allowed hit reports what a cost of 0 sees, what Redis said
-		// remains beyond the slices plus what its slice now holds (a
-		// rejected one keeps what it saw when it was decided).
-		for i := range uses {
-			uses[i].putBack()
+	// In batch order, so that what a hit reports holds the slices
+	// granted before it, not after.
+	for j, i := range restIdx {
+		outs[i] = routs[j]
+		u := &uses[i]
+		if u.sl == nil {
+			continue
 		}
-		for i, u := range uses {
-			if u.sl == nil || !outs[i].Allowed {
-				continue
+		if u.want > 0 {
+			var g grant
+			if grants != nil {
+				g = grants[j]
 			}
-			remaining, held := u.sl.view(now)
-			if u.local {
-				u.base = remaining
-			}
-			outs[i].Remaining = u.base + held
+			s.leases.took(b.Hits[i].Key, u.sl, &b.Hits[i], routs[j], g, true, now)
 		}
+		u.base = outs[i].Remaining
+		outs[i].Remaining += u.sl.observe(outs[i], now)
 	}
-	return outs, nil
+	return nil
+}
+
+// uncount is for a batch that counted nothing (a dry run, or all or
+// nothing that came to nothing): what slices answered goes back to them,
+// and each allowed hit reports what a cost of 0 sees, what Redis said
+// remains beyond the slices plus what its slice now holds (a rejected one
+// keeps what it saw when it was decided).
+func uncount(uses []leaseUse, outs []limiter.Outcome, now time.Time) {
+	for i := range uses {
+		uses[i].putBack()
+	}
+	for i, u := range uses {
+		if u.sl == nil || !outs[i].Allowed {
+			continue
+		}
+		remaining, held := u.sl.view(now)
+		if u.local {
+			u.base = remaining
+		}
+		outs[i].Remaining = u.base + held
+	}
 }
 
 // abandon undoes what b's hits did to their slices when Redis could not

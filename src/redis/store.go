@@ -193,13 +193,7 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (ou
 	if localNow.IsZero() {
 		localNow = s.clock()
 	}
-	mode := modeEach
-	switch {
-	case b.DryRun:
-		mode = modeDryRun
-	case b.AllOrNothing:
-		mode = modeAllOrNothing
-	}
+	mode := batchMode(b)
 	groups, cachedReject := s.groups(b, outs, localNow, leases)
 	if cachedReject {
 		// A rejection known from the local cache: the request is
@@ -221,24 +215,9 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (ou
 		}
 	}
 	if s.cluster && len(groups) > 1 && mode == modeAllOrNothing {
-		// Slots cannot share a script (see docs/stores.md, "Redis Cluster").
-		counted := false
-		out, err := limiter.CheckThenCount(b, func(step limiter.Step, _ []limiter.Outcome) ([]limiter.Outcome, error) {
-			switch step {
-			case limiter.StepCheck:
-				return outs, s.run(ctx, deadline, now, modeDryRun, groups, outs)
-			case limiter.StepReports:
-				counted = true
-				return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups), outs)
-			}
-			counted = true
-			return outs, s.run(ctx, deadline, now, mode, groups, outs)
-		})
+		out, err := s.applyAcrossSlots(ctx, deadline, now, b, groups, outs, localNow)
 		if err != nil {
 			return nil, nil, err
-		}
-		if counted {
-			s.remember(b.Hits, out, localNow)
 		}
 		return out, collectGrants(groups, len(b.Hits)), nil
 	}
@@ -247,6 +226,43 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (ou
 	}
 	s.remember(b.Hits, outs, localNow)
 	return outs, collectGrants(groups, len(b.Hits)), nil
+}
+
+// batchMode is the script mode b asks for.
+func batchMode(b limiter.Batch) scriptMode {
+	switch {
+	case b.DryRun:
+		return modeDryRun
+	case b.AllOrNothing:
+		return modeAllOrNothing
+	}
+	return modeEach
+}
+
+// applyAcrossSlots decides an all-or-nothing batch whose groups live in
+// several Cluster slots: checked first, then counted if all are allowed.
+func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now string, b limiter.Batch, groups []*group,
+	outs []limiter.Outcome, localNow time.Time) ([]limiter.Outcome, error) {
+	// Slots cannot share a script (see docs/stores.md, "Redis Cluster").
+	counted := false
+	out, err := limiter.CheckThenCount(b, func(step limiter.Step, _ []limiter.Outcome) ([]limiter.Outcome, error) {
+		switch step {
+		case limiter.StepCheck:
+			return outs, s.run(ctx, deadline, now, modeDryRun, groups, outs)
+		case limiter.StepReports:
+			counted = true
+			return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups), outs)
+		}
+		counted = true
+		return outs, s.run(ctx, deadline, now, modeAllOrNothing, groups, outs)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if counted {
+		s.remember(b.Hits, out, localNow)
+	}
+	return out, nil
 }
 
 // collectGrants gathers the slices the groups' answers granted, by hit;

@@ -106,19 +106,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 	var violations []*structpb.Value
 	var passed *structpb.Struct // the metadata of every descriptor that passed, merged
 	for i, d := range req.GetDescriptors() {
-		entries := make([]*structpb.Value, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			entries[j] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
-		}
-		m := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
-		if l := d.GetLimit(); l != nil {
-			m["limit"] = structpb.NewStringValue(overrideText(l))
-			m["limitOverride"] = object(map[string]*structpb.Value{"requestsPerUnit": structpb.NewNumberValue(float64(l.GetRequestsPerUnit())),
-				"unit": structpb.NewStringValue(l.GetUnit().String())})
-		}
-		if h := d.GetHitsAddend(); h != nil {
-			m["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
-		}
+		m := requestFields(d)
 		st := resp.GetStatuses()[i]
 		dp := &p.Descs[i]
 		if st.GetCode() == rlsv3.RateLimitResponse_OK && len(dp.Metadata()) > 0 && !dp.Unlimited {
@@ -159,6 +147,25 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
 	}
 	return &structpb.Struct{Fields: fields}
+}
+
+// requestFields describes what the request said of descriptor d: its
+// entries as key=value, its limit override, its hits_addend.
+func requestFields(d *rlv3.RateLimitDescriptor) map[string]*structpb.Value {
+	entries := make([]*structpb.Value, len(d.GetEntries()))
+	for j, e := range d.GetEntries() {
+		entries[j] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+	}
+	m := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+	if l := d.GetLimit(); l != nil {
+		m["limit"] = structpb.NewStringValue(overrideText(l))
+		m["limitOverride"] = object(map[string]*structpb.Value{"requestsPerUnit": structpb.NewNumberValue(float64(l.GetRequestsPerUnit())),
+			"unit": structpb.NewStringValue(l.GetUnit().String())})
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		m["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+	}
+	return m
 }
 
 // overrideText writes a request's limit override as the reference's

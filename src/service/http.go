@@ -39,39 +39,8 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 	}
 	reading := make(chan struct{}, o.MaxInFlight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "POST a JSON RateLimitRequest", http.StatusMethodNotAllowed)
-			return
-		}
-		if r.ContentLength > int64(o.MaxBytes) {
-			refuseBody(w)
-			http.Error(w, fmt.Sprintf("the body is %d bytes, at most %d allowed (REQUEST_MAX_BYTES)", r.ContentLength, o.MaxBytes),
-				http.StatusRequestEntityTooLarge)
-			return
-		}
-		select {
-		case reading <- struct{}{}:
-		default:
-			refuseBody(w)
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("%d /json bodies are being read already; retry", o.MaxInFlight), http.StatusServiceUnavailable)
-			return
-		}
-		body, err := readBody(w, r, o.MaxBytes)
-		<-reading
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooLarge):
-			http.Error(w, fmt.Sprintf("the body is over %d bytes (REQUEST_MAX_BYTES)", o.MaxBytes), http.StatusRequestEntityTooLarge)
-			return
-		case err != nil:
-			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		req := &rlsv3.RateLimitRequest{}
-		if err := protojson.Unmarshal(body, req); err != nil {
-			http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+		req := readJSONRequest(w, r, o, reading)
+		if req == nil {
 			return
 		}
 		escape.Request(req) // as the gRPC codec does, so both count a value alike
@@ -92,6 +61,48 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 		}
 		_, _ = w.Write(out)
 	})
+}
+
+// readJSONRequest reads and decodes r's RateLimitRequest, holding one of
+// reading's slots while it reads the body; nil when it has answered r
+// itself (a wrong method, a body too large, too many being read, bad JSON).
+func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, reading chan struct{}) *rlsv3.RateLimitRequest {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST a JSON RateLimitRequest", http.StatusMethodNotAllowed)
+		return nil
+	}
+	if r.ContentLength > int64(o.MaxBytes) {
+		refuseBody(w)
+		http.Error(w, fmt.Sprintf("the body is %d bytes, at most %d allowed (REQUEST_MAX_BYTES)", r.ContentLength, o.MaxBytes),
+			http.StatusRequestEntityTooLarge)
+		return nil
+	}
+	select {
+	case reading <- struct{}{}:
+	default:
+		refuseBody(w)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("%d /json bodies are being read already; retry", o.MaxInFlight), http.StatusServiceUnavailable)
+		return nil
+	}
+	body, err := readBody(w, r, o.MaxBytes)
+	<-reading
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		http.Error(w, fmt.Sprintf("the body is over %d bytes (REQUEST_MAX_BYTES)", o.MaxBytes), http.StatusRequestEntityTooLarge)
+		return nil
+	case err != nil:
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return nil
+	}
+	req := &rlsv3.RateLimitRequest{}
+	if err := protojson.Unmarshal(body, req); err != nil {
+		http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+		return nil
+	}
+	return req
 }
 
 // refuseBody ends the connection of a request whose body is refused
