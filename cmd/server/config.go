@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/server"
@@ -30,12 +29,10 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 			return nil
 		})
 	}
-	wildcards, _ := config.ParseWildcardPrecedence(s.WildcardPrecedence) // validated by settings
-	opts := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
-		Wildcards: wildcards,
-		Skipped: func(path string, why error) {
-			log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
-		}}
+	opts := s.ConfigOptions()
+	opts.Skipped = func(path string, why error) {
+		log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
+	}
 	start := startFiles
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
 		start = startXDS
@@ -88,19 +85,11 @@ func (l *loads) install(build func() (*config.Config, error)) error {
 // startXDS subscribes to the xDS server and, unless
 // FORCE_START_WITHOUT_INITIAL_CONFIG, waits for its first config.
 func startXDS(ctx context.Context, s settings.Settings, log logrus.FieldLogger, l *loads, opts config.Options) error {
-	xo := xds.Options{ServerURL: s.XDSServerURL, NodeID: s.XDSNodeID, RetryInterval: s.XDSConnectRetryInterval,
-		Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandomFactor,
-			Jitter: s.XDSBackoffJitter},
-		NodeMetadata: s.XDSMetadata(), Headers: s.XDSHeaders(), MaxMsgSize: s.XDSMaxMsgSize,
-		Install: l.install, Build: opts, Logger: log.WithField("xds", s.XDSServerURL)}
-	if s.XDSServerUseTLS {
-		dial, err := xds.TLSDialOption(xds.TLSOptions{CAFile: s.XDSServerTLSCA, CertFile: s.XDSClientTLSCert,
-			KeyFile: s.XDSClientTLSKey, ServerName: s.XDSServerTLSSAN})
-		if err != nil {
-			return err
-		}
-		xo.DialOptions = []grpc.DialOption{dial}
+	xo, err := s.XDSOptions()
+	if err != nil {
+		return err
 	}
+	xo.Install, xo.Build, xo.Logger = l.install, opts, log.WithField("xds", s.XDSServerURL)
 	go func() { _ = xds.Run(ctx, xo) }()
 	if s.ForceStartWithoutInitialConfig {
 		return nil

@@ -25,7 +25,6 @@ import (
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
-	"github.com/openrls/ratelimit/src/server/h2guard"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/tracing"
@@ -69,9 +68,7 @@ func run(ctx context.Context) error {
 	reg.GaugeFunc("ratelimit_build_info", "1, labelled with the running build's version, VCS revision and Go version.",
 		prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion}, func() float64 { return 1 })
 
-	tr, err := tracing.Setup(ctx, tracing.Options{Enabled: s.TracingEnabled, Protocol: s.TracingExporterProtocol,
-		ServiceName: s.TracingServiceName, Namespace: s.TracingServiceNamespace, InstanceID: s.TracingServiceInstanceID,
-		SamplingRate: s.TracingSamplingRate})
+	tr, err := tracing.Setup(ctx, s.TracingOptions())
 	if err != nil {
 		return err
 	}
@@ -89,7 +86,7 @@ func run(ctx context.Context) error {
 	}
 	exportConfigMetrics(reg, configs)
 
-	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
+	fallback := limiter.NewMemoryStore(s.MemoryOptions())
 	defer fallback.Close()
 	countFull(reg, "fallback", fallback)
 	debug, limited := debugHandlers(s, reg, configs)
@@ -115,12 +112,12 @@ func grpcTLS(s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry)
 	reg.CounterFunc("ratelimit_tls_certificate_reload_errors_total",
 		"Changes to the gRPC server's certificate files that did not load; the previous certificate kept serving.", nil,
 		func() float64 { return float64(failed.Load()) })
-	return server.NewTLSConfig(server.TLSOptions{CertFile: s.GRPCServerTLSCert, KeyFile: s.GRPCServerTLSKey,
-		ClientCAFile: s.GRPCClientTLSCACert, ClientSAN: s.GRPCClientTLSSAN,
-		OnReloadError: func(err error) {
-			failed.Add(1)
-			log.WithError(err).Error("the gRPC TLS files changed but do not load; still serving the previous certificate")
-		}})
+	opts := s.GRPCTLSOptions()
+	opts.OnReloadError = func(err error) {
+		failed.Add(1)
+		log.WithError(err).Error("the gRPC TLS files changed but do not load; still serving the previous certificate")
+	}
+	return server.NewTLSConfig(opts)
 }
 
 func newLogger(s settings.Settings) *logrus.Logger {
@@ -144,55 +141,19 @@ func oneLine(err error) error {
 // serviceOptions projects the settings onto the RLS handler's options.
 func serviceOptions(s settings.Settings, store limiter.Store, fallback limiter.Store, configs *config.Holder, reg *metrics.Registry,
 	limited service.Limited, log logrus.FieldLogger) service.Options {
-	return service.Options{
-		Store:                      store,
-		FailurePolicy:              config.FailurePolicy(s.BackendFailurePolicy),
-		Fallback:                   fallback,
-		Configs:                    configs,
-		ShadowMode:                 s.ShadowMode,
-		QuotaMode:                  s.QuotaMode,
-		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
-		Headers: service.Headers{Enabled: s.LimitResponseHeadersEnabled, Limit: s.LimitLimitHeader,
-			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
-		DynamicMetadata:      s.ResponseDynamicMetadata,
-		DynamicMetadataRules: s.ResponseDynamicMetadataRules,
-		Limits: service.Limits{MaxDescriptors: s.RequestMaxDescriptors, MaxEntries: s.RequestMaxEntries,
-			MaxStringBytes: s.RequestMaxStringBytes, MaxHits: s.RequestMaxHits, MaxKeys: s.RequestMaxKeys},
-		Metrics: reg,
-		Limited: limited,
-		Logger:  log,
-	}
+	o := s.ServiceOptions()
+	o.Store, o.Fallback, o.Configs = store, fallback, configs
+	o.Metrics, o.Limited, o.Logger = reg, limited, log
+	return o
 }
 
 // serverOptions projects the settings onto the listeners' options.
 func serverOptions(s settings.Settings, svc *service.Server, tlsCfg *tls.Config, health *server.Health, debug map[string]http.Handler,
 	reg *metrics.Registry, grpcOpts []grpc.ServerOption, log logrus.FieldLogger) server.Options {
-	return server.Options{
-		TLS:                  tlsCfg,
-		GRPCAddr:             hostPort(s.GRPCHost, s.GRPCPort),
-		GRPCUnixSocket:       s.GRPCUDS,
-		HTTPAddr:             hostPort(s.Host, s.Port),
-		DebugAddr:            hostPort(s.DebugHost, s.DebugPort),
-		Service:              svc,
-		JSON:                 jsonEndpoint(s, svc),
-		MaxRequestBytes:      s.RequestMaxBytes,
-		MaxConcurrentStreams: uint32(s.GRPCMaxConcurrentStreams),
-		MaxConnectionIdle:    s.GRPCMaxConnectionIdle,
-		Guard: h2guard.Options{MaxConnections: s.GRPCMaxConnections, MaxConnectionsPerAddress: s.GRPCMaxConnectionsPerAddress,
-			MaxInFlight:     s.GRPCMaxCallsInFlight,
-			ResetsPerSecond: s.GRPCMaxResetsPerSecond, StreamWriteTimeout: s.GRPCStreamWriteTimeout, Cooldown: cooldown(s)},
-		OnGuard:               guardEvents(reg, log),
-		HTTPLimits:            server.HTTPLimits{MaxConnections: s.HTTPMaxConnections, MaxConnectionsPerAddress: s.HTTPMaxConnectionsPerAddress},
-		OnHTTPConn:            httpConnEvents(reg),
-		Health:                health,
-		Debug:                 debug,
-		Metrics:               reg.Handler(),
-		GRPCOptions:           grpcOpts,
-		MetricsAddr:           prometheusAddr(s),
-		MetricsPath:           s.PrometheusPath,
-		MetricsAddrHandler:    prometheusHandler(s, reg),
-		MaxConnectionAge:      s.GRPCMaxConnectionAge,
-		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
-		Logger:                log,
-	}
+	o := s.ServerOptions()
+	o.TLS, o.Service, o.JSON, o.Health, o.Debug, o.GRPCOptions = tlsCfg, svc, jsonEndpoint(s, svc), health, debug, grpcOpts
+	o.OnGuard, o.OnHTTPConn = guardEvents(reg, log), httpConnEvents(reg)
+	o.Metrics, o.MetricsAddr, o.MetricsAddrHandler = reg.Handler(), prometheusAddr(s), prometheusHandler(s, reg)
+	o.Logger = log
+	return o
 }

@@ -21,14 +21,6 @@ import (
 	"github.com/openrls/ratelimit/src/topk"
 )
 
-// cooldown is GRPC_ABUSE_COOLDOWN as the guard takes it: 0 turns it off.
-func cooldown(s settings.Settings) time.Duration {
-	if s.GRPCAbuseCooldown == 0 {
-		return -1
-	}
-	return s.GRPCAbuseCooldown
-}
-
 // guardEvents counts what the gRPC guards did, by event, and logs a
 // connection they closed at most once per event and 10 s (an attacker
 // must not flood the log either).

@@ -22,7 +22,7 @@ import (
 // A Redis store sits behind a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
 func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
 	if s.Backend() == "memory" {
-		mem := limiter.NewMemoryStore(limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes})
+		mem := limiter.NewMemoryStore(s.MemoryOptions())
 		countFull(reg, "main", mem)
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil
@@ -78,9 +78,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := redis.New(client, redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
-		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
-		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle})
+	store, err := redis.New(client, s.RedisOptions(r))
 	if err != nil {
 		client.Close()
 		return nil, nil, nil, err
@@ -114,17 +112,9 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 
 // redisClient builds the client r describes; errors name the setting.
 func redisClient(name string, r settings.Redis) (goredis.UniversalClient, error) {
-	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
-		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
-	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
-		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
-	}
-	if r.TLS {
-		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
-		if err != nil {
-			return nil, fmt.Errorf("%sTLS: %w", name, err)
-		}
-		opts.TLS = tlsCfg
+	opts, err := r.ClientOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", name, err) // "TLS: ..." from ClientOptions
 	}
 	client, err := redis.NewClient(opts)
 	if err != nil {
@@ -145,16 +135,17 @@ func withBreaker(name string, r settings.Redis, s settings.Settings, log logrus.
 			}
 			return 0
 		})
-	return limiter.NewBreaker(store, limiter.BreakerOptions{Failures: s.CircuitBreakerFailures,
-		ProbeInterval: s.CircuitBreakerProbeInterval, Probe: store.Ping,
-		OnChange: func(open bool) {
-			isOpen.Store(open)
-			if open {
-				blog.Error("redis circuit breaker open: answering by failure policy without waiting for redis")
-			} else {
-				blog.Warn("redis circuit breaker closed: redis answers again")
-			}
-		}})
+	opts := s.BreakerOptions()
+	opts.Probe = store.Ping
+	opts.OnChange = func(open bool) {
+		isOpen.Store(open)
+		if open {
+			blog.Error("redis circuit breaker open: answering by failure policy without waiting for redis")
+		} else {
+			blog.Warn("redis circuit breaker closed: redis answers again")
+		}
+	}
+	return limiter.NewBreaker(store, opts)
 }
 
 // exportLeases exports a Redis store's leased budgets per rule.

@@ -21,17 +21,7 @@ import (
 // users (tests, tools) agree, and a change in one place shows here.
 func TestDefaultsMatchThePackages(t *testing.T) {
 	defaults := map[string]string{}
-	var walk func(typ reflect.Type, prefix string)
-	walk = func(typ reflect.Type, prefix string) {
-		for i := 0; i < typ.NumField(); i++ {
-			f := typ.Field(i)
-			if name := f.Tag.Get("envconfig"); name != "" {
-				defaults[prefix+name] = f.Tag.Get("default")
-			}
-		}
-	}
-	walk(reflect.TypeOf(settings.Settings{}), "")
-	walk(reflect.TypeOf(settings.Redis{}), "REDIS_")
+	settings.EachVar(func(name string, f reflect.StructField) { defaults[name] = f.Tag.Get("default") })
 	// config-check's request bounds, without the service's packages.
 	for name, v := range map[string]int{"REQUEST_MAX_ENTRIES": config.DefaultRequestBounds.MaxEntries,
 		"REQUEST_MAX_STRING_BYTES": config.DefaultRequestBounds.MaxStringBytes,

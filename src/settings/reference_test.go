@@ -72,16 +72,7 @@ func migratingTable(t *testing.T) map[string]migratingRow {
 // ourDefaults maps every variable the service reads to its envconfig default.
 func ourDefaults() map[string]string {
 	out := map[string]string{}
-	add := func(t reflect.Type, prefix string) {
-		for i := 0; i < t.NumField(); i++ {
-			if name := t.Field(i).Tag.Get("envconfig"); name != "" {
-				out[prefix+name] = t.Field(i).Tag.Get("default")
-			}
-		}
-	}
-	add(reflect.TypeOf(Settings{}), "")
-	add(reflect.TypeOf(Redis{}), "REDIS_")
-	add(reflect.TypeOf(Redis{}), "REDIS_PERSECOND_")
+	eachVar(func(name string, f reflect.StructField) { out[name] = f.Tag.Get("default") })
 	return out
 }
 

@@ -1,0 +1,253 @@
+package settings
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis"
+)
+
+// Store is where counters live: the backend, the embedded store's
+// budget, Redis, and the breaker and caches in front of it.
+type Store struct {
+	// Backend: "memory" or "redis"; empty means redis when REDIS_URL is set,
+	// else memory.
+	BackendType string `envconfig:"BACKEND_TYPE"`
+	// MemoryMaxKeys bounds the embedded store (our own setting).
+	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
+	// MemoryMaxBytes bounds the bytes its counters hold (sliding logs
+	// count by their entries); 256 MiB.
+	MemoryMaxBytes int64 `envconfig:"MEMORY_MAX_BYTES" default:"268435456"`
+
+	// CircuitBreakerFailures in a row open the Redis circuit breaker (0: no
+	// breaker); CircuitBreakerProbeInterval paces its probes while open.
+	CircuitBreakerFailures      int           `envconfig:"CIRCUIT_BREAKER_FAILURES" default:"5"`
+	CircuitBreakerProbeInterval time.Duration `envconfig:"CIRCUIT_BREAKER_PROBE_INTERVAL" default:"500ms"`
+
+	Redis          Redis `ignored:"true"`
+	RedisPerSecond bool  `envconfig:"REDIS_PERSECOND" default:"false"`
+	// RedisPerSecondConfig is the REDIS_PERSECOND_* twin, used when
+	// RedisPerSecond is set.
+	RedisPerSecondConfig Redis  `ignored:"true"`
+	CacheKeyPrefix       string `envconfig:"CACHE_KEY_PREFIX"`
+	// CacheKeyHashValues writes descriptor values hashed in counter keys.
+	CacheKeyHashValues bool `envconfig:"CACHE_KEY_HASH_VALUES" default:"false"`
+	// LocalCacheSizeInBytes sizes the local over-limit cache (0: off).
+	LocalCacheSizeInBytes int `envconfig:"LOCAL_CACHE_SIZE_IN_BYTES" default:"0"`
+	// Leased budgets for limits with lease: true (ours): how long a slice
+	// should last at a replica's recent rate (0: every hit is decided in
+	// Redis), and how long an unused slice is kept before it goes back.
+	LeaseInterval time.Duration `envconfig:"LEASE_INTERVAL" default:"50ms"`
+	LeaseIdle     time.Duration `envconfig:"LEASE_IDLE" default:"1s"`
+}
+
+// Redis is one Redis connection's settings; the REDIS_ and
+// REDIS_PERSECOND_ groups share this shape.
+type Redis struct {
+	URL string `envconfig:"URL"`
+	// Type and SocketType are read case-insensitively, as the reference
+	// reads them ("SINGLE" is its default's spelling). SocketType unset:
+	// unix for a URL that is a path, else tcp.
+	Type                  string `envconfig:"TYPE" default:"single"`
+	SocketType            string `envconfig:"SOCKET_TYPE"`
+	Auth                  string `envconfig:"AUTH"`
+	SentinelAuth          string `envconfig:"SENTINEL_AUTH"`
+	TLS                   bool   `envconfig:"TLS" default:"false"`
+	TLSCACert             string `envconfig:"TLS_CACERT"`
+	TLSClientCert         string `envconfig:"TLS_CLIENT_CERT"`
+	TLSClientKey          string `envconfig:"TLS_CLIENT_KEY"`
+	TLSSkipHostnameVerify bool   `envconfig:"TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
+	PoolSize              int    `envconfig:"POOL_SIZE" default:"10"`
+	// PoolOnEmptyBehavior is what a call does when every pooled connection
+	// is busy: WAIT or ERROR wait up to PoolOnEmptyWaitDuration for one
+	// (then fail); CREATE (the reference's default) is not supported by
+	// go-redis, whose pool never grows past PoolSize, and waits up to
+	// TIMEOUT.
+	PoolOnEmptyBehavior         string        `envconfig:"POOL_ON_EMPTY_BEHAVIOR" default:"WAIT"`
+	PoolOnEmptyWaitDuration     time.Duration `envconfig:"POOL_ON_EMPTY_WAIT_DURATION" default:"1s"`
+	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
+	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
+	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
+	PipelineMaxInFlight         int           `envconfig:"PIPELINE_MAX_IN_FLIGHT" default:"2"`
+	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
+}
+
+// referenceRedisURL and referenceRedisPerSecondURL are the reference's
+// defaults (a twemproxy socket), used when BACKEND_TYPE=redis is set
+// without a URL, as the reference uses them.
+const (
+	referenceRedisURL          = "/var/run/nutcracker/ratelimit.sock"
+	referenceRedisPerSecondURL = "/var/run/nutcracker/ratelimitpersecond.sock"
+)
+
+func (r *Redis) normalize() {
+	r.Type = strings.ToLower(r.Type)
+	r.SocketType = strings.ToLower(r.SocketType)
+	r.PoolOnEmptyBehavior = strings.ToUpper(r.PoolOnEmptyBehavior)
+	if r.SocketType == "" {
+		r.SocketType = "tcp"
+		if r.Type == "single" && isSocketPath(r.URL) {
+			r.SocketType = "unix"
+		}
+	}
+}
+
+// isSocketPath tells a Unix socket path from host:port: a path has a slash
+// or no port.
+func isSocketPath(url string) bool {
+	if strings.Contains(url, "/") {
+		return true
+	}
+	_, port, found := strings.Cut(url, ":")
+	if !found {
+		return url != ""
+	}
+	_, err := strconv.Atoi(port)
+	return err != nil
+}
+
+// Backend is the store to use, with the default applied.
+func (s Settings) Backend() string {
+	if s.BackendType != "" {
+		return strings.ToLower(s.BackendType)
+	}
+	if s.Redis.URL != "" {
+		return "redis"
+	}
+	return "memory"
+}
+
+// validateLease checks the leased budgets' timing.
+func (s Settings) validateLease(bad complaint) {
+	if s.LeaseInterval < 0 || s.LeaseInterval > 10*time.Second {
+		bad("LEASE_INTERVAL", "must be from 0 (off) to 10s, got %v", s.LeaseInterval)
+	}
+	if s.LeaseIdle < 10*time.Millisecond || s.LeaseIdle > time.Hour {
+		bad("LEASE_IDLE", "must be from 10ms to 1h, got %v", s.LeaseIdle)
+	}
+}
+
+// validateStore checks the backend, Redis, the key prefix, failure policies and the embedded store.
+func (s Settings) validateStore(bad complaint) {
+	switch s.Backend() {
+	case "memory":
+	case "redis":
+		if s.Redis.URL == "" {
+			bad("REDIS_URL", "required with BACKEND_TYPE=redis")
+		}
+		s.Redis.validate("REDIS_", bad)
+		if s.RedisPerSecond {
+			if s.RedisPerSecondConfig.URL == "" {
+				bad("REDIS_PERSECOND_URL", "required with REDIS_PERSECOND=true")
+			}
+			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
+		}
+	case "memcache":
+		bad("BACKEND_TYPE", "memcache is not supported by this service (want memory or redis)")
+	default:
+		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
+	}
+	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
+		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
+	}
+	if !config.FailurePolicy(s.BackendFailurePolicy).Valid() {
+		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
+	}
+	if s.CircuitBreakerFailures < 0 {
+		bad("CIRCUIT_BREAKER_FAILURES", "must not be negative, got %d", s.CircuitBreakerFailures)
+	}
+	if s.CircuitBreakerProbeInterval <= 0 {
+		bad("CIRCUIT_BREAKER_PROBE_INTERVAL", "must be positive, got %v", s.CircuitBreakerProbeInterval)
+	}
+	if s.MemoryMaxBytes < 1<<20 {
+		bad("MEMORY_MAX_BYTES", "must be at least 1048576 (1 MiB), got %d", s.MemoryMaxBytes)
+	}
+	if s.MemoryMaxKeys < 1 {
+		bad("MEMORY_MAX_KEYS", "must be at least 1, got %d", s.MemoryMaxKeys)
+	}
+	if s.LocalCacheSizeInBytes < 0 {
+		bad("LOCAL_CACHE_SIZE_IN_BYTES", "must not be negative")
+	}
+}
+
+func (r Redis) validate(prefix string, bad complaint) {
+	switch r.Type {
+	case "single", "sentinel", "cluster":
+	default:
+		bad(prefix+"TYPE", "unknown type %q (want single, sentinel or cluster)", r.Type)
+	}
+	switch r.SocketType {
+	case "tcp", "unix":
+	default:
+		bad(prefix+"SOCKET_TYPE", "unknown socket type %q (want tcp or unix)", r.SocketType)
+	}
+	if r.Type == "sentinel" && len(strings.Split(r.URL, ",")) < 2 {
+		bad(prefix+"URL", "sentinel wants master-name,host:port[,host:port...], got %q", r.URL)
+	}
+	switch r.PoolOnEmptyBehavior {
+	case "CREATE", "ERROR", "WAIT":
+	default:
+		bad(prefix+"POOL_ON_EMPTY_BEHAVIOR", "unknown behavior %q (want CREATE, ERROR or WAIT)", r.PoolOnEmptyBehavior)
+	}
+	if r.PoolOnEmptyWaitDuration <= 0 {
+		bad(prefix+"POOL_ON_EMPTY_WAIT_DURATION", "must be positive, got %v", r.PoolOnEmptyWaitDuration)
+	}
+	if r.PoolSize < 1 {
+		bad(prefix+"POOL_SIZE", "must be at least 1, got %d", r.PoolSize)
+	}
+	if r.Timeout <= 0 {
+		bad(prefix+"TIMEOUT", "must be positive, got %v", r.Timeout)
+	}
+	if r.PipelineWindow < 0 {
+		bad(prefix+"PIPELINE_WINDOW", "must not be negative, got %v (0 turns batching off)", r.PipelineWindow)
+	}
+	if r.PipelineLimit < 0 {
+		bad(prefix+"PIPELINE_LIMIT", "must not be negative, got %d (0 means 128)", r.PipelineLimit)
+	}
+	if r.PipelineMaxInFlight < 1 {
+		bad(prefix+"PIPELINE_MAX_IN_FLIGHT", "must be at least 1, got %d", r.PipelineMaxInFlight)
+	}
+	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
+		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
+	}
+}
+
+// MemoryOptions is the embedded store's budget.
+func (s Store) MemoryOptions() limiter.MemoryOptions {
+	return limiter.MemoryOptions{MaxKeys: s.MemoryMaxKeys, MaxBytes: s.MemoryMaxBytes}
+}
+
+// ClientOptions is the Redis client r describes, its TLS files loaded;
+// an error names the TLS setting (the caller prefixes the group's name).
+func (r Redis) ClientOptions() (redis.ClientOptions, error) {
+	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
+		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
+	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
+		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
+	}
+	if r.TLS {
+		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
+		if err != nil {
+			return opts, fmt.Errorf("TLS: %w", err)
+		}
+		opts.TLS = tlsCfg
+	}
+	return opts, nil
+}
+
+// RedisOptions is the Redis store over the connection r describes.
+func (s Store) RedisOptions(r Redis) redis.Options {
+	return redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
+		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
+		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle}
+}
+
+// BreakerOptions is the circuit breaker's thresholds; cmd/server adds the
+// probe and what a change of state does.
+func (s Store) BreakerOptions() limiter.BreakerOptions {
+	return limiter.BreakerOptions{Failures: s.CircuitBreakerFailures, ProbeInterval: s.CircuitBreakerProbeInterval}
+}
