@@ -1,5 +1,6 @@
-// Package docs holds the project's documentation; its test keeps measured
-// figures in the documents alone.
+// Package docs holds the project's documentation; its tests keep measured
+// figures in the documents alone and the code's imports to the package map
+// in development.md.
 package docs
 
 import (
@@ -44,4 +45,105 @@ func TestFiguresLiveInTheDocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestImportsFollowThePackageMap: every package under src/ and cmd/ has a
+// row in development.md's import table, and imports nothing of this
+// module beyond that row.
+func TestImportsFollowThePackageMap(t *testing.T) {
+	allowed := importTable(t)
+	module := modulePath(t)
+	seen := map[string]bool{}
+	for _, root := range []string{"../src", "../cmd"} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			pkg := strings.TrimPrefix(filepath.ToSlash(filepath.Dir(path)), "../")
+			seen[pkg] = true
+			may, ok := allowed[pkg]
+			if !ok {
+				return nil // reported once below
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, imp := range f.Imports {
+				p := strings.Trim(imp.Path.Value, `"`)
+				dep, ours := strings.CutPrefix(p, module+"/src/")
+				if !ours {
+					continue
+				}
+				if !may[dep] {
+					t.Errorf("%s imports %s, which its row in docs/development.md does not allow", path, dep)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pkg := range seen {
+		if _, ok := allowed[pkg]; !ok {
+			t.Errorf("%s has no row in docs/development.md's import table", pkg)
+		}
+	}
+	for pkg := range allowed {
+		if !seen[pkg] {
+			t.Errorf("docs/development.md's import table names %s, which is not a package", pkg)
+		}
+	}
+}
+
+// importTable reads the rows of "What each package may import": package
+// (src/... or cmd/...) → the src/ packages it may import.
+func importTable(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile("development.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "## What each package may import\n")
+	if !ok {
+		t.Fatal(`docs/development.md has no "What each package may import" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	paren := regexp.MustCompile(`\([^)]*\)`)
+	out := map[string]map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 4 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		may := map[string]bool{}
+		if deps := strings.TrimSpace(paren.ReplaceAllString(cells[2], "")); deps != "nothing of this module" {
+			for _, d := range strings.Split(deps, ",") {
+				may[strings.TrimSpace(d)] = true
+			}
+		}
+		for _, p := range strings.Split(cells[1], ",") {
+			out[strings.Trim(strings.TrimSpace(p), "`")] = may
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("docs/development.md's import table has no rows")
+	}
+	return out
+}
+
+func modulePath(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m, ok := strings.CutPrefix(line, "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	t.Fatal("go.mod names no module")
+	return ""
 }
