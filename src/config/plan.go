@@ -70,18 +70,7 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 	if p.Domain == nil {
 		return p, nil
 	}
-	replaced, err := p.match(descs)
-	if err != nil {
-		p.Release()
-		return nil, err
-	}
-	p.addHits(descs, hitsAddend, replaced)
-	return p, nil
-}
-
-// match matches each request descriptor, noting its key, metric key and
-// limits, and returns the names of the limits any of them replaces.
-func (p *Plan) match(descs []*rlv3.RateLimitDescriptor) (replaced map[string]bool, err error) {
+	var replaced map[string]bool
 	for i, desc := range descs {
 		dp := &p.Descs[i]
 		dp.keyStart = len(p.keyBuf)
@@ -96,34 +85,16 @@ func (p *Plan) match(descs []*rlv3.RateLimitDescriptor) (replaced map[string]boo
 		}
 		limits, err := p.limitsFor(n, desc.GetLimit())
 		if err != nil {
+			p.Release()
 			return nil, fmt.Errorf("descriptors[%d].limit: %w", i, err)
 		}
 		dp.limits = limits
-		for _, l := range limits {
-			for _, r := range l.Replaces {
-				if replaced == nil {
-					replaced = map[string]bool{}
-				}
-				replaced[r] = true
-			}
-		}
+		replaced = noteReplaced(replaced, limits)
 	}
-	return replaced, nil
-}
-
-// addHits adds a hit per limit of each descriptor that is not replaced
-// or unlimited, costing the descriptor's hits_addend or else the request's.
-func (p *Plan) addHits(descs []*rlv3.RateLimitDescriptor, hitsAddend uint32, replaced map[string]bool) {
 	for i, desc := range descs {
 		dp := &p.Descs[i]
 		dp.First = len(p.Hits)
-		cost := uint64(hitsAddend)
-		if cost == 0 {
-			cost = 1
-		}
-		if h := desc.GetHitsAddend(); h != nil {
-			cost = h.GetValue()
-		}
+		cost := descCost(desc, hitsAddend)
 		for _, l := range dp.limits {
 			if l.Name != "" && replaced[l.Name] {
 				continue
@@ -144,6 +115,33 @@ func (p *Plan) addHits(descs []*rlv3.RateLimitDescriptor, hitsAddend uint32, rep
 		}
 		dp.Count = len(p.Hits) - dp.First
 	}
+	return p, nil
+}
+
+// noteReplaced adds the names limits replace to replaced, made when
+// first needed.
+func noteReplaced(replaced map[string]bool, limits []*Limit) map[string]bool {
+	for _, l := range limits {
+		for _, r := range l.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+	}
+	return replaced
+}
+
+// descCost is what each of desc's hits counts: its own hits_addend when
+// set, else the request's, else 1.
+func descCost(desc *rlv3.RateLimitDescriptor, hitsAddend uint32) uint64 {
+	if h := desc.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	if hitsAddend == 0 {
+		return 1
+	}
+	return uint64(hitsAddend)
 }
 
 // grow returns s with length n, zeroed, reusing its array when it can.
