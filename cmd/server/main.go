@@ -6,12 +6,10 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -130,8 +128,6 @@ func newLogger(s settings.Settings) *logrus.Logger {
 	}
 	return log
 }
-
-func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 // oneLine folds a joined error onto one line for the start-up message.
 func oneLine(err error) error {

@@ -82,17 +82,16 @@ func countFull(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
 // runStatsd sends statsd until ctx ends, reporting an unreachable
 // collector once per outage.
 func runStatsd(ctx context.Context, s settings.Settings, reg *metrics.Registry, log logrus.FieldLogger) {
-	addr := hostPort(s.StatsdHost, s.StatsdPort)
-	slog := log.WithFields(logrus.Fields{"statsd": addr, "protocol": s.StatsdProtocol})
+	opts := s.StatsdOptions()
+	slog := log.WithFields(logrus.Fields{"statsd": opts.Addr, "protocol": opts.Network})
 	reg.CounterFunc("ratelimit_statsd_dropped_timings_total",
 		"Response times not sent to statsd because its buffer was full (a slow or absent collector).", nil,
 		func() float64 { return float64(reg.StatsdDropped()) })
-	err := reg.RunStatsd(ctx, metrics.StatsdOptions{Network: s.StatsdProtocol, Addr: addr, Interval: s.StatsFlushInterval, Tags: s.Tags(),
-		OnError: func(err error) {
-			slog.WithError(err).Warn("statsd collector unreachable; counts are kept and sent when it answers")
-		},
-		OnRecover: func() { slog.Info("statsd collector reachable again") }})
-	if err != nil {
+	opts.OnError = func(err error) {
+		slog.WithError(err).Warn("statsd collector unreachable; counts are kept and sent when it answers")
+	}
+	opts.OnRecover = func() { slog.Info("statsd collector reachable again") }
+	if err := reg.RunStatsd(ctx, opts); err != nil {
 		slog.WithError(err).Error("statsd disabled")
 	}
 }
@@ -116,12 +115,7 @@ func prometheusAddr(s settings.Settings) string {
 // newRegistry builds the metrics registry and, unless it is off, starts
 // statsd.
 func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogger) *metrics.Registry {
-	var policies []string
-	for _, p := range config.FailurePolicies {
-		policies = append(policies, string(p))
-	}
-	reg := metrics.New(metrics.Options{NearLimitRatio: s.NearLimitRatio, MaxDetailedSeries: s.MaxDetailedMetricSeries, FailurePolicies: policies,
-		Reference: s.UsePrometheus && !s.DisableStats, ReferenceMillis: s.PrometheusResponseTimeAsMilliseconds})
+	reg := metrics.New(s.MetricsOptions())
 	if s.UseStatsd && !s.DisableStats {
 		go runStatsd(ctx, s, reg, log)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/tracing"
 )
 
@@ -101,8 +103,8 @@ func (s Settings) validateObservability(bad complaint) {
 }
 
 // Tags returns EXTRA_TAGS as a map (validated by Load).
-func (s Settings) Tags() map[string]string {
-	t, _ := pairs(s.ExtraTags, ":")
+func (o Observability) Tags() map[string]string {
+	t, _ := pairs(o.ExtraTags, ":")
 	return t
 }
 
@@ -111,4 +113,22 @@ func (o Observability) TracingOptions() tracing.Options {
 	return tracing.Options{Enabled: o.TracingEnabled, Protocol: o.TracingExporterProtocol,
 		ServiceName: o.TracingServiceName, Namespace: o.TracingServiceNamespace, InstanceID: o.TracingServiceInstanceID,
 		SamplingRate: o.TracingSamplingRate}
+}
+
+// StatsdOptions is where and how often statsd is sent; cmd/server adds
+// what an outage and a recovery do.
+func (o Observability) StatsdOptions() metrics.StatsdOptions {
+	return metrics.StatsdOptions{Network: o.StatsdProtocol, Addr: hostPort(o.StatsdHost, o.StatsdPort),
+		Interval: o.StatsFlushInterval, Tags: o.Tags()}
+}
+
+// MetricsOptions is the registry's: the near-limit ratio, the detailed
+// series cap, and whether the reference's Prometheus series are kept.
+func (o Observability) MetricsOptions() metrics.Options {
+	var policies []string
+	for _, p := range config.FailurePolicies {
+		policies = append(policies, string(p))
+	}
+	return metrics.Options{NearLimitRatio: o.NearLimitRatio, MaxDetailedSeries: o.MaxDetailedMetricSeries, FailurePolicies: policies,
+		Reference: o.UsePrometheus && !o.DisableStats, ReferenceMillis: o.PrometheusResponseTimeAsMilliseconds}
 }

@@ -23,7 +23,8 @@ func TestOptionsCarryTheSettings(t *testing.T) {
 		"CIRCUIT_BREAKER_FAILURES": "7", "REDIS_URL": "127.0.0.1:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "CREATE",
 		"REDIS_PIPELINE_WINDOW": "0", "MERGE_DOMAIN_CONFIG": "true", "WILDCARD_PRECEDENCE": "most_literal",
 		"CONFIG_GRPC_XDS_NODE_ID": "n1", "CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b=2",
-		"TRACING_SERVICE_NAME": "rl",
+		"TRACING_SERVICE_NAME": "rl", "STATSD_HOST": "127.0.0.2", "STATSD_PORT": "9125", "EXTRA_TAGS": "env:test",
+		"NEAR_LIMIT_RATIO": "0.5", "USE_PROMETHEUS": "true", "DISABLE_STATS": "true",
 	} {
 		t.Setenv(name, v)
 	}
@@ -66,6 +67,12 @@ func TestOptionsCarryTheSettings(t *testing.T) {
 	x, err := s.XDSOptions()
 	if err != nil || x.NodeID != "n1" || x.NodeMetadata["a"] != "1" || x.NodeMetadata["b"] != "2" || x.DialOptions != nil {
 		t.Errorf("XDSOptions = %+v, %v", x, err)
+	}
+	if st := s.StatsdOptions(); st.Addr != "127.0.0.2:9125" || st.Network != "tcp" || st.Tags["env"] != "test" {
+		t.Errorf("StatsdOptions = %+v", st)
+	}
+	if m := s.MetricsOptions(); m.NearLimitRatio != 0.5 || m.Reference || len(m.FailurePolicies) == 0 {
+		t.Errorf("MetricsOptions = %+v, want ratio 0.5 and no reference series under DISABLE_STATS", m)
 	}
 	if tr := s.TracingOptions(); tr.ServiceName != "rl" || tr.Enabled {
 		t.Errorf("TracingOptions = %+v", tr)
