@@ -55,6 +55,7 @@ type loads struct {
 	firstFile atomic.Bool
 }
 
+// newLoads makes the holder, logging each load's outcome.
 func newLoads(log logrus.FieldLogger) *loads {
 	l := &loads{first: make(chan struct{})}
 	var once sync.Once
