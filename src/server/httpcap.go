@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/openrls/ratelimit/src/server/h2guard"
 )
 
 // HTTPLimits caps the connections of each HTTP listener (the HTTP port,
@@ -72,7 +74,7 @@ func (cl *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		cc := &capConn{Conn: c, cl: cl, host: clientIP(c.RemoteAddr())}
+		cc := &capConn{Conn: c, cl: cl, host: h2guard.Host(c.RemoteAddr())}
 		if cl.admit(cc) {
 			return cc, nil
 		}
@@ -167,12 +169,4 @@ func (c *capConn) Close() error {
 	c.cl.forgetLocked(c)
 	c.cl.mu.Unlock()
 	return c.Conn.Close()
-}
-
-// clientIP is a TCP peer's address, or "" for a Unix socket's peer.
-func clientIP(addr net.Addr) string {
-	if a, ok := addr.(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return ""
 }

@@ -178,7 +178,7 @@ func (gl *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		host := hostOf(c.RemoteAddr())
+		host := Host(c.RemoteAddr())
 		probation := gl.cooling(c.RemoteAddr())
 		if probation && !gl.onProbation(host, 1) {
 			gl.note(EventConnectionRefused)
@@ -218,7 +218,7 @@ const (
 // tight loop, and each refusal costs this process an accept and a close;
 // held, its dials wait, and cost nothing.
 func (gl *Listener) tarpit(c net.Conn) {
-	host := hostOf(c.RemoteAddr())
+	host := Host(c.RemoteAddr())
 	gl.hostMu.Lock()
 	if host == "" || len(gl.held[host]) >= tarpitPerHost || gl.heldTotal >= tarpitTotal {
 		gl.hostMu.Unlock()
@@ -300,7 +300,7 @@ func (gl *Listener) release(host string) {
 
 // cooling reports whether addr's host is in its cooldown after an abuse.
 func (gl *Listener) cooling(addr net.Addr) bool {
-	host := hostOf(addr)
+	host := Host(addr)
 	until, ok := gl.banned.Load(host)
 	if !ok {
 		return false
@@ -317,11 +317,13 @@ func (gl *Listener) cooling(addr net.Addr) bool {
 // not shut the others out.
 func (gl *Listener) ban(addr net.Addr) {
 	if _, tcp := addr.(*net.TCPAddr); tcp && gl.o.Cooldown > 0 {
-		gl.banned.Store(hostOf(addr), gl.clock().Add(gl.o.Cooldown).UnixNano())
+		gl.banned.Store(Host(addr), gl.clock().Add(gl.o.Cooldown).UnixNano())
 	}
 }
 
-func hostOf(addr net.Addr) string {
+// Host is what the caps and probation count a peer by: a TCP peer's IP,
+// or "" for a Unix socket's peer (the HTTP listeners count by it too).
+func Host(addr net.Addr) string {
 	if a, ok := addr.(*net.TCPAddr); ok {
 		return a.IP.String()
 	}
@@ -446,7 +448,7 @@ func (g creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, er
 	}
 	// raw, a guardedConn of the listener, stays counted until conn closes
 	// it; this one only watches.
-	gc := &guardedConn{Conn: conn, gl: g.gl, host: hostOf(raw.RemoteAddr())}
+	gc := &guardedConn{Conn: conn, gl: g.gl, host: Host(raw.RemoteAddr())}
 	if r, ok := raw.(*guardedConn); ok {
 		gc.probation = r.probation // its thresholds; raw counts it
 	}
