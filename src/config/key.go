@@ -92,7 +92,7 @@ func (p *Plan) Values(i int) string {
 		if tag == '#' || tag == '%' {
 			n = 32 // a hash: 128 bits in hex
 		}
-		if n > len(k) {
+		if n < 0 || n > len(k) { // n < 0: a length past int, which the encoder never writes
 			return 0, nil, false
 		}
 		text, k = k[:n], k[n:]
