@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 
 // TestRedisScriptsReadRedisClock runs the binary as production does and
 // watches Redis with MONITOR: every decision's script call carries no
-// instant of the replica's own (its "now" argument is empty) and the script
+// instant of the replica's own (its "now" is -1) and the script
 // reads Redis's TIME, so replicas whose clocks disagree share one window.
 func TestRedisScriptsReadRedisClock(t *testing.T) {
 	for _, batching := range []string{"150us", "0"} {
@@ -36,8 +38,8 @@ func TestRedisScriptsReadRedisClock(t *testing.T) {
 						clockReads++
 					case name == "EVALSHA" || name == "EVAL":
 						scripts++
-						if now := scriptNow(t, cmd.Args); now != "" {
-							t.Fatalf("script called with now = %q (the replica's clock), want \"\" (Redis's TIME): %s", now, line)
+						if now := scriptNow(t, cmd.Args); now != -1 {
+							t.Fatalf("script called with now = %v (the replica's clock), want -1 (Redis's TIME): %s", now, line)
 						}
 					}
 				}
@@ -50,16 +52,18 @@ func TestRedisScriptsReadRedisClock(t *testing.T) {
 	}
 }
 
-// scriptNow returns the first decision's "now" argument of an EVAL or
-// EVALSHA call: the first ARGV after the keys (see src/redis/batch.lua).
-func scriptNow(t *testing.T, args []string) string {
+// scriptNow returns the first decision's "now" of an EVAL or EVALSHA
+// call: the first double of the first ARGV after the keys (see
+// src/redis/batch.lua); -1 asks for Redis's TIME.
+func scriptNow(t *testing.T, args []string) float64 {
 	t.Helper()
 	if len(args) < 3 {
 		t.Fatalf("short script call %q", args)
 	}
 	nkeys, err := strconv.Atoi(args[2])
-	if err != nil || len(args) <= 3+nkeys {
-		t.Fatalf("script call %q: no ARGV after %s keys", args, args[2])
+	if err != nil || len(args) <= 3+nkeys || len(args[3+nkeys]) < 8 {
+		t.Fatalf("script call %q: no decision header after %s keys", args, args[2])
 	}
-	return args[3+nkeys]
+	// Each decision's argument opens with now as a little-endian double.
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(args[3+nkeys][:8])))
 }

@@ -2,8 +2,9 @@
 --
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
--- ARGV     one segment per decision, in KEYS order:
---   now    microseconds since the Unix epoch, or "" to use Redis TIME
+-- ARGV     one string per decision, in KEYS order: a header of three
+--          little-endian doubles (now, mode, n), then n hits of six
+--   now    microseconds since the Unix epoch, or -1 to use Redis TIME
 --          (production: every replica then shares Redis's clock)
 --   mode   0 count each allowed hit (and each overdraft hit, and each
 --          refund); 1 all or nothing (limiter.Decide: count nothing if a
@@ -30,9 +31,11 @@
 -- its keys before the next one starts, so each is exactly what it would be
 -- alone, in order.
 --
--- State per key is three little-endian doubles, {a, b, c} (see each
--- algorithm's st), or a sliding log's blob of (t, n) pairs, written with
--- SET ... PX so that it expires once it is equivalent to no state: expiry
+-- State: a fixed window's count is an integer under a key of its own per
+-- window, KEY:w (see window_key); a sliding window's and a token bucket's
+-- state is three little-endian doubles under KEY, {a, b, c} (see each
+-- algorithm's st); a sliding log's is a blob of (t, n) pairs. Each is
+-- written so that it expires once it is equivalent to no state: expiry
 -- only collects garbage, correctness never depends on it. All values are
 -- integers below 2^53, exact as doubles.
 --
@@ -47,13 +50,60 @@
 -- Cost: Redis runs this for every decision of every request, so the common
 -- mode (0) builds no Lua tables: state travels as three numbers, each hit
 -- is read, decided and written before the next (a key that appears twice
--- in a decision then sees its own first hit, as in the other modes). Each
--- table or redis.call here costs Redis about 0.1 to 1 µs per hit.
+-- in a decision then sees its own first hit, as in the other modes). A
+-- redis.call costs more than all the arithmetic of a hit, so the common
+-- hit of a fixed window takes one (fixed_incr); docs/performance.md has
+-- the figures.
 
--- load reads a key's state: three doubles (zeros when absent), or for a
--- sliding log (alg 3) its blob ("" when absent), and whether the key was
--- there.
-local function load(key, alg)
+-- window_key is where a fixed window's count for window w is kept: KEY:w,
+-- w in decimal. Keys end in their algorithm and period (e.g. :fw60), so
+-- these never meet another key; the ":w" of a window is formatted once
+-- per call (a batch shares one clock, so its hits share a few windows).
+local suffixes = {}
+local function window_key(key, w)
+  local s = suffixes[w]
+  if s == nil then
+    s = ':' .. string.format('%d', w)
+    suffixes[w] = s
+  end
+  return key .. s
+end
+
+-- int_str is integer n in decimal. redis.call turns a number argument into
+-- a string with snprintf, which costs more than the command it passes it
+-- to; a batch's hits mostly share a few costs, so each is formatted once
+-- per call.
+local int_strs = {}
+local function int_str(n)
+  local s = int_strs[n]
+  if s == nil then
+    s = string.format('%d', n)
+    int_strs[n] = s
+  end
+  return s
+end
+
+-- state_window is the window whose fixed-window state (alg 0) a hit reads:
+-- now's, or for a give-back (a refund with a lease) the slice's own, so
+-- that a give-back sent by a clock that has moved on still finds it.
+local function state_window(now, p, refund, lease)
+  if refund and lease > 0 then
+    return lease - 1
+  end
+  return math.floor(now / p)
+end
+
+-- load reads a key's state: three doubles (zeros when absent; a fixed
+-- window's is {w, count, 0}, from window w's key), or for a sliding log
+-- (alg 3) its blob ("" when absent), and whether the key was there.
+local function load(key, alg, w)
+  if alg == 0 then
+    local c = tonumber(redis.call('GET', window_key(key, w)) or '')
+    if c then
+      return w, c, 0, true
+    end
+    return 0, 0, 0, false
+  end
   local v = redis.call('GET', key)
   if alg == 3 then
     if v then
@@ -206,7 +256,15 @@ end
 -- set is kept: SET ... KEEPTTL costs Redis about half of SET ... PX. A
 -- token bucket's expiry moves with every hit.
 local function store(key, alg, found, old1, s1, s2, s3, exp, now)
-  if alg == 3 then
+  if alg == 0 then
+    -- found: the window's key exists, and its TTL is the window's.
+    if found then
+      redis.call('SET', window_key(key, s1), s2, 'KEEPTTL')
+    else
+      redis.call('SET', window_key(key, s1), s2, 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    end
+    return
+  elseif alg == 3 then
     -- A sliding log's expiry moves with its newest hit; an empty one goes.
     if s1 == '' then
       if found then
@@ -226,50 +284,96 @@ local function store(key, alg, found, old1, s1, s2, s3, exp, now)
   redis.call('SET', key, v, 'PX', ttl)
 end
 
+-- fixed_incr is fixed_window for the common hit (no refund, overdraft or
+-- lease; advisory changes nothing in mode 0) in one command: INCRBY counts
+-- it, and a rejected hit is taken back (DECRBY, or DEL of the key it
+-- created) before the script goes on, so nothing else ever sees it: it
+-- consumes nothing, as in fixed_window, whose answers these are. Returns
+-- the hit's result.
+local function fixed_incr(key, now, limit, p, cost)
+  local w = math.floor(now / p)
+  local wk = window_key(key, w)
+  local reset = (w + 1) * p - now
+  local c = redis.call('INCRBY', wk, int_str(cost))
+  if limit > 0 and c <= limit then
+    if c == cost then
+      -- The window's first count (or its count was refunded to 0).
+      redis.call('PEXPIRE', wk, math.max(1, math.ceil(reset / 1000)))
+    end
+    return struct.pack('<dddd', 1, limit - c, reset, 0)
+  end
+  if c == cost then
+    redis.call('DEL', wk)
+  elseif cost > 0 then
+    redis.call('DECRBY', wk, int_str(cost))
+  end
+  local rem = limit - (c - cost)
+  if rem < 0 then
+    rem = 0
+  end
+  return struct.pack('<dddd', 0, rem, reset, reset)
+end
+
+-- apply_hit applies one hit of mode 0 that fixed_incr does not take, and
+-- appends its result to results.
+local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
+  local _, refund, overdraft, lease = flags(f)
+  local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
+  local n1, n2, n3, ok, rem, reset, retry, exp, write
+  if refund and lease > 0 then
+    n1, n2, n3, write = lease_return(alg, s1, s2, s3, lease - 1, cost)
+    ok, rem, reset, retry, exp = true, 0, 0, 0, now
+    local h = held_return(alg, load_held(key), s1, lease - 1, burst)
+    if h then
+      store_held(key, h[1], h[2], h[3], nil, now)
+    end
+  elseif refund and alg < 2 then
+    n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, load_held(key), now, limit, p, cost, burst, overdraft)
+  else
+    n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+  end
+  local extra = 0
+  if ok and write and lease > 0 and not refund then
+    n2, rem, extra = lease_grant(n2, rem, lease)
+    if extra > 0 then
+      reset, retry = exp - now, n1
+      local h = load_held(key)
+      local hc, hp = held_at(alg, h[1], h[2], h[3], n1)
+      store_held(key, n1, hc + extra, hp, exp, now)
+    end
+  end
+  if write then
+    store(key, alg, found, s1, n1, n2, n3, exp, now)
+  end
+  results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
+end
+
 -- apply_each runs one decision in mode 0: its keys are KEYS[k+1..k+n],
--- its hits ARGV[a+1..a+n]; it appends each hit's result to results.
-local function apply_each(now, k, n, a, results)
+-- its hits in blob from pos on; it appends each hit's result to results.
+local function apply_each(now, k, n, blob, pos, results)
   for i = 1, n do
     local key = KEYS[k + i]
-    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
-    local _, refund, overdraft, lease = flags(f)
-    local s1, s2, s3, found = load(key, alg)
-    local n1, n2, n3, ok, rem, reset, retry, exp, write
-    if refund and lease > 0 then
-      n1, n2, n3, write = lease_return(alg, s1, s2, s3, lease - 1, cost)
-      ok, rem, reset, retry, exp = true, 0, 0, 0, now
-      local h = held_return(alg, load_held(key), s1, lease - 1, burst)
-      if h then
-        store_held(key, h[1], h[2], h[3], nil, now)
-      end
-    elseif refund and alg < 2 then
-      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, load_held(key), now, limit, p, cost, burst, overdraft)
+    local alg, limit, p, burst, cost, f
+    alg, limit, p, burst, cost, f, pos = struct.unpack('<dddddd', blob, pos)
+    if alg == 0 and f < 2 then
+      results[#results + 1] = fixed_incr(key, now, limit, p, cost)
     else
-      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+      apply_hit(key, now, alg, limit, p, burst, cost, f, results)
     end
-    local extra = 0
-    if ok and write and lease > 0 and not refund then
-      n2, rem, extra = lease_grant(n2, rem, lease)
-      if extra > 0 then
-        reset, retry = exp - now, n1
-        local h = load_held(key)
-        local hc, hp = held_at(alg, h[1], h[2], h[3], n1)
-        store_held(key, n1, hc + extra, hp, exp, now)
-      end
-    end
-    if write then
-      store(key, alg, found, s1, n1, n2, n3, exp, now)
-    end
-    results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
   end
+end
+
+-- hit_pos is where hit i (from 1) of a decision starts in its string.
+local function hit_pos(i)
+  return 25 + 48 * (i - 1)
 end
 
 -- apply_all runs one decision in mode 1 or 2: nothing is written until
 -- every hit is decided, so a key that appears twice sees its first hit
 -- through latest. What is written mirrors limiter.Decide and
 -- Commit.Writes: commit 0 all, 1 only overdraft hits and refunds, 2 none.
-local function apply_all(now, mode, k, n, a, results)
-  local stored, latest, out, writes = {}, {}, {}, {}
+local function apply_all(now, mode, k, n, blob, results)
+  local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
   local held = {} -- key -> {w, hc, hp}, what its slices hold as of the pending writes
   local function held_of(key)
     if held[key] == nil then
@@ -283,12 +387,18 @@ local function apply_all(now, mode, k, n, a, results)
   end
   for i = 1, n do
     local key = KEYS[k + i]
-    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', ARGV[a + i])
+    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(i))
     local advisory, refund, overdraft, lease = flags(f)
-    if stored[key] == nil then
-      stored[key] = {load(key, alg)} -- {s1, s2, s3, found}
+    local sk = key -- where the state is: a fixed window's is per window
+    local sw = state_window(now, p, refund, lease)
+    if alg == 0 then
+      sk = window_key(key, sw)
     end
-    local st = latest[key] or stored[key]
+    sks[i] = sk
+    if stored[sk] == nil then
+      stored[sk] = {load(key, alg, sw)} -- {s1, s2, s3, found}
+    end
+    local st = latest[sk] or stored[sk]
     local n1, n2, n3, ok, rem, reset, retry, exp, write
     local h -- what the key's slices hold after this hit, if it changes
     if refund and lease > 0 then
@@ -313,7 +423,7 @@ local function apply_all(now, mode, k, n, a, results)
     end
     out[i] = {ok and 1 + extra or 0, rem, reset, retry}
     if write then
-      latest[key] = {n1, n2, n3}
+      latest[sk] = {n1, n2, n3}
       if h then
         held[key] = h
       end
@@ -331,7 +441,7 @@ local function apply_all(now, mode, k, n, a, results)
   local written = {}
   for _, w in ipairs(writes) do
     if commit == 0 or commit == 1 and w[8] then
-      local st = stored[w[2]]
+      local st = stored[sks[w[1]]]
       store(w[2], w[3], st[4], st[1], w[4], w[5], w[6], w[7], now)
       if w[9] then
         local hexp = w[7]
@@ -348,8 +458,8 @@ local function apply_all(now, mode, k, n, a, results)
     if not written[i] then
       -- Not counted: report what a cost of 0 sees, with the hit's own
       -- decision (and retry), and no slice.
-      local alg, limit, p, burst = struct.unpack('<dddd', ARGV[a + i])
-      local st = stored[KEYS[k + i]]
+      local alg, limit, p, burst = struct.unpack('<dddd', blob, hit_pos(i))
+      local st = stored[sks[i]]
       local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
       local retry = out[i][4]
       if out[i][1] > 0 then
@@ -366,24 +476,22 @@ end
 
 local redis_now
 local results = {}
-local a, k = 1, 0
-while a <= #ARGV do
-  local now = ARGV[a]
-  if now == '' then
+local k = 0
+for d = 1, #ARGV do
+  local blob = ARGV[d]
+  local now, mode, n, pos = struct.unpack('<ddd', blob)
+  if now < 0 then
     if redis_now == nil then
       local t = redis.call('TIME')
       redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = redis_now
-  else
-    now = tonumber(now)
   end
-  local mode, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   if mode == 0 then
-    apply_each(now, k, n, a + 2, results)
+    apply_each(now, k, n, blob, pos, results)
   else
-    apply_all(now, mode, k, n, a + 2, results)
+    apply_all(now, mode, k, n, blob, results)
   end
-  a, k = a + 3 + n, k + n
+  k = k + n
 end
 return table.concat(results)

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs("", modeEach, []*limiter.Hit{h}, nil))
+	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs(redisTime, modeEach, []*limiter.Hit{h}, nil))
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -284,7 +284,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		return &call{keys: []string{keyVersion + key}, args: scriptArgs("", modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
+		return &call{keys: []string{keyVersion + key}, args: scriptArgs(redisTime, modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
 	}
 	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -328,7 +328,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.do(ctx, time.Time{}, keys, scriptArgs("", modeEach, hits, nil))
+		_, err := b.do(ctx, time.Time{}, keys, scriptArgs(redisTime, modeEach, hits, nil))
 		done <- err
 	}()
 	for {

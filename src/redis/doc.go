@@ -2,9 +2,10 @@
 // Sentinel and Cluster (go-redis), the counter keys' Redis form, and the Lua
 // scripts that apply a request's hits atomically in one round trip.
 //
-// Keys are CACHE_KEY_PREFIX + "rl:v1:" + the config's injective key, whose
-// {hash tag} puts every limit of one descriptor value in one Cluster slot.
-// The "v1" names the scripts' state format: bump it whenever that changes, so
+// Keys are CACHE_KEY_PREFIX + "rl:v2:" + the config's injective key, whose
+// {hash tag} puts every limit of one descriptor value in one Cluster slot
+// (a fixed window's count adds ":" + its window number, in the same slot).
+// The "v2" names the scripts' state format: bump it whenever that changes, so
 // replicas of two versions never misread each other's counters during a
 // rolling upgrade.
 //

@@ -32,8 +32,11 @@ var (
 // each lets every algorithm sit beside its Go twin in src/limiter/math.go.
 var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc)
 
-// keyVersion names the state format written by batch.lua.
-const keyVersion = "rl:v1:"
+// keyVersion names the state format written by batch.lua. v2: a fixed
+// window's count is an integer under its own key per window (KEY:window),
+// which INCRBY updates; v1 kept it in a blob under KEY. See
+// docs/migrating.md.
+const keyVersion = "rl:v2:"
 
 // scriptMode is how batch.lua applies one decision's hits (its mode
 // argument).
@@ -46,20 +49,25 @@ const (
 	modeDryRun                         // count nothing, answer all
 )
 
-// modeArgs are the modes boxed once, so building ARGV does not allocate them.
-var modeArgs = [...]any{int(modeEach), int(modeAllOrNothing), int(modeDryRun)}
+// redisTime, as a decision's now, asks batch.lua to read the clock of
+// Redis (TIME) rather than take the caller's.
+const redisTime = -1
+
+// headerBytes is a decision's header: now (µs, or redisTime), mode and the
+// number of hits, as three little-endian doubles.
+const headerBytes = 3 * 8
 
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
 
-// scriptArgs builds one decision's ARGV segment (see batch.lua): now, mode,
-// the number of hits, then one packed argument per hit, all sliced from one
-// buffer. leases, when not nil, holds each hit's lease parameter (see
-// batch.lua and lease.go).
-func scriptArgs(now string, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
-	args := make([]any, 0, 3+len(hits))
-	args = append(args, now, modeArgs[mode], len(hits))
-	buf := make([]byte, hitArgBytes*len(hits))
+// scriptArgs builds one decision's ARGV entry (see batch.lua): one string
+// holding the header, then each hit's parameters. One argument per
+// decision, rather than one per field, spares Redis a string to parse and
+// a Lua string to intern for each. leases, when not nil, holds each hit's
+// lease parameter (see batch.lua and lease.go).
+func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
+	buf := make([]byte, headerBytes+hitArgBytes*len(hits))
+	putDoubles(buf, float64(now), float64(mode), float64(len(hits)))
 	for i, h := range hits {
 		flags := 0.0 // see batch.lua
 		if h.Advisory {
@@ -74,20 +82,22 @@ func scriptArgs(now string, mode scriptMode, hits []*limiter.Hit, leases []uint6
 		if leases != nil {
 			flags += 8 * float64(min(leases[i], 1<<44))
 		}
-		b := buf[i*hitArgBytes : (i+1)*hitArgBytes]
-		for j, v := range [6]float64{
+		putDoubles(buf[headerBytes+i*hitArgBytes:],
 			float64(h.Rule.Algorithm),
 			float64(h.Rule.Limit),
-			float64(h.Rule.Period / time.Microsecond),
+			float64(h.Rule.Period/time.Microsecond),
 			float64(h.Rule.Burst),
 			float64(min(h.Cost, 1<<53)), // any cost above a limit is rejected alike
-			flags,
-		} {
-			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
-		}
-		args = append(args, b)
+			flags)
 	}
-	return args
+	return []any{buf}
+}
+
+// putDoubles writes vs into b as little-endian doubles.
+func putDoubles(b []byte, vs ...float64) {
+	for j, v := range vs {
+		binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
+	}
 }
 
 // grant is a slice batch.lua counted beside an allowed hit: extra hits,

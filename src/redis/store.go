@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,9 +184,9 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 // parameter; the slices granted come back in grants, by hit.
 func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (outs []limiter.Outcome, grants []grant, err error) {
 	outs = make([]limiter.Outcome, len(b.Hits))
-	now := ""
+	now := int64(redisTime)
 	if !b.Now.IsZero() {
-		now = strconv.FormatInt(b.Now.UnixMicro(), 10)
+		now = b.Now.UnixMicro()
 	}
 	localNow := b.Now
 	if localNow.IsZero() {
@@ -241,7 +240,7 @@ func batchMode(b limiter.Batch) scriptMode {
 
 // applyAcrossSlots decides an all-or-nothing batch whose groups live in
 // several Cluster slots: checked first, then counted if all are allowed.
-func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now string, b limiter.Batch, groups []*group,
+func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now int64, b limiter.Batch, groups []*group,
 	outs []limiter.Outcome, localNow time.Time) ([]limiter.Outcome, error) {
 	// Slots cannot share a script (see docs/stores.md, "Redis Cluster").
 	counted := false
@@ -292,7 +291,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
 		for i := range b.Hits {
-			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+b.Hits[i].Key, &b.Hits[i]
+			g.idx[i], g.keys[i], g.hits[i] = i, s.redisKey(b.Hits[i].Key), &b.Hits[i]
 		}
 		if len(b.Hits) == 0 {
 			return nil, false
@@ -326,7 +325,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 			gs = append(gs, g)
 		}
 		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, s.prefix+h.Key)
+		g.keys = append(g.keys, s.redisKey(h.Key))
 		g.hits = append(g.hits, h)
 		if leases != nil {
 			g.leases = append(g.leases, leases[i])
@@ -338,6 +337,26 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 		}
 	}
 	return gs, cachedReject
+}
+
+// redisKey is where key's state lives: the prefix, then key. A key
+// without a hash tag (the service never builds one: see config's keys) is
+// made its own tag, {key}, because batch.lua keeps state beside a key in
+// the key's slot (a fixed window's KEY:window, a lease's KEY|h), which
+// only a tag guarantees. Such a key then shares its state with the key
+// spelled with the braces.
+func (s *Store) redisKey(key string) string {
+	if hasTag(key) {
+		return s.prefix + key
+	}
+	return s.prefix + "{" + key + "}"
+}
+
+// hasTag reports whether key has a Redis Cluster hash tag: a '{' followed,
+// later, by a '}' with something between them.
+func hasTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
 func hashTag(key string) string {
@@ -368,7 +387,7 @@ func reportGroups(groups []*group) []*group {
 
 // run executes the groups' scripts in one round trip and fills outs. ctx
 // ends at deadline unless batching is on (see Apply).
-func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if s.batch != nil {
 		return s.runBatched(ctx, deadline, now, mode, groups, outs)
 	}
@@ -390,7 +409,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now string, mode sc
 
 // runBatched hands the groups to the batcher, which pipelines them with
 // other decisions' calls.
-func (s *Store) runBatched(ctx context.Context, deadline time.Time, now string, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
 		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
