@@ -108,4 +108,3 @@ func grepLines(body, prefix string) string {
 	}
 	return fmt.Sprint(out)
 }
-
