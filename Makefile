@@ -64,7 +64,7 @@ fuzz:
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-redis.sh
-	$(GO) test ./src/redis -run '^$$' -bench Accuracy -benchtime 1x -timeout 10m
+	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost' -benchtime 1x -timeout 30m
 	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/release.pgo (profile-guided optimisation of the

@@ -31,13 +31,15 @@
 -- its keys before the next one starts, so each is exactly what it would be
 -- alone, in order.
 --
--- State: a fixed window's count is an integer under a key of its own per
--- window, KEY:w (see window_key); a sliding window's and a token bucket's
--- state is three little-endian doubles under KEY, {a, b, c} (see each
--- algorithm's st); a sliding log's is a blob of (t, n) pairs. Each is
--- written so that it expires once it is equivalent to no state: expiry
--- only collects garbage, correctness never depends on it. All values are
--- integers below 2^53, exact as doubles.
+-- State: a fixed window's count is an integer in a hash under KEY, whose
+-- field is the window's number (see window_field); a sliding window's and
+-- a token bucket's state is three little-endian doubles under KEY, {a, b,
+-- c} (see each algorithm's st); a sliding log's is a blob of (t, n)
+-- pairs. Each is written so that it expires once it is equivalent to no
+-- state: expiry only collects garbage, correctness never depends on it.
+-- All values are integers below 2^53, exact as doubles. Every key a
+-- script writes is one of its KEYS (or KEY|h beside one, see held_key),
+-- so Redis Cluster finds the state where the key is, resharding included.
 --
 -- Returns one string: 4 little-endian doubles per hit, decision after
 -- decision: allowed (1 + the slice granted, or 0), remaining, reset (µs),
@@ -55,18 +57,17 @@
 -- hit of a fixed window takes one (fixed_incr); docs/performance.md has
 -- the figures.
 
--- window_key is where a fixed window's count for window w is kept: KEY:w,
--- w in decimal. Keys end in their algorithm and period (e.g. :fw60), so
--- these never meet another key; the ":w" of a window is formatted once
--- per call (a batch shares one clock, so its hits share a few windows).
-local suffixes = {}
-local function window_key(key, w)
-  local s = suffixes[w]
+-- window_field is the hash field of a fixed window's count for window w:
+-- w in decimal, formatted once per call (a batch shares one clock, so its
+-- hits share a few windows).
+local fields = {}
+local function window_field(w)
+  local s = fields[w]
   if s == nil then
-    s = ':' .. string.format('%d', w)
-    suffixes[w] = s
+    s = string.format('%d', w)
+    fields[w] = s
   end
-  return key .. s
+  return s
 end
 
 -- int_str is integer n in decimal. redis.call turns a number argument into
@@ -81,6 +82,15 @@ local function int_str(n)
     int_strs[n] = s
   end
   return s
+end
+
+-- new_window follows a fixed window's first count, window w's, ending in
+-- reset µs: the key expires with the window, and the window before it (a
+-- key can outlive its window by the TTL's rounding up to a millisecond)
+-- goes, so a busy key holds one or two fields, never more.
+local function new_window(key, w, reset)
+  redis.call('PEXPIRE', key, int_str(math.max(1, math.ceil(reset / 1000))))
+  redis.call('HDEL', key, window_field(w - 1))
 end
 
 -- state_window is the window whose fixed-window state (alg 0) a hit reads:
@@ -98,7 +108,7 @@ end
 -- (alg 3) its blob ("" when absent), and whether the key was there.
 local function load(key, alg, w)
   if alg == 0 then
-    local c = tonumber(redis.call('GET', window_key(key, w)) or '')
+    local c = tonumber(redis.call('HGET', key, window_field(w)) or '')
     if c then
       return w, c, 0, true
     end
@@ -257,11 +267,9 @@ end
 -- token bucket's expiry moves with every hit.
 local function store(key, alg, found, old1, s1, s2, s3, exp, now)
   if alg == 0 then
-    -- found: the window's key exists, and its TTL is the window's.
-    if found then
-      redis.call('SET', window_key(key, s1), s2, 'KEEPTTL')
-    else
-      redis.call('SET', window_key(key, s1), s2, 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    redis.call('HSET', key, window_field(s1), int_str(s2))
+    if not found then
+      new_window(key, s1, exp - now)
     end
     return
   elseif alg == 3 then
@@ -285,27 +293,27 @@ local function store(key, alg, found, old1, s1, s2, s3, exp, now)
 end
 
 -- fixed_incr is fixed_window for the common hit (no refund, overdraft or
--- lease; advisory changes nothing in mode 0) in one command: INCRBY counts
--- it, and a rejected hit is taken back (DECRBY, or DEL of the key it
--- created) before the script goes on, so nothing else ever sees it: it
--- consumes nothing, as in fixed_window, whose answers these are. Returns
--- the hit's result.
+-- lease; advisory changes nothing in mode 0) in one command: HINCRBY
+-- counts it, and a rejected hit is taken back (HINCRBY of -cost, or HDEL of
+-- the field it created) before the script goes on, so nothing else ever
+-- sees it: it consumes nothing, as in fixed_window, whose answers these
+-- are. Returns the hit's result.
 local function fixed_incr(key, now, limit, p, cost)
   local w = math.floor(now / p)
-  local wk = window_key(key, w)
+  local field = window_field(w)
   local reset = (w + 1) * p - now
-  local c = redis.call('INCRBY', wk, int_str(cost))
+  local c = redis.call('HINCRBY', key, field, int_str(cost))
   if limit > 0 and c <= limit then
     if c == cost then
       -- The window's first count (or its count was refunded to 0).
-      redis.call('PEXPIRE', wk, math.max(1, math.ceil(reset / 1000)))
+      new_window(key, w, reset)
     end
     return struct.pack('<dddd', 1, limit - c, reset, 0)
   end
   if c == cost then
-    redis.call('DEL', wk)
+    redis.call('HDEL', key, field)
   elseif cost > 0 then
-    redis.call('DECRBY', wk, int_str(cost))
+    redis.call('HINCRBY', key, field, int_str(-cost))
   end
   local rem = limit - (c - cost)
   if rem < 0 then
@@ -392,7 +400,7 @@ local function apply_all(now, mode, k, n, blob, results)
     local sk = key -- where the state is: a fixed window's is per window
     local sw = state_window(now, p, refund, lease)
     if alg == 0 then
-      sk = window_key(key, sw)
+      sk = key .. '|' .. window_field(sw)
     end
     sks[i] = sk
     if stored[sk] == nil then

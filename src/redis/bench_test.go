@@ -52,30 +52,6 @@ func BenchmarkApply(b *testing.B) {
 // usecRE reads Redis's own time per EVALSHA, the script's cost inside Redis.
 var usecRE = regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)`)
 
-// BenchmarkMemoryPerKey reports Redis's MEMORY USAGE of one counter per
-// algorithm, with a key of typical length.
-func BenchmarkMemoryPerKey(b *testing.B) {
-	srv := redistest.Start(b)
-	s := newStore(b, single(b, srv), Options{})
-	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
-		b.Run(a.String(), func(b *testing.B) {
-			key := "{7:example14:remote_address12:203.0.113.77}:" + a.String()
-			r := limiter.Rule{Algorithm: a, Limit: 1000, Period: time.Minute}
-			for b.Loop() {
-				if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			usage, err := srv.Do("MEMORY", "USAGE", keyVersion+key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, _ := strconv.Atoi(usage)
-			b.ReportMetric(float64(n), "bytes/key")
-		})
-	}
-}
-
 // BenchmarkHotKeyLeased measures one hot key from parallel callers through
 // a leased rule, beside the embedded store on the same key: what a
 // decision costs the service when slices answer it.

@@ -3,8 +3,7 @@
 // scripts that apply a request's hits atomically in one round trip.
 //
 // Keys are CACHE_KEY_PREFIX + "rl:v2:" + the config's injective key, whose
-// {hash tag} puts every limit of one descriptor value in one Cluster slot
-// (a fixed window's count adds ":" + its window number, in the same slot).
+// {hash tag} puts every limit of one descriptor value in one Cluster slot.
 // The "v2" names the scripts' state format: bump it whenever that changes, so
 // replicas of two versions never misread each other's counters during a
 // rolling upgrade.

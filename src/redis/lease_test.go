@@ -30,60 +30,48 @@ func leaseOptions() Options {
 
 // windowCount reads a window algorithm's current count from Redis: a
 // sliding window's is the second of the three doubles under its key, a
-// fixed window's the integer under its newest window's key (KEY:window).
-func windowCount(t *testing.T, c goredis.UniversalClient, key string) uint64 {
+// fixed window's the integer in its hash under the newest window's field.
+func windowCount(t testing.TB, c goredis.UniversalClient, key string) uint64 {
 	t.Helper()
 	ctx := context.Background()
-	b, err := c.Get(ctx, keyVersion+key).Bytes()
-	if err == nil && len(b) == 24 {
-		return uint64(math.Float64frombits(binary.LittleEndian.Uint64(b[8:16])))
+	typ, err := c.Type(ctx, keyVersion+key).Result()
+	if err != nil {
+		t.Fatalf("TYPE %s: %v", key, err)
 	}
-	if err != goredis.Nil {
+	switch typ {
+	case "none":
+		return 0
+	case "hash":
+		_, n := newestWindow(t, c, keyVersion+key)
+		return n
+	}
+	b, err := c.Get(ctx, keyVersion+key).Bytes()
+	if err != nil || len(b) != 24 {
 		t.Fatalf("GET %s: %d bytes, %v", key, len(b), err)
 	}
-	wk := newestWindowKey(t, c, keyVersion+key)
-	if wk == "" {
-		return 0
-	}
-	n, err := c.Get(ctx, wk).Uint64()
-	if err != nil {
-		t.Fatalf("GET %s: %v", wk, err)
-	}
-	return n
+	return uint64(math.Float64frombits(binary.LittleEndian.Uint64(b[8:16])))
 }
 
-// newestWindowKey is the fixed-window key of base with the highest window
-// number, on whichever node holds it; "" if there is none.
-func newestWindowKey(t *testing.T, c goredis.UniversalClient, base string) string {
+// newestWindow reads a fixed window's hash (see batch.lua): the highest
+// window number in it, and that window's count.
+func newestWindow(t testing.TB, c goredis.UniversalClient, key string) (w int64, count uint64) {
 	t.Helper()
-	ctx := context.Background()
-	pattern := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(base) + ":*"
-	var mu sync.Mutex
-	var keys []string
-	collect := func(ctx context.Context, n goredis.UniversalClient) error {
-		ks, err := n.Keys(ctx, pattern).Result()
-		mu.Lock()
-		keys = append(keys, ks...)
-		mu.Unlock()
-		return err
-	}
-	var err error
-	if cc, ok := c.(*goredis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return collect(ctx, n) })
-	} else {
-		err = collect(ctx, c)
-	}
+	fields, err := c.HGetAll(context.Background(), key).Result()
 	if err != nil {
-		t.Fatalf("KEYS %s: %v", pattern, err)
+		t.Fatalf("HGETALL %s: %v", key, err)
 	}
-	newest, best := "", int64(-1)
-	for _, k := range keys {
-		w, err := strconv.ParseInt(k[strings.LastIndexByte(k, ':')+1:], 10, 64)
-		if err == nil && w > best {
-			newest, best = k, w
+	w = -1
+	for f, v := range fields {
+		fw, err1 := strconv.ParseInt(f, 10, 64)
+		n, err2 := strconv.ParseUint(v, 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("HGETALL %s: field %q = %q, want window numbers and counts", key, f, v)
+		}
+		if fw > w {
+			w, count = fw, n
 		}
 	}
-	return newest
+	return w, count
 }
 
 // TestLeaseMatchesMemoryStore runs one random schedule of hits, checks,

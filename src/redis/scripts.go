@@ -33,9 +33,8 @@ var (
 var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc)
 
 // keyVersion names the state format written by batch.lua. v2: a fixed
-// window's count is an integer under its own key per window (KEY:window),
-// which INCRBY updates; v1 kept it in a blob under KEY. See
-// docs/migrating.md.
+// window's count is an integer in a hash under KEY, one field per window,
+// which HINCRBY updates; v1 kept it in a blob. See docs/migrating.md.
 const keyVersion = "rl:v2:"
 
 // scriptMode is how batch.lua applies one decision's hits (its mode

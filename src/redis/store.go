@@ -291,7 +291,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
 		for i := range b.Hits {
-			g.idx[i], g.keys[i], g.hits[i] = i, s.redisKey(b.Hits[i].Key), &b.Hits[i]
+			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+b.Hits[i].Key, &b.Hits[i]
 		}
 		if len(b.Hits) == 0 {
 			return nil, false
@@ -325,7 +325,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 			gs = append(gs, g)
 		}
 		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, s.redisKey(h.Key))
+		g.keys = append(g.keys, s.prefix+h.Key)
 		g.hits = append(g.hits, h)
 		if leases != nil {
 			g.leases = append(g.leases, leases[i])
@@ -337,26 +337,6 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 		}
 	}
 	return gs, cachedReject
-}
-
-// redisKey is where key's state lives: the prefix, then key. A key
-// without a hash tag (the service never builds one: see config's keys) is
-// made its own tag, {key}, because batch.lua keeps state beside a key in
-// the key's slot (a fixed window's KEY:window, a lease's KEY|h), which
-// only a tag guarantees. Such a key then shares its state with the key
-// spelled with the braces.
-func (s *Store) redisKey(key string) string {
-	if hasTag(key) {
-		return s.prefix + key
-	}
-	return s.prefix + "{" + key + "}"
-}
-
-// hasTag reports whether key has a Redis Cluster hash tag: a '{' followed,
-// later, by a '}' with something between them.
-func hasTag(key string) bool {
-	i := strings.IndexByte(key, '{')
-	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
 func hashTag(key string) string {
