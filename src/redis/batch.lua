@@ -141,6 +141,9 @@ end
 
 -- flags splits a hit's flags double: advisory, refund, overdraft, lease.
 local function flags(f)
+  if f == 0 then
+    return false, false, false, 0
+  end
   return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8)
 end
 
@@ -260,12 +263,16 @@ local function held_return(alg, h, s1, w, size)
   return nil
 end
 
--- store writes a key's new state. A window algorithm's key expires at a
--- time fixed by its window, so while the window stays the same (found, and
--- the window number, the state's first double, unchanged) the TTL already
--- set is kept: SET ... KEEPTTL costs Redis about half of SET ... PX. A
--- token bucket's expiry moves with every hit.
-local function store(key, alg, found, old1, s1, s2, s3, exp, now)
+-- store writes a key's new state (old1, old2: the state's first two
+-- doubles as read). SET ... KEEPTTL costs Redis about half of SET ... PX,
+-- so a TTL already set is kept where it still fits. A window algorithm's
+-- key expires at a time fixed by its window: kept while the window stays
+-- the same (found, and the window number, the state's first double,
+-- unchanged). A token bucket's must outlive its tat, which moves with
+-- every hit: its TTL is set with room to spare (as long again, at least a
+-- second), the instant it runs to kept as the state's second double, and
+-- kept while the tat stays within it.
+local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   if alg == 0 then
     redis.call('HSET', key, window_field(s1), int_str(s2))
     if not found then
@@ -283,8 +290,17 @@ local function store(key, alg, found, old1, s1, s2, s3, exp, now)
     redis.call('SET', key, s1, 'PX', math.max(1, math.ceil((exp - now) / 1000)))
     return
   end
+  if alg == 2 then
+    if found and old2 >= exp then
+      redis.call('SET', key, struct.pack('<ddd', s1, old2, 0), 'KEEPTTL')
+      return
+    end
+    local untl = exp + math.max(exp - now, 1000000)
+    redis.call('SET', key, struct.pack('<ddd', s1, untl, 0), 'PX', int_str(math.ceil((untl - now) / 1000)))
+    return
+  end
   local v = struct.pack('<ddd', s1, s2, s3)
-  if found and alg ~= 2 and old1 == s1 then
+  if found and old1 == s1 then
     redis.call('SET', key, v, 'KEEPTTL')
     return
   end
@@ -351,7 +367,7 @@ local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
     end
   end
   if write then
-    store(key, alg, found, s1, n1, n2, n3, exp, now)
+    store(key, alg, found, s1, s2, n1, n2, n3, exp, now)
   end
   results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
 end
@@ -450,7 +466,7 @@ local function apply_all(now, mode, k, n, blob, results)
   for _, w in ipairs(writes) do
     if commit == 0 or commit == 1 and w[8] then
       local st = stored[sks[w[1]]]
-      store(w[2], w[3], st[4], st[1], w[4], w[5], w[6], w[7], now)
+      store(w[2], w[3], st[4], st[1], st[2], w[4], w[5], w[6], w[7], now)
       if w[9] then
         local hexp = w[7]
         if w[10] then

@@ -65,6 +65,12 @@ const hitArgBytes = 6 * 8
 // a Lua string to intern for each. leases, when not nil, holds each hit's
 // lease parameter (see batch.lua and lease.go).
 func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
+	if mode == modeAllOrNothing && len(hits) == 1 {
+		// One hit is all or nothing by itself: mode 0 decides it the same
+		// (a rejected hit counts nothing, an overdraft hit counts) along
+		// the common path, which builds no tables (see batch.lua).
+		mode = modeEach
+	}
 	buf := make([]byte, headerBytes+hitArgBytes*len(hits))
 	putDoubles(buf, float64(now), float64(mode), float64(len(hits)))
 	for i, h := range hits {
