@@ -34,10 +34,12 @@ import (
 // above all, a write and a read that each wake the other process (the
 // largest cost of a round trip: docs/performance.md). Fewer means requests wait
 // for the batch ahead of theirs, up to a round trip more with a distant
-// Redis. On the benchmark's machine 1 and 2 beat 4 by a few percent of
-// throughput; 2 keeps some overlap for a Redis across a network. See
-// docs/performance.md.
-const defaultInFlight = 2
+// Redis. Redis's CPU per decision is mostly per call at the sizes batches
+// reach, so one in flight (batches twice as large as with two) is the
+// default: on the benchmark's machine it also did better than 2 and 4 in
+// throughput and tail latency. With Redis across a network, 2 or more
+// overlap round trips. See docs/performance.md.
+const defaultInFlight = 1
 
 // call is one decision's script invocation.
 type call struct {

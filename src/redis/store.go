@@ -31,7 +31,7 @@ type Options struct {
 	// batcher.go; REDIS_PIPELINE_WINDOW > 0): a decision never waits for a
 	// batch to fill; what queues while earlier batches are in flight goes
 	// out together, up to BatchLimit decisions (0: 128), with at most
-	// BatchInFlight batches in flight (0: 2). Without it each decision is
+	// BatchInFlight batches in flight (0: 1). Without it each decision is
 	// sent on its own connection.
 	Batch         bool
 	BatchLimit    int

@@ -72,7 +72,7 @@ type Redis struct {
 	Timeout                     time.Duration `envconfig:"TIMEOUT" default:"1s"`
 	PipelineWindow              time.Duration `envconfig:"PIPELINE_WINDOW" default:"150us"`
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
-	PipelineMaxInFlight         int           `envconfig:"PIPELINE_MAX_IN_FLIGHT" default:"2"`
+	PipelineMaxInFlight         int           `envconfig:"PIPELINE_MAX_IN_FLIGHT" default:"1"`
 	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
 }
 
