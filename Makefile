@@ -57,9 +57,11 @@ fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
 # The benchmarks of docs/performance.md: every algorithm's accuracy (virtual
-# time, both stores), then the load benchmark (starts redis-server, the
-# service on both stores and a no-op server), the hot-key rows (with and
-# without lease) and the config-scale rows.
+# time, both stores) and what a decision costs Redis per algorithm (single
+# node and Cluster, CPU, script time, commands, bytes per counter), then the
+# load benchmark (starts redis-server, the service on both stores and a
+# no-op server), the hot-key rows (with and without lease) and the
+# config-scale rows.
 # BENCHFLAGS=-load.duration=5s shortens it.
 BENCHFLAGS ?=
 bench:

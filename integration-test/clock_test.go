@@ -36,7 +36,7 @@ func TestRedisScriptsReadRedisClock(t *testing.T) {
 					switch name := strings.ToUpper(cmd.Args[0]); {
 					case cmd.Source == "lua" && name == "TIME":
 						clockReads++
-					case name == "EVALSHA" || name == "EVAL":
+					case name == "FCALL" || name == "EVALSHA" || name == "EVAL":
 						scripts++
 						if now := scriptNow(t, cmd.Args); now != -1 {
 							t.Fatalf("script called with now = %v (the replica's clock), want -1 (Redis's TIME): %s", now, line)
@@ -52,8 +52,8 @@ func TestRedisScriptsReadRedisClock(t *testing.T) {
 	}
 }
 
-// scriptNow returns the first decision's "now" of an EVAL or EVALSHA
-// call: the first double of the first ARGV after the keys (see
+// scriptNow returns the first decision's "now" of an FCALL, EVAL or
+// EVALSHA call: the first double of the first ARGV after the keys (see
 // src/redis/batch.lua); -1 asks for Redis's TIME.
 func scriptNow(t *testing.T, args []string) float64 {
 	t.Helper()

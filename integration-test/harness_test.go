@@ -106,6 +106,10 @@ const unset = "\x00unset"
 // open files (RLIMIT_NOFILE, soft and hard), set by the shell that execs it.
 const nofile = "\x00nofile"
 
+// binaryKey, as a key in a test's env, runs that server binary instead of
+// the one built for the tests (a benchmark comparing builds).
+const binaryKey = "\x00binary"
+
 // command prepares the binary with env on free loopback ports.
 func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
@@ -123,10 +127,15 @@ func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 			delete(base, k)
 		}
 	}
-	cmd := exec.Command(serverBin)
+	bin := serverBin
+	if b, ok := base[binaryKey]; ok {
+		delete(base, binaryKey)
+		bin = b
+	}
+	cmd := exec.Command(bin)
 	if n, ok := base[nofile]; ok {
 		delete(base, nofile)
-		cmd = exec.Command("sh", "-c", "ulimit -n "+n+" && exec \"$0\"", serverBin)
+		cmd = exec.Command("sh", "-c", "ulimit -n "+n+" && exec \"$0\"", bin)
 	}
 	for k, v := range base {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -47,6 +47,7 @@ var (
 	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
 	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
 	loadObserve  = flag.Bool("load.observability", false, "add memory targets with the dynamic metadata (and its rules) on, and with the /limited sketch off")
+	loadBaseline = flag.String("load.baseline", "", "a server binary of another build to add as a Redis target (\"baseline redis\"), to compare builds in one run")
 )
 
 const benchConfig = `
@@ -150,6 +151,9 @@ func benchTargets(b *testing.B) []loadTarget {
 	target("redis", true, nil)
 	target("redis unbatched", true, map[string]string{"REDIS_PIPELINE_WINDOW": "0"})
 	target("redis+local cache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
+	if *loadBaseline != "" {
+		target("baseline redis", true, map[string]string{binaryKey: *loadBaseline})
+	}
 	for _, n := range strings.Split(*loadInFlight, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			target("redis in-flight "+n, true, map[string]string{"REDIS_PIPELINE_MAX_IN_FLIGHT": n})
@@ -241,7 +245,7 @@ func redisCalls(b testing.TB, srv *redistest.Server) (n int, busy time.Duration)
 		b.Fatal(err)
 	}
 	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
-		if m[1] == "evalsha" || m[1] == "eval" {
+		if m[1] == "fcall" || m[1] == "evalsha" || m[1] == "eval" {
 			var c, us int
 			fmt.Sscan(m[2], &c)
 			fmt.Sscan(m[3], &us)

@@ -91,6 +91,9 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if err := store.Preload(pctx); err != nil {
 		log.WithError(err).Warn("redis is not reachable yet; serving anyway and retrying per request")
 	}
+	if err := store.FunctionsRefused(); err != nil {
+		log.WithError(err).Info("redis refuses Lua functions (Redis before 7, or an ACL without FUNCTION): decisions run as a script, which costs Redis more per call")
+	}
 	if r.HealthCheckActiveConnection {
 		health.AddCheck("redis "+r.URL, func() error {
 			c, cancel := context.WithTimeout(context.Background(), min(r.Timeout, time.Second))

@@ -1,4 +1,5 @@
--- batch: apply one or more decisions, each atomically, in one call.
+-- batch: apply one or more decisions, each atomically, in one call
+-- (batch(keys, args) at the end; keys and args are KEYS and ARGV below).
 --
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
@@ -60,7 +61,7 @@
 -- window_field is the hash field of a fixed window's count for window w:
 -- w in decimal, formatted once per call (a batch shares one clock, so its
 -- hits share a few windows).
-local fields = {}
+local fields
 local function window_field(w)
   local s = fields[w]
   if s == nil then
@@ -74,7 +75,7 @@ end
 -- a string with snprintf, which costs more than the command it passes it
 -- to; a batch's hits mostly share a few costs, so each is formatted once
 -- per call.
-local int_strs = {}
+local int_strs
 local function int_str(n)
   local s = int_strs[n]
   if s == nil then
@@ -372,11 +373,11 @@ local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
 end
 
--- apply_each runs one decision in mode 0: its keys are KEYS[k+1..k+n],
+-- apply_each runs one decision in mode 0: its keys are keys[k+1..k+n],
 -- its hits in blob from pos on; it appends each hit's result to results.
-local function apply_each(now, k, n, blob, pos, results)
+local function apply_each(keys, now, k, n, blob, pos, results)
   for i = 1, n do
-    local key = KEYS[k + i]
+    local key = keys[k + i]
     local alg, limit, p, burst, cost, f
     alg, limit, p, burst, cost, f, pos = struct.unpack('<dddddd', blob, pos)
     if alg == 0 and f < 2 then
@@ -396,7 +397,7 @@ end
 -- every hit is decided, so a key that appears twice sees its first hit
 -- through latest. What is written mirrors limiter.Decide and
 -- Commit.Writes: commit 0 all, 1 only overdraft hits and refunds, 2 none.
-local function apply_all(now, mode, k, n, blob, results)
+local function apply_all(keys, now, mode, k, n, blob, results)
   local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
   local held = {} -- key -> {w, hc, hp}, what its slices hold as of the pending writes
   local function held_of(key)
@@ -410,7 +411,7 @@ local function apply_all(now, mode, k, n, blob, results)
     commit = 2
   end
   for i = 1, n do
-    local key = KEYS[k + i]
+    local key = keys[k + i]
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(i))
     local advisory, refund, overdraft, lease = flags(f)
     local sk = key -- where the state is: a fixed window's is per window
@@ -498,24 +499,31 @@ local function apply_all(now, mode, k, n, blob, results)
   end
 end
 
-local redis_now
-local results = {}
-local k = 0
-for d = 1, #ARGV do
-  local blob = ARGV[d]
-  local now, mode, n, pos = struct.unpack('<ddd', blob)
-  if now < 0 then
-    if redis_now == nil then
-      local t = redis.call('TIME')
-      redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- batch runs a call: keys and args are its KEYS and ARGV. It is the
+-- function Redis calls (FCALL), or what the script form returns (see
+-- scripts.go). A function's library outlives its calls, so the per-call
+-- caches start empty here.
+local function batch(keys, args)
+  fields, int_strs = {}, {}
+  local redis_now
+  local results = {}
+  local k = 0
+  for d = 1, #args do
+    local blob = args[d]
+    local now, mode, n, pos = struct.unpack('<ddd', blob)
+    if now < 0 then
+      if redis_now == nil then
+        local t = redis.call('TIME')
+        redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      now = redis_now
     end
-    now = redis_now
+    if mode == 0 then
+      apply_each(keys, now, k, n, blob, pos, results)
+    else
+      apply_all(keys, now, mode, k, n, blob, results)
+    end
+    k = k + n
   end
-  if mode == 0 then
-    apply_each(now, k, n, blob, pos, results)
-  else
-    apply_all(now, mode, k, n, blob, results)
-  end
-  k = k + n
+  return table.concat(results)
 end
-return table.concat(results)

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // Design of the batcher (REDIS_PIPELINE_WINDOW, _LIMIT, _MAX_IN_FLIGHT)
@@ -59,7 +57,7 @@ type call struct {
 }
 
 type batcher struct {
-	client     goredis.UniversalClient
+	runner     *runner
 	merge      bool // one script call per batch (not in Cluster mode)
 	limit      int
 	maxLeaders int
@@ -70,8 +68,8 @@ type batcher struct {
 }
 
 // newBatcher takes BatchLimit and BatchInFlight from opts.
-func newBatcher(client goredis.UniversalClient, merge bool, opts Options) *batcher {
-	b := &batcher{client: client, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight}
+func newBatcher(r *runner, merge bool, opts Options) *batcher {
+	b := &batcher{runner: r, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight}
 	if b.limit <= 0 {
 		b.limit = 128
 	}
@@ -198,62 +196,5 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	exec(ctx, b.client, b.merge, batch)
-}
-
-// exec runs script calls in one round trip and sets every call's reply and
-// err: the only place this package sends the script, batched or not. One
-// call is one EVALSHA (go-redis loads the script on NOSCRIPT); several
-// are, with merge, one call holding them all (sendMerged), else a pipeline
-// of EVALSHAs, where one that found the script flushed (a restart, SCRIPT
-// FLUSH, a failover) did not run, so running it again counts it once.
-func exec(ctx context.Context, client goredis.UniversalClient, merge bool, batch []*call) {
-	if len(batch) == 1 {
-		c := batch[0]
-		c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
-		return
-	}
-	if merge {
-		sendMerged(ctx, client, batch)
-		return
-	}
-	cmds := make([]*goredis.Cmd, len(batch))
-	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, c := range batch {
-			cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
-	})
-	for i, c := range batch {
-		c.reply, c.err = cmds[i].Result()
-		if c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
-		}
-	}
-}
-
-// sendMerged sends the whole batch as one script call and splits the
-// reply: 32 bytes per hit, decision after decision.
-func sendMerged(ctx context.Context, client goredis.UniversalClient, batch []*call) {
-	var keys []string
-	var args []any
-	for _, c := range batch {
-		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
-	}
-	reply, err := batchScript.Run(ctx, client, keys, args...).Result()
-	packed, ok := reply.(string)
-	if err == nil && (!ok || len(packed) != 32*len(keys)) {
-		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))
-	}
-	off := 0
-	for _, c := range batch {
-		if err != nil {
-			c.err = err
-			continue
-		}
-		n := 32 * len(c.keys)
-		c.reply = packed[off : off+n]
-		off += n
-	}
+	b.runner.exec(ctx, b.merge, batch)
 }

@@ -70,10 +70,11 @@ func newTestBatcher(t *testing.T, inFlight int) (*batcher, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
 	c := single(t, srv)
-	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
+	r := newRunner(c)
+	if err := r.load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return newBatcher(c, true, Options{BatchInFlight: inFlight}), srv
+	return newBatcher(r, true, Options{BatchInFlight: inFlight}), srv
 }
 
 // fillLeaders starts b.maxLeaders decisions on key while Redis holds
@@ -153,7 +154,7 @@ func testBatcherGroups(t *testing.T, inFlight int) {
 			t.Fatalf("remaining values %v: every decision must be counted once, in some order", remaining)
 		}
 	}
-	if got, want := commandCalls(t, srv)["evalsha"], b.maxLeaders+1; got != want {
+	if got, want := scriptCalls(t, srv), b.maxLeaders+1; got != want {
 		t.Errorf("script calls = %d, want %d (one per leader, then one for the %d queued decisions)", got, want, queued)
 	}
 	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 })
@@ -229,10 +230,11 @@ func TestBatcherLeaderDeadlineBoundsItsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
+	r := newRunner(c)
+	if err := r.load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(c, true, Options{})
+	b := newBatcher(r, true, Options{})
 	pauseScripts(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -49,8 +49,9 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// usecRE reads Redis's own time per EVALSHA, the script's cost inside Redis.
-var usecRE = regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)`)
+// usecRE reads Redis's own time per call of batch.lua (FCALL), its cost
+// inside Redis.
+var usecRE = regexp.MustCompile(`cmdstat_fcall:calls=\d+,usec=\d+,usec_per_call=([\d.]+)`)
 
 // BenchmarkHotKeyLeased measures one hot key from parallel callers through
 // a leased rule, beside the embedded store on the same key: what a

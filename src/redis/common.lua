@@ -1,7 +1,7 @@
 -- Helpers shared by the algorithm scripts. The scripts are concatenated in
 -- this order: common.lua, fixed_window.lua, sliding_window.lua,
--- token_bucket.lua, sliding_log.lua, batch.lua (see scripts.go); only batch.lua
--- runs on its own.
+-- token_bucket.lua, sliding_log.lua, batch.lua (see scripts.go), whose
+-- batch(keys, args) Redis runs, as a function or from a script.
 --
 -- All numbers are integers below 2^53 (see src/limiter/math.go), so Lua's
 -- doubles compute them exactly and math.floor(a / b) is exact integer division.

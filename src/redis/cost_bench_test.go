@@ -152,7 +152,7 @@ func costRun(b *testing.B, s *Store, nodes []*redistest.Server, alg limiter.Algo
 		st := commandStats(b, node)
 		for name, c := range st {
 			switch name {
-			case "evalsha", "eval":
+			case "fcall", "evalsha", "eval":
 				calls += c.calls
 				script += c.usec
 				commands += c.calls

@@ -102,7 +102,7 @@ func leaseDifferential(t *testing.T, rules []limiter.Rule, seed uint64) {
 	rng := rand.New(rand.NewPCG(7, 11+seed))
 	now := limitertest.T0
 	prefix := fmt.Sprintf("lease:%d:", time.Now().UnixNano())
-	before := commandCalls(t, srv)["evalsha"]
+	before := scriptCalls(t, srv)
 	local := 0
 	for step := range 2000 {
 		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -121,12 +121,12 @@ func leaseDifferential(t *testing.T, rules []limiter.Rule, seed uint64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls := commandCalls(t, srv)["evalsha"]
+		calls := scriptCalls(t, srv)
 		got, err := rs.Apply(context.Background(), b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if commandCalls(t, srv)["evalsha"] == calls {
+		if scriptCalls(t, srv) == calls {
 			local++
 		}
 		for i := range hits {
@@ -142,7 +142,7 @@ func leaseDifferential(t *testing.T, rules []limiter.Rule, seed uint64) {
 	if local < 250 {
 		t.Errorf("only %d of 2000 batches were answered without Redis: the slices are not used", local)
 	}
-	t.Logf("%d of 2000 batches answered from slices; %d script calls; %+v", local, commandCalls(t, srv)["evalsha"]-before, rs.LeaseStats())
+	t.Logf("%d of 2000 batches answered from slices; %d script calls; %+v", local, scriptCalls(t, srv)-before, rs.LeaseStats())
 }
 
 // hammer has workers goroutines per replica send attempts unit hits each
@@ -489,9 +489,9 @@ func TestLeaseEndsWithRedisWindow(t *testing.T) {
 		t.Fatal("no slice taken")
 	}
 	w := redisWindow()
-	calls := commandCalls(t, srv)["evalsha"]
+	calls := scriptCalls(t, srv)
 	hit()
-	if redisWindow() == w && commandCalls(t, srv)["evalsha"] != calls {
+	if redisWindow() == w && scriptCalls(t, srv) != calls {
 		t.Fatal("a hit within the slice's window went to Redis")
 	}
 	for deadline := time.Now().Add(3 * time.Second); redisWindow() == w; {
@@ -500,9 +500,9 @@ func TestLeaseEndsWithRedisWindow(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // waiting for Redis's clock, not for our code
 	}
-	calls = commandCalls(t, srv)["evalsha"]
+	calls = scriptCalls(t, srv)
 	hit()
-	if commandCalls(t, srv)["evalsha"] == calls {
+	if scriptCalls(t, srv) == calls {
 		t.Error("after Redis's window ended, a hit was still answered from the old slice")
 	}
 }

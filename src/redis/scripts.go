@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"crypto/sha1"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"time"
@@ -27,10 +29,32 @@ var (
 	batchSrc string
 )
 
-// batchScript is the one script the store runs: the algorithm files define
-// local functions that batch.lua, appended last, calls. Keeping them one file
-// each lets every algorithm sit beside its Go twin in src/limiter/math.go.
-var batchScript = goredis.NewScript(commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc)
+// batchLib is all the code a call runs: the algorithm files define local
+// functions that batch.lua, appended last, calls; it ends by defining
+// batch(keys, args). Keeping them one file each lets every algorithm sit
+// beside its Go twin in src/limiter/math.go.
+var batchLib = commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc
+
+// batchScript is batchLib as a script (EVALSHA): what runs where the
+// function cannot (see runner.go). A script's local functions are created
+// anew on every call, which costs Redis more than a fixed-window hit.
+var batchScript = goredis.NewScript(batchLib + "return batch(KEYS, ARGV)\n")
+
+// libName and fnName name batchLib as a Redis function library (FUNCTION
+// LOAD, FCALL; Redis 7 and later), created once when loaded. They carry
+// the code's hash, so that two versions of the service (a rolling upgrade)
+// each call their own.
+var libName, fnName, libSrc = functionLibrary(batchLib)
+
+func functionLibrary(code string) (lib, fn, src string) {
+	sum := sha1.Sum([]byte(code))
+	id := hex.EncodeToString(sum[:6])
+	lib, fn = "openrls_ratelimit_"+id, "openrls_batch_"+id
+	// The shebang names the library; register_function is how a library
+	// exports a function.
+	src = "#!lua name=" + lib + "\n" + code + "redis.register_function('" + fn + "', batch)\n"
+	return lib, fn, src
+}
 
 // keyVersion names the state format written by batch.lua. v2: a fixed
 // window's count is an integer in a hash under KEY, one field per window,

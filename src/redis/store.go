@@ -54,6 +54,7 @@ const DefaultLeaseIdle = time.Second
 // node in Cluster mode. It is safe for concurrent use.
 type Store struct {
 	client    goredis.UniversalClient
+	runner    *runner
 	cluster   bool
 	prefix    string
 	cache     *overCache
@@ -94,12 +95,13 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		opts.Clock = time.Now
 	}
 	_, cluster := client.(*goredis.ClusterClient)
-	s := &Store{client: client, cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock, timeout: opts.Timeout}
+	s := &Store{client: client, runner: newRunner(client), cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock,
+		timeout: opts.Timeout}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
 	if opts.Batch {
-		s.batch = newBatcher(client, !cluster, opts)
+		s.batch = newBatcher(s.runner, !cluster, opts)
 	}
 	if opts.LeaseInterval > 0 {
 		if opts.LeaseIdle <= 0 {
@@ -147,12 +149,17 @@ func (s *Store) Close() {
 	s.sweep(0)
 }
 
-// Preload loads the script (on every shard of a Cluster) so that the first
-// request does not pay for it. Failing is harmless: a missing script is
-// loaded on first use.
-func (s *Store) Preload(ctx context.Context) error {
-	if err := batchScript.Load(ctx, s.client).Err(); err != nil {
-		return fmt.Errorf("redis: load script: %w", err)
+// Preload loads the script and the function library (on every master of a
+// Cluster) so that the first request does not pay for them. Failing is
+// harmless: what is missing is loaded on first use.
+func (s *Store) Preload(ctx context.Context) error { return s.runner.load(ctx) }
+
+// FunctionsRefused is Redis's answer to FUNCTION LOAD when it says the
+// library can never load there (Redis before 7, an ACL without FUNCTION):
+// decisions then run as a script, at a higher cost per call. Nil otherwise.
+func (s *Store) FunctionsRefused() error {
+	if err := s.runner.refused.Load(); err != nil {
+		return *err
 	}
 	return nil
 }
@@ -375,7 +382,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	for i, g := range groups {
 		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits, g.leases)}
 	}
-	exec(ctx, s.client, false, calls)
+	s.runner.exec(ctx, false, calls)
 	for i, g := range groups {
 		if calls[i].err != nil {
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), calls[i].err)

@@ -122,6 +122,15 @@ func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 	return out
 }
 
+// scriptCalls counts the calls of batch.lua Redis has run: as a function
+// (FCALL) or as a script (EVALSHA, EVAL).
+func scriptCalls(t testing.TB, srv *redistest.Server) int {
+	t.Helper()
+	return callsOf(commandCalls(t, srv))
+}
+
+func callsOf(stats map[string]int) int { return stats["fcall"] + stats["evalsha"] + stats["eval"] }
+
 func hits(prefix string, n int, r limiter.Rule) []limiter.Hit {
 	out := make([]limiter.Hit, n)
 	for i := range out {
@@ -151,30 +160,78 @@ func TestFiveDescriptorsOneRoundTrip(t *testing.T) {
 			total += n - before[cmd]
 		}
 	}
-	if total != 1 || after["evalsha"]-before["evalsha"] != 1 {
+	if calls := callsOf(after) - callsOf(before); total != 1 || calls != 1 {
 		t.Logf("before %v\nafter %v", before, after)
-		t.Errorf("5 descriptors cost %d commands (evalsha %d), want exactly one EVALSHA", total, after["evalsha"]-before["evalsha"])
+		t.Errorf("5 descriptors cost %d commands (%d calls of the script), want exactly one call", total, calls)
 	}
 }
 
-func TestScriptFlushIsRecovered(t *testing.T) {
+// TestFlushedCodeIsRecovered: with the function library and the script
+// both gone (a restart without persistence, FUNCTION FLUSH and SCRIPT
+// FLUSH), a call runs as the script, loaded again, counted once; once a
+// load is due, the library is back and calls are FCALLs again.
+func TestFlushedCodeIsRecovered(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{})
-	r := limiter.Rule{Limit: 3, Period: time.Hour}
+	r := limiter.Rule{Limit: 4, Period: time.Hour}
 	h := []limiter.Hit{{Key: "{flush}:fw", Rule: r, Cost: 1}}
-	for i, want := range []uint64{2, 1} {
-		if i == 1 {
-			if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
-				t.Fatal(err)
+	for i, want := range []uint64{3, 2, 1} {
+		switch i {
+		case 1:
+			for _, cmd := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+				if _, err := srv.Do(cmd...); err != nil {
+					t.Fatal(err)
+				}
 			}
+		case 2:
+			s.runner.loadMu.Lock()
+			s.runner.lastLoad = time.Time{} // due now, not in a second
+			s.runner.loadMu.Unlock()
 		}
+		before := commandCalls(t, srv)
 		out, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: h})
 		if err != nil {
-			t.Fatalf("Apply after SCRIPT FLUSH: %v", err)
+			t.Fatalf("call %d: Apply after the flush: %v", i, err)
 		}
 		if out[0].Remaining != want {
 			t.Errorf("call %d: Remaining = %d, want %d (counted exactly once)", i, out[0].Remaining, want)
 		}
+		after := commandCalls(t, srv)
+		fcalls, scripts := after["fcall"]-before["fcall"], after["eval"]+after["evalsha"]-before["eval"]-before["evalsha"]
+		// Right after the flush the FCALL fails (not found) and the script
+		// runs; otherwise the function alone.
+		if i == 1 && after["eval"] == before["eval"] || i != 1 && (fcalls != 1 || scripts != 0) {
+			t.Errorf("call %d: %d FCALL, %d EVAL or EVALSHA: want the function, but the script (EVAL) right after the flush", i, fcalls, scripts)
+		}
+	}
+}
+
+// TestFunctionsRefusedByACL: a Redis user that may not load functions
+// still gets every decision, from the script, and the refusal is reported.
+func TestFunctionsRefusedByACL(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "limited", "on", ">secret", "~*", "+@all", "-function"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", PoolSize: 4, Timeout: testTimeout, Auth: "limited:secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{})
+	if err := s.FunctionsRefused(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("FunctionsRefused() = %v, want the NOPERM answer to FUNCTION LOAD", err)
+	}
+	r := limiter.Rule{Limit: 2, Period: time.Hour}
+	h := []limiter.Hit{{Key: "{acl}:fw", Rule: r, Cost: 1}}
+	for i, want := range []bool{true, true, false} {
+		out, err := s.Apply(context.Background(), limiter.Batch{Hits: h})
+		if err != nil || out[0].Allowed != want {
+			t.Fatalf("call %d: %+v, %v; want allowed = %v", i, out, err, want)
+		}
+	}
+	if st := commandCalls(t, srv); st["fcall"] != 0 || st["evalsha"] == 0 {
+		t.Errorf("FCALL %d, EVALSHA %d: want the script only", st["fcall"], st["evalsha"])
 	}
 }
 
@@ -238,7 +295,7 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := commandCalls(t, srv)["evalsha"]
+	before := scriptCalls(t, srv)
 	for i := range 50 {
 		out, err := s.Apply(context.Background(), limiter.Batch{Now: now.Add(time.Duration(i) * time.Second), Hits: h})
 		if err != nil {
@@ -248,7 +305,7 @@ func TestLocalCacheSparesRedis(t *testing.T) {
 			t.Fatalf("cached answer %d = %+v, want rejected with RetryAfter counting down", i, out[0])
 		}
 	}
-	if got := commandCalls(t, srv)["evalsha"] - before; got != 0 {
+	if got := scriptCalls(t, srv) - before; got != 0 {
 		t.Errorf("50 rejections of a known over-limit key made %d Redis calls, want 0", got)
 	}
 	// A raised limit is a different rule: the cache must not answer for it.
@@ -430,7 +487,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		}
 		calls = append(calls, &call{keys: keys, args: scriptArgs(bt.Now.UnixMicro(), mode, hits, nil)})
 	}
-	sendMerged(context.Background(), c, calls)
+	sendMerged(context.Background(), c, false, calls)
 	for i, bt := range batches {
 		r := calls[i]
 		if r.err != nil {
@@ -531,8 +588,10 @@ func TestScriptFlushMidLoadCluster(t *testing.T) {
 						}
 						if done.Add(1) == workers*per/3 {
 							for _, n := range nodes {
-								if _, err := n.Do("SCRIPT", "FLUSH"); err != nil {
-									t.Error(err)
+								for _, cmd := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+									if _, err := n.Do(cmd...); err != nil {
+										t.Error(err)
+									}
 								}
 							}
 						}

@@ -1,0 +1,202 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// runner sends the store's calls of batch(keys, args) (batch.lua): as a
+// Redis function (FCALL) once its library is loaded, else as a script
+// (EVALSHA). A function's code is created once, when its library loads;
+// a script's local functions are created on every call, which costs Redis
+// more than the rest of a one-decision call (docs/performance.md). Redis
+// before 7, or an ACL that refuses FUNCTION, leaves the script.
+type runner struct {
+	client goredis.UniversalClient
+
+	ready atomic.Bool // the library was loaded on every node, and not found missing since
+	// refused is FUNCTION LOAD's lasting error, if Redis gave one: then
+	// the script only.
+	refused atomic.Pointer[error]
+	// loadMu is held by the one call that loads the library; lastLoad is
+	// when a load was last tried, so that a Redis that keeps losing it is
+	// asked at most once per loadEvery.
+	loadMu   sync.Mutex
+	lastLoad time.Time
+}
+
+// loadEvery is how often a missing library is loaded again at most.
+const loadEvery = time.Second
+
+func newRunner(client goredis.UniversalClient) *runner {
+	return &runner{client: client}
+}
+
+// load loads the function library on every node that takes writes (each
+// Cluster master; replicas get it by replication) and the script, and
+// marks the function ready if that worked.
+func (r *runner) load(ctx context.Context) error {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	r.lastLoad = time.Now()
+	if err := batchScript.Load(ctx, r.client).Err(); err != nil {
+		return fmt.Errorf("redis: load script: %w", err)
+	}
+	if r.refused.Load() != nil {
+		return nil
+	}
+	loadOn := func(ctx context.Context, c goredis.Cmdable) error { return c.FunctionLoadReplace(ctx, libSrc).Err() }
+	var err error
+	if cc, ok := r.client.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error { return loadOn(ctx, n) })
+	} else {
+		err = loadOn(ctx, r.client)
+	}
+	switch {
+	case err == nil:
+		r.ready.Store(true)
+	case lastingRefusal(err):
+		// Redis before 7 ("unknown command"), an ACL without FUNCTION
+		// (NOPERM): the script serves, as well as it always did.
+		err = fmt.Errorf("redis: FUNCTION LOAD: %w", err)
+		r.refused.Store(&err)
+	default:
+		return fmt.Errorf("redis: load function library: %w", err)
+	}
+	return nil
+}
+
+// lastingRefusal reports whether FUNCTION LOAD's error says it will never
+// work here: an ERR or NOPERM reply. Replies such as LOADING, READONLY,
+// MASTERDOWN or CLUSTERDOWN, and network errors, pass.
+func lastingRefusal(err error) bool {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "NOPERM")
+}
+
+// loadIfDue loads the library when it is not ready, was not refused, and
+// no load was tried within loadEvery: the caller pays a round trip, once.
+func (r *runner) loadIfDue(ctx context.Context) {
+	if r.ready.Load() || r.refused.Load() != nil || !r.loadMu.TryLock() {
+		return
+	}
+	due := time.Since(r.lastLoad) >= loadEvery
+	r.loadMu.Unlock()
+	if due {
+		_ = r.load(ctx) // an error leaves the script, until the next try
+	}
+}
+
+// functionMissing reports an FCALL that did not run because the library
+// is not loaded on that node (a restart without persistence, FUNCTION
+// FLUSH, a new Cluster master).
+func functionMissing(err error) bool {
+	return goredis.HasErrorPrefix(err, "Function not found") // go-redis drops the "ERR "
+}
+
+// exec runs calls in one round trip and sets every call's reply and err:
+// the only place this package sends batch.lua, batched or not. One call is
+// one FCALL or EVALSHA; several are, with merge, one call holding them all
+// (sendMerged), else a pipeline (Cluster: go-redis sends one per node).
+// Calls that found the function missing did not run: they run again as the
+// script, and the library is loaded again when due.
+func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
+	r.loadIfDue(ctx)
+	if !r.ready.Load() {
+		sendCalls(ctx, r.client, merge, false, batch)
+		return
+	}
+	sendCalls(ctx, r.client, merge, true, batch)
+	var missed []*call
+	for _, c := range batch {
+		if c.err != nil && functionMissing(c.err) {
+			missed = append(missed, c)
+		}
+	}
+	if len(missed) > 0 {
+		r.ready.Store(false)
+		sendCalls(ctx, r.client, merge, false, missed)
+	}
+}
+
+// sendCalls runs the calls as the function (fn) or the script. As the script,
+// one call is an EVALSHA that go-redis turns into an EVAL on NOSCRIPT; in a
+// pipeline, one that found the script flushed (a restart, SCRIPT FLUSH, a
+// failover) did not run, so running it again counts it once.
+func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
+	invoke := func(ctx context.Context, c goredis.Cmdable, keys []string, args []any) *goredis.Cmd {
+		if fn {
+			return c.FCall(ctx, fnName, keys, args...)
+		}
+		return batchScript.EvalSha(ctx, c, keys, args...)
+	}
+	if len(batch) == 1 {
+		c := batch[0]
+		if fn {
+			c.reply, c.err = invoke(ctx, client, c.keys, c.args).Result()
+		} else {
+			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
+		}
+		return
+	}
+	if merge {
+		sendMerged(ctx, client, fn, batch)
+		return
+	}
+	cmds := make([]*goredis.Cmd, len(batch))
+	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, c := range batch {
+			cmds[i] = invoke(ctx, p, c.keys, c.args)
+		}
+		return nil
+	})
+	for i, c := range batch {
+		c.reply, c.err = cmds[i].Result()
+		if !fn && c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
+		}
+	}
+}
+
+// sendMerged sends the whole batch as one call and splits the reply: 32
+// bytes per hit, decision after decision.
+func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, batch []*call) {
+	var keys []string
+	var args []any
+	for _, c := range batch {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	var reply any
+	var err error
+	if fn {
+		reply, err = client.FCall(ctx, fnName, keys, args...).Result()
+	} else {
+		reply, err = batchScript.Run(ctx, client, keys, args...).Result()
+	}
+	packed, ok := reply.(string)
+	if err == nil && (!ok || len(packed) != 32*len(keys)) {
+		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))
+	}
+	off := 0
+	for _, c := range batch {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		n := 32 * len(c.keys)
+		c.reply = packed[off : off+n]
+		off += n
+	}
+}
