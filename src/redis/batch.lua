@@ -33,7 +33,7 @@
 -- alone, in order.
 --
 -- State: a fixed window's count is an integer in a hash under KEY, whose
--- field is the window's number (see window_field); a sliding window's and
+-- field is the window's number (see int_str); a sliding window's and
 -- a token bucket's state is three little-endian doubles under KEY, {a, b,
 -- c} (see each algorithm's st); a sliding log's is a blob of (t, n)
 -- pairs. Each is written so that it expires once it is equivalent to no
@@ -58,23 +58,11 @@
 -- hit of a fixed window takes one (fixed_incr); docs/performance.md has
 -- the figures.
 
--- window_field is the hash field of a fixed window's count for window w:
--- w in decimal, formatted once per call (a batch shares one clock, so its
--- hits share a few windows).
-local fields
-local function window_field(w)
-  local s = fields[w]
-  if s == nil then
-    s = string.format('%d', w)
-    fields[w] = s
-  end
-  return s
-end
-
--- int_str is integer n in decimal. redis.call turns a number argument into
--- a string with snprintf, which costs more than the command it passes it
--- to; a batch's hits mostly share a few costs, so each is formatted once
--- per call.
+-- int_str is integer n in decimal: a cost, a TTL, or the hash field of a
+-- fixed window's count for window n. redis.call turns a number argument
+-- into a string with snprintf, which costs more than the command it
+-- passes it to; a batch's hits share one clock and mostly a few costs, so
+-- each is formatted once per call.
 local int_strs
 local function int_str(n)
   local s = int_strs[n]
@@ -91,7 +79,7 @@ end
 -- goes, so a busy key holds one or two fields, never more.
 local function new_window(key, w, reset)
   redis.call('PEXPIRE', key, int_str(math.max(1, math.ceil(reset / 1000))))
-  redis.call('HDEL', key, window_field(w - 1))
+  redis.call('HDEL', key, int_str(w - 1))
 end
 
 -- state_window is the window whose fixed-window state (alg 0) a hit reads:
@@ -109,7 +97,7 @@ end
 -- (alg 3) its blob ("" when absent), and whether the key was there.
 local function load(key, alg, w)
   if alg == 0 then
-    local c = tonumber(redis.call('HGET', key, window_field(w)) or '')
+    local c = tonumber(redis.call('HGET', key, int_str(w)) or '')
     if c then
       return w, c, 0, true
     end
@@ -275,7 +263,7 @@ end
 -- kept while the tat stays within it.
 local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   if alg == 0 then
-    redis.call('HSET', key, window_field(s1), int_str(s2))
+    redis.call('HSET', key, int_str(s1), int_str(s2))
     if not found then
       new_window(key, s1, exp - now)
     end
@@ -317,7 +305,7 @@ end
 -- are. Returns the hit's result.
 local function fixed_incr(key, now, limit, p, cost)
   local w = math.floor(now / p)
-  local field = window_field(w)
+  local field = int_str(w)
   local reset = (w + 1) * p - now
   local c = redis.call('HINCRBY', key, field, int_str(cost))
   if limit > 0 and c <= limit then
@@ -417,7 +405,7 @@ local function apply_all(keys, now, mode, k, n, blob, results)
     local sk = key -- where the state is: a fixed window's is per window
     local sw = state_window(now, p, refund, lease)
     if alg == 0 then
-      sk = key .. '|' .. window_field(sw)
+      sk = key .. '|' .. int_str(sw)
     end
     sks[i] = sk
     if stored[sk] == nil then
@@ -504,7 +492,7 @@ end
 -- scripts.go). A function's library outlives its calls, so the per-call
 -- caches start empty here.
 local function batch(keys, args)
-  fields, int_strs = {}, {}
+  int_strs = {}
   local redis_now
   local results = {}
   local k = 0

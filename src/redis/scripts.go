@@ -40,20 +40,20 @@ var batchLib = commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + 
 // anew on every call, which costs Redis more than a fixed-window hit.
 var batchScript = goredis.NewScript(batchLib + "return batch(KEYS, ARGV)\n")
 
-// libName and fnName name batchLib as a Redis function library (FUNCTION
-// LOAD, FCALL; Redis 7 and later), created once when loaded. They carry
-// the code's hash, so that two versions of the service (a rolling upgrade)
-// each call their own.
-var libName, fnName, libSrc = functionLibrary(batchLib)
+// libSrc is batchLib as a Redis function library (FUNCTION LOAD; Redis 7
+// and later), whose code is created once, when it loads, and fnName the
+// function it exports (FCALL). Both names carry the code's hash, so that
+// two versions of the service (a rolling upgrade) each call their own.
+var fnName, libSrc = functionLibrary(batchLib)
 
-func functionLibrary(code string) (lib, fn, src string) {
+func functionLibrary(code string) (fn, src string) {
 	sum := sha1.Sum([]byte(code))
 	id := hex.EncodeToString(sum[:6])
-	lib, fn = "openrls_ratelimit_"+id, "openrls_batch_"+id
+	fn = "openrls_batch_" + id
 	// The shebang names the library; register_function is how a library
 	// exports a function.
-	src = "#!lua name=" + lib + "\n" + code + "redis.register_function('" + fn + "', batch)\n"
-	return lib, fn, src
+	src = "#!lua name=openrls_ratelimit_" + id + "\n" + code + "redis.register_function('" + fn + "', batch)\n"
+	return fn, src
 }
 
 // keyVersion names the state format written by batch.lua. v2: a fixed
