@@ -256,3 +256,45 @@ descriptors:
 		})
 	}
 }
+
+// TestRedisFunctionsAsProductionRunsThem: on Redis 7 the binary loads its
+// Lua code as a function library and every decision is an FCALL; where
+// Redis refuses functions (an ACL without FUNCTION here, Redis before 7
+// elsewhere) it says so at start-up and every decision runs as a script,
+// with the same answers.
+func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		name := map[bool]string{false: "functions", true: "refused"}[refused]
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			env := map[string]string{"REDIS_URL": srv.Addr}
+			if refused {
+				if _, err := srv.Do("ACL", "SETUSER", "limited", "on", ">secret", "~*", "+@all", "-function"); err != nil {
+					t.Fatal(err)
+				}
+				env["REDIS_AUTH"] = "limited:secret"
+			}
+			p := start(t, redisEnv(t, env))
+			for i := range 41 {
+				want := rlsv3.RateLimitResponse_OK
+				if i == 40 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if got := p.should(t, "shared", desc("k=fn")).GetOverallCode(); got != want {
+					t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
+				}
+			}
+			stats, err := srv.Do("INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fcalls := strings.Contains(stats, "cmdstat_fcall:")
+			scripts := strings.Contains(stats, "cmdstat_evalsha:") || strings.Contains(stats, "cmdstat_eval:")
+			said := strings.Contains(p.stderr.String(), "redis refuses Lua functions")
+			if fcalls == refused || scripts != refused || said != refused {
+				t.Errorf("FCALL %v, EVALSHA or EVAL %v, refusal logged %v: want the function unless refused, the script and the log line if so\n%s",
+					fcalls, scripts, said, stats)
+			}
+		})
+	}
+}

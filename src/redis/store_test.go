@@ -617,3 +617,60 @@ func TestScriptFlushMidLoadCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestFixedWindowKeepsOneField: a fixed window's hash gets a field per
+// window, and a new window's first hit drops the one before, so a key hit
+// window after window holds one field (two only for the millisecond its
+// TTL rounds past its window).
+func TestFixedWindowKeepsOneField(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	r := limiter.Rule{Limit: 100, Period: time.Minute}
+	key := "{fields}:fw60"
+	for w := range 5 {
+		now := limitertest.T0.Truncate(time.Minute).Add(time.Duration(w) * time.Minute)
+		for range 3 {
+			if _, err := s.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fields, err := srv.Do("HGETALL", keyVersion+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint(now.UnixMicro()/int64(time.Minute/time.Microsecond)) + " 3"
+		if got := strings.Join(strings.Fields(fields), " "); got != want {
+			t.Errorf("window %d: HGETALL = %q, want only this window's count: %q", w, got, want)
+		}
+	}
+}
+
+// TestTokenBucketTTLIsKept: a token bucket's TTL is set with room to
+// spare and kept (SET ... KEEPTTL) while the bucket's theoretical arrival
+// time stays within it, then set again, further out.
+func TestTokenBucketTTLIsKept(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	// 1,000 an hour: each hit moves the tat 3.6 s on; the first TTL runs
+	// to twice that (7.2 s), which the second hit's tat reaches exactly.
+	r := limiter.Rule{Algorithm: limiter.TokenBucket, Limit: 1000, Period: time.Hour}
+	key := "{tbttl}:tb3600"
+	pttl := func() int {
+		v, err := srv.Do("PTTL", keyVersion+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	var got []int
+	for range 3 {
+		if _, err := s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, pttl())
+	}
+	if got[0] < 7000 || got[0] > 7200 || got[1] > got[0] || got[2] < 21000 || got[2] > 21600 {
+		t.Errorf("PTTL after each of three hits = %v ms, want about 7200, then kept (no more than before), then about 21600", got)
+	}
+}
