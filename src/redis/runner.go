@@ -45,6 +45,11 @@ func newRunner(client goredis.UniversalClient) *runner {
 func (r *runner) load(ctx context.Context) error {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	return r.loadLocked(ctx)
+}
+
+// loadLocked is load, loadMu held.
+func (r *runner) loadLocked(ctx context.Context) error {
 	r.lastLoad = time.Now()
 	if err := batchScript.Load(ctx, r.client).Err(); err != nil {
 		return fmt.Errorf("redis: load script: %w", err)
@@ -74,15 +79,25 @@ func (r *runner) load(ctx context.Context) error {
 }
 
 // lastingRefusal reports whether FUNCTION LOAD's error says it will never
-// work here: an ERR or NOPERM reply. Replies such as LOADING, READONLY,
-// MASTERDOWN or CLUSTERDOWN, and network errors, pass.
+// work here: a command Redis does not know (before 7), one the ACL denies,
+// or a library it cannot register. Anything else (LOADING, READONLY,
+// CLUSTERDOWN, "max number of clients", the network) may pass, and the
+// load is tried again.
 func lastingRefusal(err error) bool {
 	var reply goredis.Error
 	if !errors.As(err, &reply) {
 		return false
 	}
 	msg := reply.Error()
-	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "NOPERM")
+	if strings.HasPrefix(msg, "NOPERM") {
+		return true
+	}
+	for _, s := range []string{"unknown command", "unknown subcommand", "Error registering functions", "Error compiling"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // loadIfDue loads the library when it is not ready, was not refused, and
@@ -91,10 +106,9 @@ func (r *runner) loadIfDue(ctx context.Context) {
 	if r.ready.Load() || r.refused.Load() != nil || !r.loadMu.TryLock() {
 		return
 	}
-	due := time.Since(r.lastLoad) >= loadEvery
-	r.loadMu.Unlock()
-	if due {
-		_ = r.load(ctx) // an error leaves the script, until the next try
+	defer r.loadMu.Unlock()
+	if time.Since(r.lastLoad) >= loadEvery {
+		_ = r.loadLocked(ctx) // an error leaves the script, until the next try
 	}
 }
 

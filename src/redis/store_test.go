@@ -674,3 +674,28 @@ func TestTokenBucketTTLIsKept(t *testing.T) {
 		t.Errorf("PTTL after each of three hits = %v ms, want about 7200, then kept (no more than before), then about 21600", got)
 	}
 }
+
+// replyErr is an error reply of Redis, as go-redis reports one.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+func TestLastingRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{replyErr("ERR unknown command 'FUNCTION', with args beginning with: 'LOAD' "), true},
+		{replyErr("NOPERM this user has no permissions to run the 'function|load' command"), true},
+		{replyErr("ERR Error registering functions"), true},
+		{replyErr("ERR max number of clients reached"), false},
+		{replyErr("LOADING Redis is loading the dataset in memory"), false},
+		{replyErr("READONLY You can't write against a read only replica."), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := lastingRefusal(tc.err); got != tc.want {
+			t.Errorf("lastingRefusal(%q) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
