@@ -34,9 +34,9 @@ import (
 // for the batch ahead of theirs, up to a round trip more with a distant
 // Redis. Redis's CPU per decision is mostly per call at the sizes batches
 // reach, so one in flight (batches twice as large as with two) is the
-// default: on the benchmark's machine it also did better than 2 and 4 in
-// throughput and tail latency. With Redis across a network, 2 or more
-// overlap round trips. See docs/performance.md.
+// default: on the benchmark's machine it answered as many requests as 2,
+// within the noise, for less of Redis's CPU. With Redis across a network,
+// 2 or more overlap round trips. See docs/performance.md.
 const defaultInFlight = 1
 
 // call is one decision's script invocation.
