@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -38,20 +37,14 @@ func BenchmarkApply(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-			if info, err := srv.Do("INFO", "commandstats"); err == nil {
-				if m := usecRE.FindStringSubmatch(info); m != nil {
-					us, _ := strconv.ParseFloat(m[1], 64)
-					b.ReportMetric(us, "redis-µs/script")
-				}
+			// Redis's own time per call of batch.lua, its cost inside Redis.
+			if st := commandStats(b, srv)["fcall"]; st.calls > 0 {
+				b.ReportMetric(float64(st.usec.Microseconds())/float64(st.calls), "redis-µs/script")
 			}
 			_, _ = srv.Do("CONFIG", "RESETSTAT")
 		})
 	}
 }
-
-// usecRE reads Redis's own time per call of batch.lua (FCALL), its cost
-// inside Redis.
-var usecRE = regexp.MustCompile(`cmdstat_fcall:calls=\d+,usec=\d+,usec_per_call=([\d.]+)`)
 
 // BenchmarkHotKeyLeased measures one hot key from parallel callers through
 // a leased rule, beside the embedded store on the same key: what a

@@ -190,30 +190,8 @@ func nodesCPU(b *testing.B, nodes []*redistest.Server) time.Duration {
 
 var (
 	cpuRE   = regexp.MustCompile(`used_cpu_(?:sys|user):([0-9.]+)`)
-	statRE  = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+),usec=(\d+)`)
 	datasRE = regexp.MustCompile(`used_memory_dataset:(\d+)`)
 )
-
-type commandStat struct {
-	calls int
-	usec  time.Duration
-}
-
-// commandStats reads a node's INFO commandstats, by lower-case command.
-func commandStats(b *testing.B, n *redistest.Server) map[string]commandStat {
-	b.Helper()
-	info, err := n.Do("INFO", "commandstats")
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := map[string]commandStat{}
-	for _, m := range statRE.FindAllStringSubmatch(info, -1) {
-		calls, _ := strconv.Atoi(m[2])
-		us, _ := strconv.Atoi(m[3])
-		out[m[1]] = commandStat{calls: calls, usec: time.Duration(us) * time.Microsecond}
-	}
-	return out
-}
 
 // counterBytes writes one counter per key, -cost.counters of them, on a
 // fresh node and returns MEMORY USAGE of one (a descriptor key of about

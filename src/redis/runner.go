@@ -149,19 +149,9 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 // pipeline, one that found the script flushed (a restart, SCRIPT FLUSH, a
 // failover) did not run, so running it again counts it once.
 func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
-	invoke := func(ctx context.Context, c goredis.Cmdable, keys []string, args []any) *goredis.Cmd {
-		if fn {
-			return c.FCall(ctx, fnName, keys, args...)
-		}
-		return batchScript.EvalSha(ctx, c, keys, args...)
-	}
 	if len(batch) == 1 {
 		c := batch[0]
-		if fn {
-			c.reply, c.err = invoke(ctx, client, c.keys, c.args).Result()
-		} else {
-			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
-		}
+		c.reply, c.err = run(ctx, client, fn, c.keys, c.args).Result()
 		return
 	}
 	if merge {
@@ -171,7 +161,11 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	cmds := make([]*goredis.Cmd, len(batch))
 	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
-			cmds[i] = invoke(ctx, p, c.keys, c.args)
+			if fn {
+				cmds[i] = p.FCall(ctx, fnName, c.keys, c.args...)
+			} else {
+				cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.args...)
+			}
 		}
 		return nil
 	})
@@ -192,13 +186,7 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 		keys = append(keys, c.keys...)
 		args = append(args, c.args...)
 	}
-	var reply any
-	var err error
-	if fn {
-		reply, err = client.FCall(ctx, fnName, keys, args...).Result()
-	} else {
-		reply, err = batchScript.Run(ctx, client, keys, args...).Result()
-	}
+	reply, err := run(ctx, client, fn, keys, args).Result()
 	packed, ok := reply.(string)
 	if err == nil && (!ok || len(packed) != 32*len(keys)) {
 		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))
@@ -213,4 +201,13 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 		c.reply = packed[off : off+n]
 		off += n
 	}
+}
+
+// run sends one call: an FCALL, or an EVALSHA that go-redis turns into an
+// EVAL on NOSCRIPT.
+func run(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, args []any) *goredis.Cmd {
+	if fn {
+		return client.FCall(ctx, fnName, keys, args...)
+	}
+	return batchScript.Run(ctx, client, keys, args...)
 }

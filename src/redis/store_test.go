@@ -106,18 +106,35 @@ func TestConformanceSentinel(t *testing.T) {
 	})
 }
 
-var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+)`)
+var statRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+),usec=(\d+)`)
+
+type commandStat struct {
+	calls int
+	usec  time.Duration
+}
+
+// commandStats reads a node's INFO commandstats, by lower-case command.
+func commandStats(t testing.TB, n *redistest.Server) map[string]commandStat {
+	t.Helper()
+	info, err := n.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]commandStat{}
+	for _, m := range statRE.FindAllStringSubmatch(info, -1) {
+		calls, _ := strconv.Atoi(m[2])
+		us, _ := strconv.Atoi(m[3])
+		out[m[1]] = commandStat{calls: calls, usec: time.Duration(us) * time.Microsecond}
+	}
+	return out
+}
 
 // commandCalls returns Redis's per-command call counts.
 func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 	t.Helper()
-	info, err := srv.Do("INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int{}
-	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
-		out[m[1]], _ = strconv.Atoi(m[2])
+	for name, st := range commandStats(t, srv) {
+		out[name] = st.calls
 	}
 	return out
 }
