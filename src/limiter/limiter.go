@@ -75,6 +75,15 @@ type Rule struct {
 	// rejected until the window, the refill or refunds bring usage under
 	// the limit. For usage reported after the fact (tokens, bytes).
 	Overdraft bool
+	// CountRejected is envoyproxy/ratelimit's counting, for FixedWindow
+	// rules only: every hit is counted, allowed or not, and a hit is
+	// rejected when the count after it passes Limit. A check (cost 0) is
+	// then allowed at exactly the limit and rejected past it, so usage
+	// reported after the response (check with cost 0, report the usage)
+	// holds a tenant back once its reports pass the limit. It differs from
+	// Overdraft only at exactly the limit, where Overdraft rejects a check;
+	// a rule carries one or the other.
+	CountRejected bool
 	// Lease, when set, lets a store that shares its counts between
 	// replicas (Redis) take the budget of a hot key in slices and admit
 	// from a slice locally; it names the rule in the lease's metrics.
@@ -113,13 +122,19 @@ type Hit struct {
 
 // Blocks reports whether h's rejection, under Batch.AllOrNothing, stops
 // every hit of the batch from being counted. Advisory hits never block.
-// Overdraft hits block the others but are counted themselves (see
-// Batch.AllOrNothing).
-func (h *Hit) Blocks() bool { return !h.Advisory && !h.Rule.Overdraft }
+// Overdraft and CountRejected hits block the others but are counted
+// themselves (see Batch.AllOrNothing).
+func (h *Hit) Blocks() bool { return !h.Advisory && !h.Rule.Overdraft && !h.Rule.CountRejected }
 
-// reports is whether h records usage that happened (an overdraft hit or a
-// refund), which an overdraft rejection alone does not cancel.
-func (h *Hit) reports() bool { return h.Rule.Overdraft || h.Refund }
+// Reports is whether h, with outcome out, records usage that happened (an
+// overdraft hit, a refund, or a CountRejected hit that was rejected), which
+// such a rejection alone does not cancel. A CountRejected hit that was
+// allowed is not written then, as envoyproxy/ratelimit counts only the
+// hits over their limit when STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT holds
+// a request back.
+func (h *Hit) Reports(out Outcome) bool {
+	return h.Rule.Overdraft || h.Refund || h.Rule.CountRejected && !out.Allowed
+}
 
 // Commit says which of a batch's evaluated hits are written.
 type Commit uint8
@@ -127,8 +142,9 @@ type Commit uint8
 const (
 	// CommitAll writes every hit whose evaluation asks for it.
 	CommitAll Commit = iota
-	// CommitReports writes only overdraft hits and refunds: an overdraft
-	// hit was rejected, nothing else was (AllOrNothing).
+	// CommitReports writes only overdraft hits, refunds and rejected
+	// CountRejected hits: such a hit was rejected, nothing else that
+	// blocks was (AllOrNothing).
 	CommitReports
 	// CommitNone writes nothing: a dry run, or a blocking rejection under
 	// AllOrNothing.
@@ -158,9 +174,9 @@ func Decide(b Batch, outs []Outcome) Commit {
 }
 
 // Writes reports whether, under c, hit h (whose evaluation asked to be
-// written) is written.
-func (c Commit) Writes(h *Hit) bool {
-	return c == CommitAll || c == CommitReports && h.reports()
+// written, with outcome out) is written.
+func (c Commit) Writes(h *Hit, out Outcome) bool {
+	return c == CommitAll || c == CommitReports && h.Reports(out)
 }
 
 // Outcome is a store's answer for one Hit.
@@ -192,7 +208,9 @@ type Batch struct {
 	// allowed hit is counted and each rejected one is not. Overdraft wins
 	// for its own hits: if only overdraft hits are rejected, they and the
 	// refunds are counted and nothing else is; a rejection of any other
-	// non-advisory hit counts nothing, overdraft hits included. Refunds are
+	// non-advisory hit counts nothing, overdraft hits included.
+	// CountRejected hits act as overdraft hits here, except that only the
+	// rejected ones are counted (as envoyproxy/ratelimit does). Refunds are
 	// part of the batch: a batch that counts nothing gives nothing back.
 	AllOrNothing bool
 	// DryRun counts nothing: each hit is decided as if counted, and an
@@ -214,7 +232,7 @@ type Step uint8
 // The steps of CheckThenCount.
 const (
 	StepCheck   Step = iota // apply the whole batch as a dry run
-	StepReports             // count only its overdraft hits and refunds; the others keep their checked outcomes
+	StepReports             // count only its overdraft hits, refunds and rejected CountRejected hits; the others keep their checked outcomes
 	StepAll                 // apply the whole batch
 )
 

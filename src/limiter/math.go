@@ -48,8 +48,8 @@ type logEntry struct {
 	n uint64
 }
 
-// maxCount caps a window's count. Only overdraft lets a count pass its
-// limit (at most 2^32-1); the cap keeps a count times the sliding window's
+// maxCount caps a window's count. Only overdraft and CountRejected let a
+// count pass its limit (at most 2^32-1); the cap keeps a count times the sliding window's
 // weight scale below 2^53, exact in the scripts' doubles.
 const maxCount = 1 << 42
 
@@ -74,13 +74,21 @@ func step(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome
 
 // admits decides a hit of cost on top of used under r. Without overdraft
 // this is fits; with it, there must also be budget left, so that a check
-// (cost 0) is rejected once usage has reached the limit.
+// (cost 0) is rejected once usage has reached the limit. CountRejected
+// asks only that the count after the hit not pass the limit, as
+// envoyproxy/ratelimit does (a check of a limit of 0 then passes too).
 func admits(used, cost uint64, r Rule) bool {
-	if r.Overdraft {
+	switch {
+	case r.Overdraft:
 		return used < r.Limit && cost <= r.Limit-used
+	case r.CountRejected:
+		return used <= r.Limit && cost <= r.Limit-used
 	}
 	return fits(used, cost, r.Limit)
 }
+
+// countsRejected reports whether r counts a hit that it rejects.
+func countsRejected(r Rule) bool { return r.Overdraft || r.CountRejected }
 
 func periodUS(r Rule) int64 { return int64(r.Period / time.Microsecond) }
 
@@ -116,7 +124,7 @@ func fixedStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Ou
 		count += cost
 	default:
 		out.RetryAfter = out.ResetAfter
-		if r.Overdraft && cost > 0 {
+		if countsRejected(r) && cost > 0 {
 			count, write = min(count+min(cost, maxCount), maxCount), true
 		}
 	}

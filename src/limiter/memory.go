@@ -223,7 +223,7 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 	}
 	commit := Decide(b, outs)
 	for i := range b.Hits {
-		if h := &b.Hits[i]; pend[i].write && !commit.Writes(h) {
+		if h := &b.Hits[i]; pend[i].write && !commit.Writes(h, outs[i]) {
 			// Not written: report what a cost of 0 sees in the state as it
 			// was before the batch, keeping the decision itself.
 			pend[i].write = false

@@ -50,14 +50,14 @@ func (s Split) Apply(ctx context.Context, b Batch) ([]Outcome, error) {
 	})
 }
 
-// applyReports counts only the overdraft hits and refunds of b, whose check
-// (outs) found an overdraft rejection and nothing else blocking; the other
-// hits keep their checked outcomes.
+// applyReports counts only the overdraft hits, refunds and rejected
+// CountRejected hits of b, whose check (outs) found such a rejection and
+// nothing else blocking; the other hits keep their checked outcomes.
 func (s Split) applyReports(ctx context.Context, b Batch, outs []Outcome) ([]Outcome, error) {
 	part := Batch{Now: b.Now}
 	var idx []int
 	for i := range b.Hits {
-		if b.Hits[i].reports() {
+		if b.Hits[i].Reports(outs[i]) {
 			idx = append(idx, i)
 			part.Hits = append(part.Hits, b.Hits[i])
 		}

@@ -7,10 +7,11 @@
 --          little-endian doubles (now, mode, n), then n hits of six
 --   now    microseconds since the Unix epoch, or -1 to use Redis TIME
 --          (production: every replica then shares Redis's clock)
---   mode   0 count each allowed hit (and each overdraft hit, and each
---          refund); 1 all or nothing (limiter.Decide: count nothing if a
---          non-advisory, non-overdraft hit is rejected; only overdraft hits
---          and refunds if only overdraft hits are); 2 dry run (never
+--   mode   0 count each allowed hit (and each overdraft or count-rejected
+--          hit, and each refund); 1 all or nothing (limiter.Decide: count
+--          nothing if a non-advisory hit that neither overdraws nor counts
+--          rejections is rejected; only overdraft hits, refunds and rejected
+--          count-rejected hits if only such hits are); 2 dry run (never
 --          writes). A hit that is not written reports what a cost of 0
 --          sees, with its own decision.
 --   n      the decision's number of hits (and keys)
@@ -18,7 +19,7 @@
 --          algorithm (0 fixed, 1 sliding, 2 token bucket, 3 sliding
 --          log), limit,
 --          period (µs), burst, cost, flags (1 advisory + 2 refund +
---          4 overdraft + 8 * lease). One packed argument instead of six
+--          4 overdraft + 8 count-rejected + 16 * lease). One packed argument instead of six
 --          halves the script's cost per hit in Redis. lease (see
 --          lease.go): on an allowed hit of a window algorithm, up to that
 --          many more hits to count now as a slice the replica spends
@@ -117,7 +118,7 @@ local function load(key, alg, w)
   return 0, 0, 0, false
 end
 
-local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
   if alg == 1 then
     return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
   elseif alg == 2 then
@@ -125,15 +126,16 @@ local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdra
   elseif alg == 3 then
     return sliding_log(s1, now, limit, p, cost, refund, overdraft)
   end
-  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft)
+  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej)
 end
 
--- flags splits a hit's flags double: advisory, refund, overdraft, lease.
+-- flags splits a hit's flags double: advisory, refund, overdraft,
+-- count-rejected (limiter.Rule.CountRejected), lease.
 local function flags(f)
   if f == 0 then
-    return false, false, false, 0
+    return false, false, false, false, 0
   end
-  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8)
+  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8) % 2 == 1, math.floor(f / 16)
 end
 
 -- lease_grant counts a slice on top of an allowed hit of a window
@@ -297,8 +299,9 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   redis.call('SET', key, v, 'PX', ttl)
 end
 
--- fixed_incr is fixed_window for the common hit (no refund, overdraft or
--- lease; advisory changes nothing in mode 0) in one command: HINCRBY
+-- fixed_incr is fixed_window for the common hit of a rule that drops
+-- rejected hits (no refund, overdraft, count-rejected or lease; advisory
+-- changes nothing in mode 0) in one command: HINCRBY
 -- counts it, and a rejected hit is taken back (HINCRBY of -cost, or HDEL of
 -- the field it created) before the script goes on, so nothing else ever
 -- sees it: it consumes nothing, as in fixed_window, whose answers these
@@ -327,10 +330,38 @@ local function fixed_incr(key, now, limit, p, cost)
   return struct.pack('<dddd', 0, rem, reset, reset)
 end
 
--- apply_hit applies one hit of mode 0 that fixed_incr does not take, and
--- appends its result to results.
+-- fixed_count is fixed_window for the common hit of a rule that counts
+-- rejected hits (count-rejected, no refund, overdraft or lease; advisory
+-- changes nothing in mode 0): HINCRBY counts it whether or not it fits, as
+-- envoyproxy/ratelimit does, and it is rejected when the count passes the
+-- limit. A check (cost 0) only reads. Returns the hit's result.
+local function fixed_count(key, now, limit, p, cost)
+  local w = math.floor(now / p)
+  local field = int_str(w)
+  local reset = (w + 1) * p - now
+  local c
+  if cost > 0 then
+    c = redis.call('HINCRBY', key, field, int_str(cost))
+    if c == cost then
+      new_window(key, w, reset)
+    end
+    if c > MAX_COUNT then
+      redis.call('HSET', key, field, int_str(MAX_COUNT))
+      c = MAX_COUNT
+    end
+  else
+    c = tonumber(redis.call('HGET', key, field) or '0')
+  end
+  if c <= limit then
+    return struct.pack('<dddd', 1, limit - c, reset, 0)
+  end
+  return struct.pack('<dddd', 0, 0, reset, reset)
+end
+
+-- apply_hit applies one hit of mode 0 that fixed_incr and fixed_count do
+-- not take, and appends its result to results.
 local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
-  local _, refund, overdraft, lease = flags(f)
+  local _, refund, overdraft, countrej, lease = flags(f)
   local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
   local n1, n2, n3, ok, rem, reset, retry, exp, write
   if refund and lease > 0 then
@@ -343,7 +374,7 @@ local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   elseif refund and alg < 2 then
     n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, load_held(key), now, limit, p, cost, burst, overdraft)
   else
-    n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft)
+    n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
   end
   local extra = 0
   if ok and write and lease > 0 and not refund then
@@ -370,6 +401,8 @@ local function apply_each(keys, now, k, n, blob, pos, results)
     alg, limit, p, burst, cost, f, pos = struct.unpack('<dddddd', blob, pos)
     if alg == 0 and f < 2 then
       results[#results + 1] = fixed_incr(key, now, limit, p, cost)
+    elseif alg == 0 and (f == 8 or f == 9) then
+      results[#results + 1] = fixed_count(key, now, limit, p, cost)
     else
       apply_hit(key, now, alg, limit, p, burst, cost, f, results)
     end
@@ -384,7 +417,8 @@ end
 -- apply_all runs one decision in mode 1 or 2: nothing is written until
 -- every hit is decided, so a key that appears twice sees its first hit
 -- through latest. What is written mirrors limiter.Decide and
--- Commit.Writes: commit 0 all, 1 only overdraft hits and refunds, 2 none.
+-- Commit.Writes: commit 0 all, 1 only overdraft hits, refunds and rejected
+-- count-rejected hits, 2 none.
 local function apply_all(keys, now, mode, k, n, blob, results)
   local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
   local held = {} -- key -> {w, hc, hp}, what its slices hold as of the pending writes
@@ -401,7 +435,7 @@ local function apply_all(keys, now, mode, k, n, blob, results)
   for i = 1, n do
     local key = keys[k + i]
     local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(i))
-    local advisory, refund, overdraft, lease = flags(f)
+    local advisory, refund, overdraft, countrej, lease = flags(f)
     local sk = key -- where the state is: a fixed window's is per window
     local sw = state_window(now, p, refund, lease)
     if alg == 0 then
@@ -422,7 +456,8 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, st[1], st[2], st[3], held_of(key), now, limit, p, cost,
         burst, overdraft)
     else
-      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft)
+      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft,
+        countrej)
     end
     local extra = 0
     if ok and write and lease > 0 and not refund and mode == 1 then
@@ -440,10 +475,10 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       if h then
         held[key] = h
       end
-      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft, h, lease > 0 and refund}
+      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft or countrej and not ok, h, lease > 0 and refund}
     end
     if not ok and not advisory and commit < 2 then
-      if overdraft then
+      if overdraft or countrej then
         commit = 1
       else
         commit = 2

@@ -11,10 +11,14 @@ local function fits(used, cost, limit)
   return limit > 0 and used <= limit and cost <= limit - used
 end
 
--- admits mirrors limiter.admits: with overdraft there must be budget left.
-local function admits(used, cost, limit, overdraft)
+-- admits mirrors limiter.admits: with overdraft there must be budget left;
+-- counting rejected hits (countrej) asks only that the count after the hit
+-- not pass the limit.
+local function admits(used, cost, limit, overdraft, countrej)
   if overdraft then
     return used < limit and cost <= limit - used
+  elseif countrej then
+    return used <= limit and cost <= limit - used
   end
   return fits(used, cost, limit)
 end

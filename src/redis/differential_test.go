@@ -13,7 +13,7 @@ import (
 )
 
 // TestScriptsMatchGoOnRandomSchedules runs one random schedule of hits,
-// refunds, checks and overdraft, on every algorithm, against the memory
+// refunds, checks, overdraft and counted rejections, on every algorithm, against the memory
 // store (the Go arithmetic) and the Redis store (the Lua mirror of it), and
 // requires the same outcome at every step.
 func TestScriptsMatchGoOnRandomSchedules(t *testing.T) {
@@ -29,6 +29,10 @@ func TestScriptsMatchGoOnRandomSchedules(t *testing.T) {
 				limiter.Rule{Algorithm: alg, Limit: 3, Period: time.Minute, Burst: uint64(map[bool]int{true: 5}[alg == limiter.TokenBucket]), Overdraft: od})
 		}
 	}
+	// envoyproxy/ratelimit's counting, the default of a fixed window.
+	rules = append(rules,
+		limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 7, Period: 10 * time.Second, CountRejected: true},
+		limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: time.Minute, CountRejected: true})
 	now := limitertest.T0
 	prefix := fmt.Sprintf("diff:%d:", time.Now().UnixNano())
 	for step := range 3000 {

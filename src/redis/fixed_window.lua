@@ -1,10 +1,10 @@
--- fixed_window(w0, c0, now, limit, p, cost, refund, overdraft)
+-- fixed_window(w0, c0, now, limit, p, cost, refund, overdraft, countrej)
 --   state: w0 window number, c0 its count (the third state double is
 --   unused); now, p: microseconds.
 -- Returns: the new state's three doubles, allowed, remaining, reset (µs),
 -- retry (µs), expire_at (µs), write (whether to store the new state).
 -- Mirrors limiter.fixedStep in src/limiter/math.go line for line.
-local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft)
+local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft, countrej)
   local w = math.floor(now / p)
   local count = 0
   if w0 == w then
@@ -15,12 +15,12 @@ local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft)
   if refund and cost > 0 then
     allowed, write = true, count > 0
     count = count - math.min(count, cost)
-  elseif admits(count, cost, limit, overdraft) then
+  elseif admits(count, cost, limit, overdraft, countrej) then
     allowed, write = true, true
     count = count + cost
   else
     retry = e - now
-    if overdraft and cost > 0 then
+    if (overdraft or countrej) and cost > 0 then
       count, write = math.min(count + math.min(cost, MAX_COUNT), MAX_COUNT), true
     end
   end

@@ -91,7 +91,8 @@ const hitArgBytes = 6 * 8
 func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
 	if mode == modeAllOrNothing && len(hits) == 1 {
 		// One hit is all or nothing by itself: mode 0 decides it the same
-		// (a rejected hit counts nothing, an overdraft hit counts) along
+		// (a rejected hit counts nothing, an overdraft or count-rejected
+		// hit counts) along
 		// the common path, which builds no tables (see batch.lua).
 		mode = modeEach
 	}
@@ -108,8 +109,11 @@ func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64
 		if h.Rule.Overdraft {
 			flags += 4
 		}
+		if h.Rule.CountRejected {
+			flags += 8
+		}
 		if leases != nil {
-			flags += 8 * float64(min(leases[i], 1<<44))
+			flags += 16 * float64(min(leases[i], 1<<44))
 		}
 		putDoubles(buf[headerBytes+i*hitArgBytes:],
 			float64(h.Rule.Algorithm),

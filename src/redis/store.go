@@ -257,7 +257,7 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 			return outs, s.run(ctx, deadline, now, modeDryRun, groups, outs)
 		case limiter.StepReports:
 			counted = true
-			return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups), outs)
+			return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups, outs), outs)
 		}
 		counted = true
 		return outs, s.run(ctx, deadline, now, modeAllOrNothing, groups, outs)
@@ -355,13 +355,14 @@ func hashTag(key string) string {
 	return key
 }
 
-// reportGroups keeps only the overdraft hits and refunds of groups.
-func reportGroups(groups []*group) []*group {
+// reportGroups keeps only the hits of groups that a rejection does not
+// cancel (limiter.Hit.Reports), given their checked outcomes.
+func reportGroups(groups []*group, checked []limiter.Outcome) []*group {
 	var out []*group
 	for _, g := range groups {
 		r := &group{}
 		for j, h := range g.hits {
-			if h.Rule.Overdraft || h.Refund {
+			if h.Reports(checked[g.idx[j]]) {
 				r.idx, r.keys, r.hits = append(r.idx, g.idx[j]), append(r.keys, g.keys[j]), append(r.hits, h)
 			}
 		}

@@ -67,6 +67,7 @@ func Scenarios() []Scenario {
 	five := rule(limiter.FixedWindow, 5, time.Minute)
 	fixedOD, slidingOD, bucketOD := overdraft(fixed), overdraft(sliding), overdraft(bucket)
 	scs := append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), logScenarios()...)
+	scs = append(scs, countRejectedScenarios()...)
 	return append(scs, []Scenario{
 		{"fixed/window_and_boundary", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
@@ -160,6 +161,78 @@ func Scenarios() []Scenario {
 func overdraft(r limiter.Rule) limiter.Rule {
 	r.Overdraft = true
 	return r
+}
+
+func countRejected(r limiter.Rule) limiter.Rule {
+	r.CountRejected = true
+	return r
+}
+
+// countRejectedScenarios are envoyproxy/ratelimit's counting
+// (Rule.CountRejected): every hit counts, a check passes at exactly the
+// limit. The first two are its integration scripts token-quota.sh and
+// multiservice-tokenquota.sh, by their decisions, and 1,000 tokens an hour
+// reported 300 at a time.
+func countRejectedScenarios() []Scenario {
+	const m = time.Minute
+	two := countRejected(rule(limiter.FixedWindow, 2, m))
+	one := countRejected(rule(limiter.FixedWindow, 1, m))
+	tokens := countRejected(rule(limiter.FixedWindow, 1000, time.Hour))
+	zero := countRejected(rule(limiter.FixedWindow, 0, m))
+	check := func(key string, r limiter.Rule, want limiter.Outcome) Step {
+		return Step{At: 10 * time.Second, Hits: []limiter.Hit{hit(key, r, 0)}, Want: []limiter.Outcome{want}}
+	}
+	report := func(key string, r limiter.Rule, cost uint64, want limiter.Outcome) Step {
+		return Step{At: 10 * time.Second, Hits: []limiter.Hit{hit(key, r, cost)}, Want: []limiter.Outcome{want}}
+	}
+	const r50, r3590 = 50 * time.Second, 3590 * time.Second
+	return []Scenario{
+		{"count_rejected/check_then_report", []Step{
+			check("s2", two, ok(2, r50)), report("s2", two, 1, ok(1, r50)),
+			check("s2", two, ok(1, r50)), report("s2", two, 1, ok(0, r50)),
+			// At exactly the limit a check passes; the report past it counts.
+			check("s2", two, ok(0, r50)), report("s2", two, 1, no(0, r50, r50)),
+			check("s2", two, no(0, r50, r50)),
+			{At: m, Hits: []limiter.Hit{hit("s2", two, 0)}, Want: []limiter.Outcome{ok(2, m)}},
+		}},
+		{"count_rejected/multiservice", []Step{
+			// Request 1: both checked, service 1 reports; request 2 the same.
+			{At: 10 * time.Second, Hits: []limiter.Hit{hit("s1", one, 0), hit("s2", two, 0)}, Want: []limiter.Outcome{ok(1, r50), ok(2, r50)}},
+			report("s1", one, 1, ok(0, r50)),
+			{At: 10 * time.Second, Hits: []limiter.Hit{hit("s1", one, 0), hit("s2", two, 0)}, Want: []limiter.Outcome{ok(0, r50), ok(2, r50)}},
+			report("s1", one, 1, no(0, r50, r50)),
+			// Service 1 is out; service 2 serves three more.
+			check("s1", one, no(0, r50, r50)),
+		}},
+		{"count_rejected/tokens", []Step{
+			check("t", tokens, ok(1000, r3590)), report("t", tokens, 300, ok(700, r3590)),
+			check("t", tokens, ok(700, r3590)), report("t", tokens, 300, ok(400, r3590)),
+			check("t", tokens, ok(400, r3590)), report("t", tokens, 300, ok(100, r3590)),
+			check("t", tokens, ok(100, r3590)), report("t", tokens, 300, no(0, r3590, r3590)),
+			check("t", tokens, no(0, r3590, r3590)),
+		}},
+		{"count_rejected/all_or_nothing", []Step{
+			report("a", one, 1, ok(0, r50)),
+			// a is rejected and counted; b, allowed, is not counted.
+			{At: 10 * time.Second, AllOrNothing: true, Hits: []limiter.Hit{hit("b", two, 1), hit("a", one, 1)},
+				Want: []limiter.Outcome{ok(2, r50), no(0, r50, r50)}},
+			{At: 10 * time.Second, Hits: []limiter.Hit{hit("b", two, 0), hit("a", one, 0)},
+				Want: []limiter.Outcome{ok(2, r50), no(0, r50, r50)}},
+			// A refund of 1 leaves a at 1 of 1: only a count of 2 was there.
+			{At: 10 * time.Second, Hits: []limiter.Hit{refund("a", one, 1)}, Want: []limiter.Outcome{ok(0, r50)}},
+			check("a", one, ok(0, r50)),
+		}},
+		{"count_rejected/limit_zero", []Step{
+			check("z", zero, ok(0, r50)),
+			report("z", zero, 1, no(0, r50, r50)),
+			check("z", zero, no(0, r50, r50)),
+		}},
+		{"count_rejected/huge_cost", []Step{
+			report("h", tokens, 1<<62, no(0, r3590, r3590)),
+			report("h", tokens, 1<<62, no(0, r3590, r3590)),
+			{At: time.Hour, Hits: []limiter.Hit{hit("h", tokens, 1)}, Want: []limiter.Outcome{ok(999, time.Hour)}},
+		}},
+	}
 }
 
 func refund(key string, r limiter.Rule, cost uint64) limiter.Hit {
