@@ -25,6 +25,10 @@ type Options struct {
 	// request value applies (WILDCARD_PRECEDENCE): the first in the config
 	// (the zero value, as envoyproxy/ratelimit), or the most literal.
 	Wildcards WildcardPrecedence
+	// RejectedHits is what a fixed_window limit does with a hit it rejects
+	// when its descriptor does not say (REJECTED_HITS): the zero value
+	// counts it, as envoyproxy/ratelimit does (see RejectedCount).
+	RejectedHits RejectedHits
 	// Skipped, when set, hears of each entry named like a config file
 	// that LoadDir passes over because it is not a regular file (a FIFO,
 	// socket or device would block or never end a read).
@@ -46,6 +50,10 @@ type Domain struct {
 	Files      []string
 	root       level
 	hashValues bool
+	// countRejected is whether a fixed window that its descriptor does not
+	// say otherwise of counts rejected hits: a request's override of a
+	// descriptor without limits of its own.
+	countRejected bool
 }
 
 // Node is one descriptor of the tree. Nodes are immutable.
@@ -98,7 +106,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 		}
 		d := c.domains[f.Domain]
 		if d == nil {
-			d = &Domain{Name: f.Domain, hashValues: opts.HashValues}
+			d = &Domain{Name: f.Domain, hashValues: opts.HashValues, countRejected: opts.RejectedHits != RejectedDrop}
 			c.domains[f.Domain] = d
 			first[f.Domain] = f
 		} else if !opts.MergeDomains {
@@ -111,6 +119,7 @@ func Build(files []*File, opts Options) (*Config, error) {
 			continue
 		}
 		d.Files = append(d.Files, f.Name)
+		setCountRejected(f.Descriptors, opts.RejectedHits)
 		errs = append(errs, d.root.add(&p, f.Name, nil, f.Descriptors)...)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -127,6 +136,18 @@ func Build(files []*File, opts Options) (*Config, error) {
 		})
 	}
 	return c, nil
+}
+
+// setCountRejected sets Rule.CountRejected on every limit of ds and below
+// by its descriptor's rejected_hits, or def where that is unset. A parsed
+// file may be built again (a reload of other files): it gets the same.
+func setCountRejected(ds []*Descriptor, def RejectedHits) {
+	for _, d := range ds {
+		for _, l := range d.Limits {
+			l.Rule.CountRejected = countsRejected(l, d.RejectedHits, def)
+		}
+		setCountRejected(d.Descriptors, def)
+	}
 }
 
 // tooDeep returns an error for the first descriptor nested deeper than max

@@ -223,7 +223,9 @@ func TestPlanKeys(t *testing.T) {
 func TestLimitRule(t *testing.T) {
 	c := loadExample(t)
 	n := c.Domain("shop").Match(desc("quota=q").Entries)
-	want := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 5 * 60 * 1e9}
+	// A fixed window counts rejected hits unless told otherwise, as
+	// envoyproxy/ratelimit does (REJECTED_HITS, rejected_hits).
+	want := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 5 * 60 * 1e9, CountRejected: true}
 	if got := n.limits[0].Rule; got != want {
 		t.Errorf("Rule = %+v, want %+v", got, want)
 	}

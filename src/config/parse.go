@@ -41,7 +41,10 @@ type Descriptor struct {
 	// HashValue hashes this level's request value in counter keys.
 	HashValue bool
 	// Overdraft counts hits past this descriptor's limits (not inherited).
-	Overdraft   bool
+	Overdraft bool
+	// RejectedHits is what this descriptor's fixed windows do with a hit
+	// they reject; unset takes Options.RejectedHits (not inherited).
+	RejectedHits RejectedHits
 	Metadata    map[string]any
 	Descriptors []*Descriptor
 }
@@ -76,7 +79,7 @@ type Limit struct {
 var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value",
-		"overdraft"}
+		"overdraft", "rejected_hits"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
 		"unit_multiplier", "burst", "lease"}
 )
@@ -219,6 +222,7 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 		desc.Overdraft = d.boolean(n, path, "overdraft")
 		d.applyOverdraft(desc, n, path)
 	}
+	d.rejectedHits(desc, f["rejected_hits"], path)
 	desc.Limits = d.pack.limitList(desc.Limits)
 	d.checkLimitSet(desc)
 	desc.Descriptors = d.descriptors(f["descriptors"], path+".descriptors")

@@ -47,6 +47,10 @@ func TestParseBadFiles(t *testing.T) {
 		{"sliding_log_too_large.yaml", []string{`sliding_log_too_large.yaml:5: descriptors[0].rate_limit: sliding_log keeps every counted request, so it allows at most 1000 requests per window, not 20000`}},
 		{"lease_token_bucket.yaml", []string{`lease_token_bucket.yaml:8: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not token_bucket`}},
 		{"lease_overdraft.yaml", []string{`lease_overdraft.yaml:4: descriptors[0].overdraft: overdraft cannot be combined with lease (the limit at line 6)`}},
+		{"rejected_hits_sliding.yaml", []string{`rejected_hits_sliding.yaml:4: descriptors[0].rejected_hits: rejected_hits: count applies to fixed_window limits only, and the limit at line 6 is sliding_window`}},
+		{"rejected_hits_overdraft.yaml", []string{`rejected_hits_overdraft.yaml:5: descriptors[0].rejected_hits: rejected_hits: count cannot be combined with overdraft`}},
+		{"rejected_hits_lease.yaml", []string{`rejected_hits_lease.yaml:4: descriptors[0].rejected_hits: rejected_hits: count cannot be combined with lease (the limit at line 6)`}},
+		{"rejected_hits_unknown.yaml", []string{`rejected_hits_unknown.yaml:4: descriptors[0].rejected_hits: want count or drop, got "keep"`}},
 		{"lease_unlimited.yaml", []string{`lease_unlimited.yaml:6: descriptors[0].rate_limit.lease: unlimited: true cannot have lease`}},
 		{"two_problems.yaml", []string{
 			`two_problems.yaml:5: descriptors[0].rate_limit.unit: unlimited: true cannot have unit`,

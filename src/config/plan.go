@@ -180,6 +180,9 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 			return nil, err
 		}
 		l.Rule.Overdraft = n.limits[0].Rule.Overdraft
+		l.Rule.CountRejected = n.limits[0].Rule.CountRejected
+	} else if p.Domain != nil {
+		l.Rule.CountRejected = p.Domain.countRejected
 	}
 	start := len(p.limits)
 	p.limits = append(p.limits, l)

@@ -23,6 +23,11 @@ type ConfigSource struct {
 	// WildcardPrecedence picks among wildcard values of one key that all
 	// match: "first" in the config (as the reference) or "most_literal".
 	WildcardPrecedence string `envconfig:"WILDCARD_PRECEDENCE" default:"first"`
+	// RejectedHits is what a fixed_window limit does with a hit it rejects
+	// when its descriptor has no rejected_hits: "count" it, as the reference
+	// does (usage reported after the response then holds a tenant back), or
+	// "drop" it (exact: a rejected hit consumes nothing).
+	RejectedHits string `envconfig:"REJECTED_HITS" default:"count"`
 	// RuntimeWatchRoot also watches RUNTIME_ROOT's parent, so that swapping
 	// the root symlink reloads the config.
 	RuntimeWatchRoot bool `envconfig:"RUNTIME_WATCH_ROOT" default:"true"`
@@ -86,6 +91,9 @@ func (s Settings) validateConfigSource(bad complaint) {
 	if _, err := config.ParseWildcardPrecedence(s.WildcardPrecedence); err != nil {
 		bad("WILDCARD_PRECEDENCE", "%v", err)
 	}
+	if _, err := config.ParseRejectedHits(s.RejectedHits); err != nil {
+		bad("REJECTED_HITS", "%v", err)
+	}
 	if (s.XDSClientTLSCert == "") != (s.XDSClientTLSKey == "") {
 		bad("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY must be set together")
 	}
@@ -147,8 +155,9 @@ func (c ConfigSource) XDSHeaders() map[string]string {
 // a skipped entry does.
 func (s Settings) ConfigOptions() config.Options {
 	wildcards, _ := config.ParseWildcardPrecedence(s.WildcardPrecedence) // validated by Load
+	rejected, _ := config.ParseRejectedHits(s.RejectedHits)              // validated by Load
 	return config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
-		Wildcards: wildcards}
+		Wildcards: wildcards, RejectedHits: rejected}
 }
 
 // XDSOptions is the xDS subscription, its TLS files loaded when set;
