@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
@@ -502,4 +504,173 @@ func TestReplayExtraTags(t *testing.T) {
 			return false
 		})
 	}
+}
+
+// The reference's example config's quota descriptors (examples/ratelimit/
+// config/example.yaml), which its token-quota.sh and
+// multiservice-tokenquota.sh drive through Envoy.
+const replayTokenQuota = `domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+    metadata:
+      service_with_quota:
+        name: "service_1"
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+    metadata:
+      service_with_quota:
+        name: "service_2"
+  - key: tenant
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000
+`
+
+// quotaDesc is one descriptor as Envoy sends a rate limit action with
+// hits_addend set: the per-descriptor hits_addend, 0 for a check.
+func quotaDesc(kv string, hits uint64) *rlv3.RateLimitDescriptor {
+	d := desc(kv)
+	d.HitsAddend = wrapperspb.UInt64(hits)
+	return d
+}
+
+// TestReplayTokenQuota is the reference's integration scripts token-quota.sh
+// and multiservice-tokenquota.sh, by the calls Envoy makes for them: a check
+// with hits_addend 0 on the request path, the usage reported with
+// apply_on_stream_done once the response is done; and 1,000 tokens an hour
+// reported 300 at a time. A report past the limit counts, so checks refuse
+// once reports pass it: on the embedded store and on Redis, with and
+// without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, the per-second Redis and
+// the local cache, on the default settings. REJECTED_HITS=drop is this
+// service's exact counting, under which a report that does not fit is
+// dropped: every check then passes.
+func TestReplayTokenQuota(t *testing.T) {
+	redis := startReplayRedis(t)
+	for _, tc := range []struct {
+		name  string
+		redis bool
+		extra map[string]string
+	}{
+		{"Memory", false, nil},
+		{"Redis", true, nil},
+		{"RedisPerSecond", true, map[string]string{"REDIS_PERSECOND": "true"}},
+		{"RedisStopCacheKeyIncrementWhenOverlimit", true, stopIncrement},
+		{"RedisLocalCache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "100000"}},
+		{"MemoryRejectedHitsDrop", false, map[string]string{"REJECTED_HITS": "drop"}},
+		{"RedisRejectedHitsDrop", true, map[string]string{"REJECTED_HITS": "drop"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"rl.yaml": replayTokenQuota,
+				"multi.yaml": strings.Replace(replayTokenQuota, "domain: rl", "domain: multi", 1)})
+			env["USE_STATSD"], env["RESPONSE_DYNAMIC_METADATA"] = "false", "true"
+			if tc.redis {
+				env["BACKEND_TYPE"], env["REDIS_URL"], env["REDIS_PERSECOND_URL"] = "redis", redis.main.Addr, redis.perSecond.Addr
+			} else {
+				env["BACKEND_TYPE"] = "memory"
+			}
+			for k, v := range tc.extra {
+				env[k] = v
+			}
+			drop := tc.extra["REJECTED_HITS"] == "drop"
+			// A window ending during the run starts its counts over: a run
+			// that crossed a minute is repeated on fresh counts.
+			for attempt := 1; ; attempt++ {
+				if tc.redis {
+					redis.flush(t)
+				}
+				p := start(t, env)
+				minute := time.Now().Truncate(time.Minute)
+				errs := tokenQuotaRun(t, p, drop)
+				p.stop(t)
+				if time.Now().Truncate(time.Minute).Equal(minute) || attempt == 3 {
+					for _, e := range errs {
+						t.Error(e)
+					}
+					return
+				}
+				t.Logf("attempt %d: a minute ended during the run; running it again", attempt)
+			}
+		})
+	}
+}
+
+// tokenQuotaRun makes the scripts' calls and returns where the answers
+// differ from the reference's admissions (or, with drop, from the exact
+// counting's).
+func tokenQuotaRun(t *testing.T, p *proc, drop bool) []string {
+	var errs []string
+	check := func(what, domain string, want rlsv3.RateLimitResponse_Code, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		resp := p.should(t, domain, ds...)
+		if resp.GetOverallCode() != want {
+			errs = append(errs, fmt.Sprintf("%s: %v, want %v (%v)", what, resp.GetOverallCode(), want, resp))
+		}
+		return resp
+	}
+	report := func(domain, kv string, hits uint64) { p.should(t, domain, quotaDesc(kv, hits)) }
+	const ok, over = rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	wantAt := func(refused int) func(i int) rlsv3.RateLimitResponse_Code {
+		return func(i int) rlsv3.RateLimitResponse_Code {
+			if i >= refused && !drop {
+				return over
+			}
+			return ok
+		}
+	}
+
+	// 1,000 tokens an hour, reports of 300: four requests pass, the fifth
+	// and sixth are refused (with drop, the fourth report never fits: usage
+	// stays at 900 and every check passes).
+	tokens := wantAt(5)
+	for i := 1; i <= 6; i++ {
+		check(fmt.Sprintf("tokens: request %d", i), "rl", tokens(i), quotaDesc("tenant=a", 0))
+		report("rl", "tenant=a", 300)
+	}
+
+	// token-quota.sh: service_2 allows 2 a minute, reports of 1: requests
+	// 1-3 pass, the 4th (and a 5th) is refused.
+	quota := wantAt(4)
+	for i := 1; i <= 5; i++ {
+		check(fmt.Sprintf("token-quota.sh: request %d", i), "rl", quota(i), quotaDesc("service=service_2", 0))
+		report("rl", "service=service_2", 1)
+	}
+
+	// multiservice-tokenquota.sh: both services checked, both in quota
+	// mode (the request is refused only when both are over); the request
+	// goes to the service the metadata names (the first that passed) and
+	// its usage is reported there: service_1 serves 2, service_2 3, the
+	// 6th is refused.
+	wantServed := []string{"service_1", "service_1", "service_2", "service_2", "service_2", ""}
+	if drop {
+		// Neither report past a limit counts: service_1 serves every one.
+		wantServed = []string{"service_1", "service_1", "service_1", "service_1", "service_1", "service_1"}
+	}
+	for i, want := range wantServed {
+		code := ok
+		if want == "" {
+			code = over
+		}
+		resp := check(fmt.Sprintf("multiservice-tokenquota.sh: request %d", i+1), "multi", code,
+			quotaDesc("service=service_1", 0), quotaDesc("service=service_2", 0))
+		if code == over {
+			continue
+		}
+		served := resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].
+			GetStructValue().GetFields()["name"].GetStringValue()
+		if served != want {
+			errs = append(errs, fmt.Sprintf("multiservice-tokenquota.sh: request %d served by %q, want %q (%v)", i+1, served, want, resp))
+		}
+		if served != "" {
+			report("multi", "service="+served, 1)
+		}
+	}
+	return errs
 }

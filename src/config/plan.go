@@ -184,6 +184,7 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 	} else if p.Domain != nil {
 		l.Rule.CountRejected = p.Domain.countRejected
 	}
+	l.Rule.CountRejected = l.Rule.CountRejected && l.RequestsPerUnit > 0 // as countsRejected
 	start := len(p.limits)
 	p.limits = append(p.limits, l)
 	return p.limits[start : start+1 : start+1], nil

@@ -82,10 +82,13 @@ func (d *decoder) rejectedHits(desc *Descriptor, n *yaml.Node, path string) {
 // countsRejected reports whether l counts the hits it rejects
 // (Rule.CountRejected) under a descriptor that says r and a default of
 // def: a fixed window without overdraft or lease, unless its descriptor or
-// the default says drop.
+// the default says drop. A limit of 0 rejects everything, checks included,
+// and never counts: counting would only keep a counter per value denied,
+// which a flood of distinct values would grow without bound.
 func countsRejected(l *Limit, r, def RejectedHits) bool {
 	if r == RejectedUnset {
 		r = def
 	}
-	return r != RejectedDrop && l.Algorithm == limiter.FixedWindow && !l.Unlimited && !l.Lease && !l.Rule.Overdraft
+	return r != RejectedDrop && l.Algorithm == limiter.FixedWindow && l.RequestsPerUnit > 0 &&
+		!l.Unlimited && !l.Lease && !l.Rule.Overdraft
 }

@@ -36,6 +36,8 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2}
   - key: open
     rate_limit: {unlimited: true}
+  - key: deny
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
 // TestRejectedHits: which limits count rejected hits (Rule.CountRejected)
@@ -56,6 +58,8 @@ func TestRejectedHits(t *testing.T) {
 		{RejectedCount, []string{"overdraft"}, []bool{false}},
 		{RejectedCount, []string{"lease"}, []bool{false}},
 		{RejectedCount, []string{"parent"}, []bool{false}},
+		// A limit of 0 counts nothing: no counter per value denied.
+		{RejectedCount, []string{"deny"}, []bool{false}},
 		// rejected_hits is not inherited.
 		{RejectedCount, []string{"parent", "child"}, []bool{true}},
 	}
