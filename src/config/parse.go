@@ -45,8 +45,8 @@ type Descriptor struct {
 	// RejectedHits is what this descriptor's fixed windows do with a hit
 	// they reject; unset takes Options.RejectedHits (not inherited).
 	RejectedHits RejectedHits
-	Metadata    map[string]any
-	Descriptors []*Descriptor
+	Metadata     map[string]any
+	Descriptors  []*Descriptor
 }
 
 // Limit is one rate limit on a descriptor. It is immutable once built.
