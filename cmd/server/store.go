@@ -95,7 +95,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 		log.WithError(err).Info("redis refuses Lua functions (Redis before 7, or an ACL without FUNCTION): decisions run as a script, which costs Redis more per call")
 	}
 	if r.HealthCheckActiveConnection {
-		health.AddCheck("redis "+r.URL, func() error {
+		health.AddCheck("redis "+redis.MaskURL(r.URL), func() error {
 			c, cancel := context.WithTimeout(context.Background(), min(r.Timeout, time.Second))
 			defer cancel()
 			return store.Ping(c)
@@ -105,7 +105,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 		reg.CounterFunc("ratelimit_local_cache_hits_total", "Hits answered OVER_LIMIT by the local cache without Redis.",
 			prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 { return float64(store.CacheHits()) })
 	}
-	log.WithFields(logrus.Fields{"type": r.Type, "url": r.URL}).Info("using redis")
+	log.WithFields(logrus.Fields{"type": r.Type, "url": redis.MaskURL(r.URL)}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
 		return store, store, release, nil
 	}
@@ -129,7 +129,7 @@ func redisClient(name string, r settings.Redis) (goredis.UniversalClient, error)
 // withBreaker puts store behind the circuit breaker the settings describe,
 // its state exported and its changes logged.
 func withBreaker(name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry, store *redis.Store) *limiter.Breaker {
-	blog := log.WithField("redis", r.URL)
+	blog := log.WithField("redis", redis.MaskURL(r.URL))
 	var isOpen atomic.Bool
 	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the Redis circuit breaker is open (answering by failure policy without calling Redis).",
 		prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 {

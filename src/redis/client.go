@@ -16,13 +16,14 @@ import (
 // ClientOptions describes one Redis deployment, in the terms of the
 // REDIS_* settings.
 type ClientOptions struct {
-	// URL is host:port (or a socket path with Network "unix") for "single",
-	// "master-name,host:port,..." for "sentinel", "host:port,..." for
+	// URL is an address (see Address: host:port, a redis:// URL, or a
+	// socket path with Network "unix") for "single",
+	// "master-name,address,..." for "sentinel", "address,..." for
 	// "cluster".
 	URL          string
 	Type         string // single, sentinel or cluster
 	Network      string // tcp or unix; single only
-	Auth         string // "password" or "user:password"
+	Auth         string // "password" or "user:password"; wins over a URL's
 	SentinelAuth string // the same, for the sentinels
 	TLS          *tls.Config
 	PoolSize     int
@@ -33,47 +34,125 @@ type ClientOptions struct {
 	Timeout time.Duration
 }
 
+// deployment is what ClientOptions' URL names, its addresses read.
+type deployment struct {
+	master     string // sentinel only
+	addrs      []string
+	user, pass string // the first URL's credentials
+	db         int
+	tls        bool // a rediss:// URL
+}
+
+// deployment reads o's URL: its addresses (redis:// URLs read), the
+// credentials and database the URLs give, checked for o's Type and
+// Network. The error never holds a password.
+func (o ClientOptions) deployment() (deployment, error) {
+	var d deployment
+	list := splitList(o.URL)
+	if len(list) == 0 {
+		return d, errors.New("empty")
+	}
+	network := o.Network
+	switch o.Type {
+	case "", "single":
+		if len(list) != 1 {
+			return d, fmt.Errorf("single wants one address, got %q", MaskURL(o.URL))
+		}
+	case "sentinel":
+		if len(list) < 2 {
+			return d, fmt.Errorf("sentinel wants master-name,host:port[,...], got %q", MaskURL(o.URL))
+		}
+		d.master, list = list[0], list[1:]
+		network = "tcp"
+	case "cluster":
+		network = "tcp"
+	default:
+		return d, fmt.Errorf("unknown type %q", o.Type)
+	}
+	if network == "" {
+		network = "tcp"
+	}
+	seen := false
+	for i, s := range list {
+		a, err := ParseAddress(s)
+		if err == nil {
+			err = CheckAddress(a, network)
+		}
+		if err != nil {
+			return d, err
+		}
+		d.addrs = append(d.addrs, a.Addr)
+		if !a.URL {
+			continue
+		}
+		if !seen {
+			d.user, d.pass, d.db, d.tls, seen = a.User, a.Password, a.DB, a.TLS, true
+		} else if a.User != d.user || a.Password != d.pass || a.DB != d.db || a.TLS != d.tls {
+			return d, fmt.Errorf("address %d (%s) has other credentials, database or scheme than the first URL: one deployment has one of each", i+1, MaskURL(s))
+		}
+	}
+	if o.Type == "cluster" && d.db != 0 {
+		return d, fmt.Errorf("database %d: Redis Cluster has database 0 only", d.db)
+	}
+	return d, nil
+}
+
 // NewClient builds the go-redis client for o. It neither retries commands
 // nor redials within a call: a request that cannot be answered within the
 // timeout is better answered Unavailable at once, and the next request tries
 // again.
 func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
+	d, err := o.deployment()
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
 	user, pass := splitAuth(o.Auth)
-	addrs := splitList(o.URL)
-	if len(addrs) == 0 {
-		return nil, errors.New("redis: empty URL")
+	// As in the reference: REDIS_AUTH's user and password each win over
+	// the URL's.
+	if user == "" {
+		user = d.user
+	}
+	if pass == "" {
+		pass = d.pass
+	}
+	tlsCfg := o.TLS
+	if tlsCfg == nil && d.tls {
+		if tlsCfg, err = TLSConfig("", "", "", false); err != nil {
+			return nil, fmt.Errorf("redis: rediss://: %w", err)
+		}
 	}
 	t, pt := o.Timeout, o.PoolTimeout
 	if pt <= 0 {
 		pt = t
 	}
 	switch o.Type {
-	case "", "single":
-		if len(addrs) != 1 {
-			return nil, fmt.Errorf("redis: single wants one address, got %q", o.URL)
-		}
-		network := o.Network
-		if network == "" {
-			network = "tcp"
-		}
-		return goredis.NewClient(&goredis.Options{Network: network, Addr: addrs[0], Username: user, Password: pass,
-			TLSConfig: o.TLS, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
-			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "sentinel":
-		if len(addrs) < 2 {
-			return nil, fmt.Errorf("redis: sentinel wants master-name,host:port[,...], got %q", o.URL)
-		}
+		// A sentinel's own credentials are SENTINEL_AUTH's; the URLs'
+		// are the master's, as its database.
 		suser, spass := splitAuth(o.SentinelAuth)
-		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: addrs[0], SentinelAddrs: addrs[1:],
-			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: o.TLS,
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: d.master, SentinelAddrs: d.addrs,
+			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: d.db, TLSConfig: tlsCfg,
 			PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "cluster":
-		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, Username: user, Password: pass,
-			TLSConfig: o.TLS, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: d.addrs, Username: user, Password: pass,
+			TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	}
-	return nil, fmt.Errorf("redis: unknown type %q", o.Type)
+	network := o.Network
+	if network == "" {
+		network = "tcp"
+	}
+	return goredis.NewClient(&goredis.Options{Network: network, Addr: d.addrs[0], Username: user, Password: pass, DB: d.db,
+		TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
+}
+
+// Check reports what is wrong with o's URL for its type and network, or
+// nil: the settings' check at start-up, before any dial.
+func (o ClientOptions) Check() error {
+	_, err := o.deployment()
+	return err
 }
 
 // splitAuth splits "user:password"; a value without a colon is a password.

@@ -96,9 +96,12 @@ func (r *Redis) normalize() {
 	}
 }
 
-// isSocketPath tells a Unix socket path from host:port: a path has a slash
-// or no port.
+// isSocketPath tells a Unix socket path from host:port or a redis://
+// URL: a path has a slash or no port.
 func isSocketPath(url string) bool {
+	if a, err := redis.ParseAddress(url); err != nil || a.URL {
+		return false
+	}
 	if strings.Contains(url, "/") {
 		return true
 	}
@@ -185,8 +188,11 @@ func (r Redis) validate(prefix string, bad complaint) {
 	default:
 		bad(prefix+"SOCKET_TYPE", "unknown socket type %q (want tcp or unix)", r.SocketType)
 	}
-	if r.Type == "sentinel" && len(strings.Split(r.URL, ",")) < 2 {
-		bad(prefix+"URL", "sentinel wants master-name,host:port[,host:port...], got %q", r.URL)
+	validType := r.Type == "single" || r.Type == "sentinel" || r.Type == "cluster"
+	if r.URL != "" && validType && (r.SocketType == "tcp" || r.SocketType == "unix") {
+		if err := (redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType}).Check(); err != nil {
+			bad(prefix+"URL", "%v", err)
+		}
 	}
 	switch r.PoolOnEmptyBehavior {
 	case "CREATE", "ERROR", "WAIT":
