@@ -143,11 +143,54 @@ func (d *decoder) boolean(n *yaml.Node, path, field string) bool {
 	if n == nil || isNull(n) {
 		return false
 	}
+	if b, ok := yaml11Bool(n); ok {
+		return b
+	}
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
 		d.errf(n, join(path, field), "want true or false, got %s", describe(n))
 	}
 	return b
+}
+
+// yaml11Bools are the plain words YAML 1.1 reads as booleans, as
+// envoyproxy/ratelimit's YAML library (yaml.v2) reads them; YAML 1.2
+// (yaml.v3, here) reads them as strings. A config written for the
+// reference (shadow_mode: yes, detailed_metric: on) must mean the same
+// here.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
+}
+
+// yaml11Bool reads n as YAML 1.1 would a boolean written as a word:
+// plain (neither quoted nor tagged) and in yaml11Bools.
+func yaml11Bool(n *yaml.Node) (b, ok bool) {
+	if n.Kind != yaml.ScalarNode || n.Style != 0 || n.ShortTag() != "!!str" {
+		return false, false
+	}
+	b, ok = yaml11Bools[n.Value]
+	return b, ok
+}
+
+// yaml11Values rewrites the plain YAML 1.1 booleans among the values under
+// n (not the keys) as YAML 1.2 booleans, so that decoding n gives what the
+// reference's decoding gives (metadata: enabled: yes is true there).
+func yaml11Values(n *yaml.Node) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if b, ok := yaml11Bool(n); ok {
+			n.Tag, n.Value = "!!bool", strconv.FormatBool(b)
+		}
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			yaml11Values(n.Content[i])
+		}
+	case yaml.SequenceNode, yaml.DocumentNode:
+		for _, c := range n.Content {
+			yaml11Values(c)
+		}
+	}
 }
 
 func (d *decoder) uint(n *yaml.Node, path, field string, max uint64) uint64 {

@@ -213,8 +213,11 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 	if m := f["metadata"]; m != nil && !isNull(m) {
 		if m.Kind != yaml.MappingNode {
 			d.errf(m, path+".metadata", "want a mapping, got %s", kindName(m))
-		} else if err := m.Decode(&desc.Metadata); err != nil {
-			d.errf(m, path+".metadata", "%v", err)
+		} else {
+			yaml11Values(m)
+			if err := m.Decode(&desc.Metadata); err != nil {
+				d.errf(m, path+".metadata", "%v", err)
+			}
 		}
 	}
 	d.limits(f, desc, path)
