@@ -83,7 +83,14 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		case n != nil && (n.detailedMetric || n.valueInPath):
 			dp.MetricKey = p.Domain.metricKey(desc.GetEntries(), n.detailedMetric)
 		}
-		limits, err := p.limitsFor(n, desc.GetLimit())
+		o := desc.GetLimit()
+		if len(desc.GetEntries()) == 0 {
+			// Nothing to match or to name a counter by: no limit, not even
+			// an override, which would share one counter among every such
+			// descriptor.
+			o = nil
+		}
+		limits, err := p.limitsFor(n, o)
 		if err != nil {
 			p.Release()
 			return nil, fmt.Errorf("descriptors[%d].limit: %w", i, err)

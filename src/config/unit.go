@@ -64,6 +64,13 @@ func ParseUnit(s string) (Unit, error) {
 
 // unitFromOverride maps the unit of a per-request override; that enum has no
 // week.
+// overrideWeek is the unit number of WEEK in the response's unit enum
+// (RateLimitResponse.RateLimit.Unit), which the override's enum
+// (type.v3.RateLimitUnit) lacks. The reference reads an override's unit as
+// the response's enum, so a client that sends 7 gets a week there; it
+// does here too.
+const overrideWeek typev3.RateLimitUnit = 7
+
 func unitFromOverride(u typev3.RateLimitUnit) (Unit, bool) {
 	switch u {
 	case typev3.RateLimitUnit_SECOND:
@@ -78,6 +85,8 @@ func unitFromOverride(u typev3.RateLimitUnit) (Unit, bool) {
 		return Month, true
 	case typev3.RateLimitUnit_YEAR:
 		return Year, true
+	case overrideWeek:
+		return Week, true
 	}
 	return 0, false
 }

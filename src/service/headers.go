@@ -1,6 +1,7 @@
 package service
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -34,15 +35,16 @@ func (h Headers) withDefaults() Headers {
 	return h
 }
 
-// build returns the headers for an answer, taken from the limit closest to
-// being exhausted across all descriptors; on OVER_LIMIT, Retry-After tells
+// build returns the headers for an answer, taken from the descriptor the
+// reference takes them from (headerHit); on OVER_LIMIT, Retry-After tells
 // when the request could pass. Limits whose window is not exactly one unit
-// use the policy form "10, 10;w=30" (window in seconds).
-func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
-	if len(outs) == 0 {
+// use the policy form "10, 10;w=30" (window in seconds). globalQuota is
+// QUOTA_MODE.
+func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse, globalQuota bool) []*corev3.HeaderValue {
+	j := headerHit(p, outs, globalQuota)
+	if j < 0 {
 		return nil
 	}
-	j := pick(p.Hits, outs)
 	l, out := p.Refs[j].Limit, outs[j]
 	limit := strconv.FormatUint(uint64(l.RequestsPerUnit), 10)
 	if l.UnitMultiplier > 1 {
@@ -54,15 +56,50 @@ func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateL
 		{Key: h.Reset, Value: ceilSeconds(out.ResetAfter)},
 	}
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-		var retry time.Duration
+		// Every rejecting hit must free up; when only quota-mode ones
+		// reject (all of them over), the first to free up lets it pass.
+		var retry, quotaRetry time.Duration
 		for i, o := range outs {
-			if !o.Allowed && !p.Hits[i].Advisory {
+			switch {
+			case o.Allowed:
+			case !p.Hits[i].Advisory:
 				retry = max(retry, o.RetryAfter)
+			case p.Descs[p.Refs[i].Desc].Shadow():
+			case quotaRetry == 0 || o.RetryAfter < quotaRetry:
+				quotaRetry = o.RetryAfter
 			}
+		}
+		if retry == 0 {
+			retry = quotaRetry
 		}
 		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: ceilSeconds(retry)})
 	}
 	return hs
+}
+
+// headerHit is the hit whose limit the headers describe, chosen among the
+// descriptors' reported statuses (each descriptor's own hit, see pick) as
+// envoyproxy/ratelimit chooses: the last descriptor that rejects the
+// request (neither shadow nor quota mode), else the first with the fewest
+// remaining. -1 when no descriptor has a limit.
+func headerHit(p *config.Plan, outs []limiter.Outcome, globalQuota bool) int {
+	best, fewest := -1, uint64(math.MaxUint64)
+	for i := range p.Descs {
+		d := &p.Descs[i]
+		if d.Count == 0 {
+			continue
+		}
+		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
+		// As the status reports it (at most 2^32-1).
+		rem := min(outs[j].Remaining, math.MaxUint32)
+		if rem < fewest {
+			best, fewest = j, rem
+		}
+		if !outs[j].Allowed && !d.Shadow() && !d.Quota() && !globalQuota {
+			best, fewest = j, 0
+		}
+	}
+	return best
 }
 
 func ceilSeconds(d time.Duration) string {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/openrls/ratelimit/src/metrics"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func scrape(t *testing.T, reg *metrics.Registry) string {
@@ -120,6 +121,51 @@ func TestResponseHeaders(t *testing.T) {
 			}
 			if strings.Join(got, " ") != tc.want {
 				t.Errorf("headers = %q, want %q", strings.Join(got, " "), tc.want)
+			}
+		})
+	}
+}
+
+// TestResponseHeadersSeveralDescriptors: with several descriptors, the
+// headers describe the one envoyproxy/ratelimit describes: the last that
+// rejects the request, else the first with the fewest remaining (not the
+// smallest share of its limit).
+func TestResponseHeadersSeveralDescriptors(t *testing.T) {
+	heavy := func(kv string, hits uint64) *rlv3.RateLimitDescriptor {
+		x := d(kv)
+		x.HitsAddend = wrapperspb.UInt64(hits)
+		return x
+	}
+	tests := []struct {
+		name  string
+		descs []*rlv3.RateLimitDescriptor
+		want  string
+	}{
+		// big: 40 of 100 left (40%); ip: 1 of 2 (50%): the fewest is ip's.
+		{"fewest remaining", []*rlv3.RateLimitDescriptor{heavy("big=a", 60), d("ip=a")}, "RateLimit-Limit=2 RateLimit-Remaining=1 RateLimit-Reset=50"},
+		// A tie: the first.
+		{"tie", []*rlv3.RateLimitDescriptor{d("tagged=b"), d("tagged2=b")}, "RateLimit-Limit=5 RateLimit-Remaining=4 RateLimit-Reset=50"},
+		// The last rejecting descriptor, though big has as few left.
+		{"rejected", []*rlv3.RateLimitDescriptor{heavy("ip=c", 3), heavy("big=c", 100), heavy("windowed=c", 2)},
+			"RateLimit-Limit=1, 1;w=30 RateLimit-Remaining=0 RateLimit-Reset=20 Retry-After=50"},
+		// A quota-mode rejection is not the rejecting one: ip's, before it.
+		{"quota", []*rlv3.RateLimitDescriptor{heavy("ip=d", 3), heavy("quota=d", 2)}, "RateLimit-Limit=2 RateLimit-Remaining=0 RateLimit-Reset=50 Retry-After=50"},
+		// Every quota descriptor over: the request passes once one frees.
+		{"quota only", []*rlv3.RateLimitDescriptor{heavy("big=e", 99), heavy("quota=e", 2)}, "RateLimit-Limit=1 RateLimit-Remaining=0 RateLimit-Reset=50 Retry-After=50"},
+	}
+	s := newTestServer(t, Options{Headers: Headers{Enabled: true}})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := s.ShouldRateLimit(context.Background(), req("web", tc.descs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range resp.GetResponseHeadersToAdd() {
+				got = append(got, h.GetKey()+"="+h.GetValue())
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("headers = %q, want %q (%v)", strings.Join(got, " "), tc.want, resp)
 			}
 		})
 	}

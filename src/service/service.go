@@ -216,7 +216,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.opts.Metrics.ShadowOverride()
 	}
 	if s.opts.Headers.Enabled {
-		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp)
+		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp, s.opts.QuotaMode)
 	}
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, plan, outcomes, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)

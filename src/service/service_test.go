@@ -67,6 +67,8 @@ descriptors:
   - key: tagged2
     metadata: {owner: {name: bo, site: lisbon}, tier: gold}
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: big
+    rate_limit: {unit: hour, requests_per_unit: 100}
 `
 
 // t0 is 10.5s into a minute, so reset times are not whole numbers.
@@ -227,6 +229,50 @@ func TestShouldRateLimit(t *testing.T) {
 	}
 }
 
+// TestEmptyDescriptor: a descriptor without entries (Envoy sends one when an
+// action found no value) matches nothing and is answered OK, with or
+// without an override, and the request's other descriptors are limited, as
+// the reference answers.
+func TestEmptyDescriptor(t *testing.T) {
+	s := newTestServer(t, Options{})
+	empty := d()
+	withOverride := &rlv3.RateLimitDescriptor{Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 0, Unit: typev3.RateLimitUnit_MINUTE}}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := s.ShouldRateLimit(context.Background(), req("web", empty, d("ip=9.9.9.9"), withOverride))
+		if err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		st := resp.GetStatuses()
+		if resp.GetOverallCode() != want || len(st) != 3 || st[0].GetCode() != rlsv3.RateLimitResponse_OK ||
+			st[1].GetCode() != want || st[2].GetCode() != rlsv3.RateLimitResponse_OK || st[0].GetCurrentLimit() != nil || st[2].GetCurrentLimit() != nil {
+			t.Errorf("call %d: %v, want %v from ip=9.9.9.9 alone, the empty descriptors OK without a limit", i+1, resp, want)
+		}
+	}
+	resp, err := s.ShouldRateLimit(context.Background(), req("web", d()))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Errorf("only an empty descriptor: %v, %v, want OK", resp, err)
+	}
+}
+
+// TestOverrideWeek: an override's unit 7, WEEK in the response's enum but
+// absent from the override's, is a week, as the reference reads it.
+func TestOverrideWeek(t *testing.T) {
+	s := newTestServer(t, Options{})
+	o := &rlv3.RateLimitDescriptor{Entries: d("ip=7.7.7.7").Entries,
+		Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit(7)}}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := s.ShouldRateLimit(context.Background(), req("web", o))
+		if err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		st := resp.GetStatuses()[0]
+		if st.GetCode() != want || st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_WEEK ||
+			st.GetDurationUntilReset().AsDuration() > 7*24*time.Hour {
+			t.Errorf("call %d: %v, want %v, 1 per WEEK", i+1, st, want)
+		}
+	}
+}
+
 func TestShouldRateLimitBadRequests(t *testing.T) {
 	s := newTestServer(t, Options{Limits: Limits{MaxDescriptors: 2, MaxEntries: 2, MaxStringBytes: 8, MaxHits: 100, MaxKeys: 2}})
 	heavy := d("ip=1")
@@ -241,7 +287,6 @@ func TestShouldRateLimitBadRequests(t *testing.T) {
 		{"long domain", req("123456789", d("ip=1")), "domain is 9 bytes long, at most 8 allowed"},
 		{"no descriptors", req("web"), "no descriptors"},
 		{"too many descriptors", req("web", d("a=1"), d("a=1"), d("a=1")), "3 descriptors, at most 2 allowed"},
-		{"empty descriptor", req("web", d()), "descriptors[0] has no entries"},
 		{"too many entries", req("web", d("a=1", "b=2", "c=3")), "descriptors[0] has 3 entries, at most 2 allowed"},
 		{"empty key", req("web", d("ip=1"), d("=1")), "descriptors[1].entries[0].key is empty"},
 		{"long key", req("web", d("123456789=1")), "descriptors[0].entries[0].key is 9 bytes long, at most 8 allowed"},

@@ -69,9 +69,9 @@ func validate(req *rlsv3.RateLimitRequest, lim Limits) error {
 		return fmt.Errorf("%d descriptors, at most %d allowed", len(descs), lim.MaxDescriptors)
 	}
 	for i, d := range descs {
-		if d == nil || len(d.GetEntries()) == 0 {
-			return fmt.Errorf("descriptors[%d] has no entries", i)
-		}
+		// A descriptor without entries matches nothing and is answered OK,
+		// as the reference answers it: the request's other descriptors are
+		// still limited (Envoy sends one when an action found no value).
 		if len(d.GetEntries()) > lim.MaxEntries {
 			return fmt.Errorf("descriptors[%d] has %d entries, at most %d allowed", i, len(d.GetEntries()), lim.MaxEntries)
 		}
