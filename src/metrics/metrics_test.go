@@ -144,13 +144,33 @@ ratelimit_server.ShouldRateLimit.total_requests: 3
 // TestHostileValuesCannotForgeStats: request values in a detailed rule's key
 // end up in statsd lines and /stats lines; none of them may end a line,
 // start a field or add a counter.
+// TestIPv4StatNames: an IPv4 address in a rule's stat name has its dots
+// written "_", as envoyproxy/ratelimit's SanitizeStatName writes them
+// (unanchored: digits around the address stay); other dots stay.
+func TestIPv4StatNames(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"remote_address_10.1.2.3", "remote_address_10_1_2_3"},
+		{"remote_address_10.1.2.3.to_path", "remote_address_10_1_2_3.to_path"},
+		{"x_1234.5.6.7", "x_1234_5_6_7"},
+		{"v_1.2.3.4.5", "v_1_2_3_4.5"},
+		{"a.b.c", "a.b.c"},
+		{"version_1.2.3", "version_1.2.3"},
+		{"ip_::ffff:10.0.0.1", "ip___ffff_10_0_0_1"},
+	}
+	for _, tt := range tests {
+		if got := ruleStatPrefix("d", tt.key); got != "ratelimit.service.rate_limit.d."+tt.want {
+			t.Errorf("ruleStatPrefix(d, %q) = %q, want ...d.%s", tt.key, got, tt.want)
+		}
+	}
+}
+
 func TestHostileValuesCannotForgeStats(t *testing.T) {
 	tests := []struct{ name, key, want string }{
 		{"statsd injection", "user_evil:5|c\nratelimit.injected:999999|c", "user_evil_5_c_ratelimit.injected_999999_c"},
 		{"carriage return and tab", "a\r\tb", "a__b"},
 		{"sample rate and tags", "x|@0.1|#tag:v", "x__0.1__tag_v"},
 		{"stats line separator", "k: 42", "k__42"},
-		{"safe bytes stay", "remote_address_10.0.0.1/api-v1_é", "remote_address_10.0.0.1/api-v1_é"},
+		{"safe bytes stay, an IPv4 address as the reference writes it", "remote_address_10.0.0.1/api-v1_é", "remote_address_10_0_0_1/api-v1_é"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

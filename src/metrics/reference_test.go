@@ -18,6 +18,9 @@ func TestReferenceSeries(t *testing.T) {
 		r.Hit(r.Rule("mongo_cps", "database_users", false, "database_users"), Decision{Hits: 4, Used: 4, Limit: 10, Allowed: true})
 		r.Hit(r.Rule("messaging", "message_type_marketing.to_number", false, "x"), Decision{Hits: 1, Used: 6, Limit: 5, Shadow: true})
 		r.Hit(r.Rule("deep", "a.b.c", false, "a.b.c"), Decision{Hits: 1, Used: 1, Limit: 5, Allowed: true})
+		// An IPv4 value's dots are written "_", as the reference writes them,
+		// so the series keeps its two levels.
+		r.Hit(r.Rule("edge", "remote_address_10.1.2.3", true, "remote_address"), Decision{Hits: 1, Used: 1, Limit: 5, Allowed: true})
 		r.Request("ok", 2*time.Millisecond)
 		r.Request("over_limit", 2*time.Millisecond)
 		r.StatFunc("ratelimit.service.config_load_success", func() uint64 { return 3 })
@@ -30,6 +33,7 @@ func TestReferenceSeries(t *testing.T) {
 			`ratelimit_service_rate_limit_within_limit{domain="mongo_cps",key1="database_users",key2=""} 4`,
 			`ratelimit_service_rate_limit_over_limit{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
 			`ratelimit_service_rate_limit_shadow_mode{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
+			`ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address_10_1_2_3",key2=""} 1`,
 			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
 			`ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0`,
 			`ratelimit_service_should_rate_limit_error{err_type="service_error"} 0`,

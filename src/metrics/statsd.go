@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -271,7 +272,21 @@ func tagSuffix(tags map[string]string) string {
 // which a client chooses ("x:1|c\nforged:9|c" would otherwise add a
 // counter of its own).
 func ruleStatPrefix(domain, key string) string {
-	return "ratelimit.service.rate_limit." + statSafe(domain) + "." + statSafe(key)
+	return "ratelimit.service.rate_limit." + ipv4Dots(statSafe(domain)) + "." + ipv4Dots(statSafe(key))
+}
+
+// ipv4Pattern is what envoyproxy/ratelimit takes for an IPv4 address in a
+// stat name (unanchored, as there).
+var ipv4Pattern = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// ipv4Dots writes the dots of every IPv4 address in s as "_", as the
+// reference does (remote_address_10_1_2_3), so that a value's dots do not
+// add levels to the name and the series keep the reference's names.
+func ipv4Dots(s string) string {
+	if strings.Count(s, ".") < 3 {
+		return s
+	}
+	return ipv4Pattern.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 
 // statSafe replaces control bytes, whitespace and the statsd delimiters
