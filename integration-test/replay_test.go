@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -247,11 +248,25 @@ func (r *replayRun) stats(what string, want map[string]uint64) {
 	}
 }
 
+// replayStore is the store a replayed case runs on, emptied before each
+// attempt.
+type replayStore interface{ flush(t *testing.T) }
+
+// replayMemcache is a memcached for the replayed cases.
+type replayMemcache struct{ s *memcachedtest.Server }
+
+func (m replayMemcache) flush(t *testing.T) {
+	t.Helper()
+	if err := m.s.Do("flush_all"); err != nil {
+		t.Fatalf("flush_all on %s: %v", m.s.Addr, err)
+	}
+}
+
 // replayed runs a case up to three times while a window ends during it.
-func replayed(t *testing.T, redis replayRedis, env map[string]string, run func(r *replayRun)) {
+func replayed(t *testing.T, store replayStore, env map[string]string, run func(r *replayRun)) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		redis.flush(t)
+		store.flush(t)
 		p := start(t, env)
 		r := &replayRun{t: t, p: p, resets: map[string]time.Duration{}}
 		run(r)
@@ -303,6 +318,36 @@ func TestReplayBasicConfig(t *testing.T) {
 }
 
 var stopIncrement = map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}
+
+// TestReplayBasicConfigMemcache is the reference's TestBasicConfig on
+// memcache (BACKEND_TYPE=memcache, MEMCACHE_HOST_PORT), with and without
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and a cache key prefix. The
+// reference's memcache store increments in the background, so its own
+// test expects stale answers; this one is exact, and is held to the
+// answers the reference gives on Redis.
+func TestReplayBasicConfigMemcache(t *testing.T) {
+	mc := replayMemcache{memcachedtest.Start(t)}
+	for _, tc := range []struct {
+		name  string
+		extra map[string]string
+	}{
+		{"Plain", nil},
+		{"WithCachePrefix", map[string]string{"CACHE_KEY_PREFIX": "prefix:"}},
+		{"WithStopCacheKeyIncrementWhenOverlimit", stopIncrement},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"basic.yaml": replayBasic, "another.yaml": replayAnother,
+				"share_threshold.yaml": replayShareThreshold})
+			env["USE_STATSD"], env["BACKEND_TYPE"], env["MEMCACHE_HOST_PORT"] = "false", "memcache", mc.s.Addr
+			for k, v := range tc.extra {
+				env[k] = v
+			}
+			replayed(t, mc, env, func(r *replayRun) {
+				replayBasicBase(r, false, tc.extra["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] == "true")
+			})
+		})
+	}
+}
 
 // replayBasicBase is the reference's testBasicBaseConfig.
 func replayBasicBase(r *replayRun, local, stop bool) {
@@ -555,6 +600,7 @@ func quotaDesc(kv string, hits uint64) *rlv3.RateLimitDescriptor {
 // dropped: every check then passes.
 func TestReplayTokenQuota(t *testing.T) {
 	redis := startReplayRedis(t)
+	mc := replayMemcache{memcachedtest.Start(t)}
 	for _, tc := range []struct {
 		name  string
 		redis bool
@@ -565,6 +611,7 @@ func TestReplayTokenQuota(t *testing.T) {
 		{"RedisPerSecond", true, map[string]string{"REDIS_PERSECOND": "true"}},
 		{"RedisStopCacheKeyIncrementWhenOverlimit", true, stopIncrement},
 		{"RedisLocalCache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "100000"}},
+		{"Memcache", false, map[string]string{"BACKEND_TYPE": "memcache"}},
 		{"MemoryRejectedHitsDrop", false, map[string]string{"REJECTED_HITS": "drop"}},
 		{"RedisRejectedHitsDrop", true, map[string]string{"REJECTED_HITS": "drop"}},
 	} {
@@ -580,12 +627,17 @@ func TestReplayTokenQuota(t *testing.T) {
 			for k, v := range tc.extra {
 				env[k] = v
 			}
+			if env["BACKEND_TYPE"] == "memcache" {
+				env["MEMCACHE_HOST_PORT"] = mc.s.Addr
+			}
 			drop := tc.extra["REJECTED_HITS"] == "drop"
 			// A window ending during the run starts its counts over: a run
 			// that crossed a minute is repeated on fresh counts.
 			for attempt := 1; ; attempt++ {
 				if tc.redis {
 					redis.flush(t)
+				} else if env["BACKEND_TYPE"] == "memcache" {
+					mc.flush(t)
 				}
 				p := start(t, env)
 				minute := time.Now().Truncate(time.Minute)

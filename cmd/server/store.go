@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/memcache"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/server"
@@ -21,11 +23,14 @@ import (
 // newStore builds the configured backend and a function that releases it.
 // A Redis store sits behind a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
 func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
-	if s.Backend() == "memory" {
+	switch s.Backend() {
+	case "memory":
 		mem := limiter.NewMemoryStore(s.MemoryOptions())
 		countFull(reg, "main", mem)
 		log.WithField("max_keys", s.MemoryMaxKeys).Info("using the embedded in-memory store")
 		return mem, mem.Close, nil
+	case "memcache":
+		return newMemcache(ctx, s, log, reg)
 	}
 	redis.RouteLogs(log.WithField("component", "go-redis"))
 	main, mainRedis, closeMain, err := newRedis(ctx, "REDIS_", s.Redis, s, log, health, reg)
@@ -109,7 +114,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if s.CircuitBreakerFailures == 0 {
 		return store, store, release, nil
 	}
-	br := withBreaker(name, r, s, log, reg, store)
+	br := withBreaker("redis", name, s, log.WithField("redis", redis.MaskURL(r.URL)), reg, store, store.Ping)
 	return br, store, func() { br.Close(); release() }, nil
 }
 
@@ -126,12 +131,13 @@ func redisClient(name string, r settings.Redis) (goredis.UniversalClient, error)
 	return client, nil
 }
 
-// withBreaker puts store behind the circuit breaker the settings describe,
-// its state exported and its changes logged.
-func withBreaker(name string, r settings.Redis, s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry, store *redis.Store) *limiter.Breaker {
-	blog := log.WithField("redis", redis.MaskURL(r.URL))
+// withBreaker puts store (kind: redis or memcache) behind the circuit
+// breaker the settings describe, its state exported (labelled by name, the
+// settings' prefix) and its changes logged to blog.
+func withBreaker(kind, name string, s settings.Settings, blog logrus.FieldLogger, reg *metrics.Registry, store limiter.Store,
+	probe func(context.Context) error) *limiter.Breaker {
 	var isOpen atomic.Bool
-	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the Redis circuit breaker is open (answering by failure policy without calling Redis).",
+	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the store's circuit breaker is open (answering by failure policy without calling it).",
 		prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 {
 			if isOpen.Load() {
 				return 1
@@ -139,16 +145,55 @@ func withBreaker(name string, r settings.Redis, s settings.Settings, log logrus.
 			return 0
 		})
 	opts := s.BreakerOptions()
-	opts.Probe = store.Ping
+	opts.Probe = probe
 	opts.OnChange = func(open bool) {
 		isOpen.Store(open)
 		if open {
-			blog.Error("redis circuit breaker open: answering by failure policy without waiting for redis")
+			blog.Errorf("%s circuit breaker open: answering by failure policy without waiting for %s", kind, kind)
 		} else {
-			blog.Warn("redis circuit breaker closed: redis answers again")
+			blog.Warnf("%s circuit breaker closed: %s answers again", kind, kind)
 		}
 	}
 	return limiter.NewBreaker(store, opts)
+}
+
+// newMemcache connects the memcache store: its servers from
+// MEMCACHE_HOST_PORT, or looked up from MEMCACHE_SRV (again every
+// MEMCACHE_SRV_REFRESH), behind the circuit breaker when one is set.
+func newMemcache(ctx context.Context, s settings.Settings, log logrus.FieldLogger, reg *metrics.Registry) (limiter.Store, func(), error) {
+	opts, err := s.MemcacheOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.MemcacheSRV != "" {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		opts.Servers, err = memcache.SRVServers(lctx, net.DefaultResolver.LookupSRV, s.MemcacheSRV)
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("MEMCACHE_SRV: %w", err)
+		}
+	}
+	store, err := memcache.New(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	mlog := log.WithField("memcache", strings.Join(opts.Servers, ","))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	if s.MemcacheSRV != "" && s.MemcacheSRVRefresh > 0 {
+		go store.WatchSRV(watchCtx, net.DefaultResolver.LookupSRV, s.MemcacheSRV, s.MemcacheSRVRefresh, func(err error) {
+			log.WithError(err).Warn("memcache: SRV refresh failed; keeping the servers there are")
+		})
+	}
+	if err := store.Ping(ctx); err != nil {
+		mlog.WithError(err).Warn("memcache is not reachable yet; serving anyway and retrying per request")
+	}
+	mlog.Info("using memcache")
+	release := func() { stopWatch(); store.Close() }
+	if s.CircuitBreakerFailures == 0 {
+		return store, release, nil
+	}
+	br := withBreaker("memcache", "MEMCACHE", s, mlog, reg, store, store.Ping)
+	return br, func() { br.Close(); release() }, nil
 }
 
 // exportLeases exports a Redis store's leased budgets per rule.

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -182,19 +181,7 @@ func TLSConfig(caFile, certFile, keyFile string, skipHostname bool) (*tls.Config
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if skipHostname {
-		roots := cfg.RootCAs
-		cfg.InsecureSkipVerify = true // replaced by the chain check below
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("redis: server sent no certificate")
-			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
-			return err
-		}
+		tlsclient.SkipHostname(cfg)
 	}
 	return cfg, nil
 }

@@ -50,7 +50,10 @@ func TestLoad(t *testing.T) {
 			func(s Settings) bool {
 				return s.Redis.URL == "/var/run/nutcracker/ratelimit.sock" && s.Redis.SocketType == "unix"
 			}},
-		{"memcache named", map[string]string{"BACKEND_TYPE": "memcache"}, "BACKEND_TYPE: memcache is not supported", nil},
+		{"memcache without servers", map[string]string{"BACKEND_TYPE": "memcache"}, "MEMCACHE_HOST_PORT: or MEMCACHE_SRV is required with BACKEND_TYPE=memcache", nil},
+		{"memcache with both", map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "127.0.0.1:11211", "MEMCACHE_SRV": "_m._tcp.x"}, "MEMCACHE_HOST_PORT: and MEMCACHE_SRV are both set", nil},
+		{"memcache bad address", map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "127.0.0.1:11211,localhost"}, `MEMCACHE_HOST_PORT: "localhost": want host:port`, nil},
+		{"memcache bad SRV", map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "memcache.local"}, `MEMCACHE_SRV: "memcache.local": want _service._proto.name`, nil},
 		{"reference spellings", map[string]string{"REDIS_URL": "a:1", "REDIS_TYPE": "SINGLE", "REDIS_SOCKET_TYPE": "TCP", "CONFIG_TYPE": "grpc_xds_sotw", "LOG_LEVEL": "Info"}, "",
 			func(s Settings) bool { return s.Redis.Type == "single" && s.Redis.SocketType == "tcp" }},
 		{"socket path infers unix", map[string]string{"REDIS_URL": "/run/redis.sock"}, "",

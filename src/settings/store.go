@@ -2,20 +2,23 @@ package settings
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/memcache"
 	"github.com/openrls/ratelimit/src/redis"
+	"github.com/openrls/ratelimit/src/tlsclient"
 )
 
 // Store is where counters live: the backend, the embedded store's
 // budget, Redis, and the breaker and caches in front of it.
 type Store struct {
-	// Backend: "memory" or "redis"; empty means redis when REDIS_URL is set,
-	// else memory.
+	// Backend: "memory", "redis" or "memcache"; empty means redis when
+	// REDIS_URL is set, else memory.
 	BackendType string `envconfig:"BACKEND_TYPE"`
 	// MemoryMaxKeys bounds the embedded store (our own setting).
 	MemoryMaxKeys int `envconfig:"MEMORY_MAX_KEYS" default:"1048576"`
@@ -32,8 +35,10 @@ type Store struct {
 	RedisPerSecond bool  `envconfig:"REDIS_PERSECOND" default:"false"`
 	// RedisPerSecondConfig is the REDIS_PERSECOND_* twin, used when
 	// RedisPerSecond is set.
-	RedisPerSecondConfig Redis  `ignored:"true"`
-	CacheKeyPrefix       string `envconfig:"CACHE_KEY_PREFIX"`
+	RedisPerSecondConfig Redis `ignored:"true"`
+	Memcache
+	// CacheKeyPrefix starts every counter key (Redis and memcache).
+	CacheKeyPrefix string `envconfig:"CACHE_KEY_PREFIX"`
 	// CacheKeyHashValues writes descriptor values hashed in counter keys.
 	CacheKeyHashValues bool `envconfig:"CACHE_KEY_HASH_VALUES" default:"false"`
 	// LocalCacheSizeInBytes sizes the local over-limit cache (0: off).
@@ -74,6 +79,76 @@ type Redis struct {
 	PipelineLimit               int           `envconfig:"PIPELINE_LIMIT" default:"0"`
 	PipelineMaxInFlight         int           `envconfig:"PIPELINE_MAX_IN_FLIGHT" default:"1"`
 	HealthCheckActiveConnection bool          `envconfig:"HEALTH_CHECK_ACTIVE_CONNECTION" default:"false"`
+}
+
+// Memcache is the memcache store's settings (BACKEND_TYPE=memcache), as
+// the reference names them.
+type Memcache struct {
+	// MemcacheHostPort lists the servers, host:port,...; MemcacheSRV looks
+	// them up instead (_service._proto.name), again every
+	// MemcacheSRVRefresh when that is set.
+	MemcacheHostPort              []string      `envconfig:"MEMCACHE_HOST_PORT"`
+	MemcacheSRV                   string        `envconfig:"MEMCACHE_SRV"`
+	MemcacheSRVRefresh            time.Duration `envconfig:"MEMCACHE_SRV_REFRESH" default:"0"`
+	MemcacheMaxIdleConns          int           `envconfig:"MEMCACHE_MAX_IDLE_CONNS" default:"2"`
+	MemcacheTLS                   bool          `envconfig:"MEMCACHE_TLS" default:"false"`
+	MemcacheTLSClientCert         string        `envconfig:"MEMCACHE_TLS_CLIENT_CERT"`
+	MemcacheTLSClientKey          string        `envconfig:"MEMCACHE_TLS_CLIENT_KEY"`
+	MemcacheTLSCACert             string        `envconfig:"MEMCACHE_TLS_CACERT"`
+	MemcacheTLSSkipHostnameVerify bool          `envconfig:"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION" default:"false"`
+	// MemcacheTimeout bounds each memcache operation (ours; the
+	// reference's client waits 500ms).
+	MemcacheTimeout time.Duration `envconfig:"MEMCACHE_TIMEOUT" default:"500ms"`
+}
+
+func (m Memcache) validate(bad complaint) {
+	switch {
+	case len(m.MemcacheHostPort) > 0 && m.MemcacheSRV != "":
+		bad("MEMCACHE_HOST_PORT", "and MEMCACHE_SRV are both set: the servers come from one of them")
+	case len(m.MemcacheHostPort) == 0 && m.MemcacheSRV == "":
+		bad("MEMCACHE_HOST_PORT", "or MEMCACHE_SRV is required with BACKEND_TYPE=memcache")
+	}
+	for _, a := range m.MemcacheHostPort {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			bad("MEMCACHE_HOST_PORT", "%q: want host:port", a)
+		}
+	}
+	if m.MemcacheSRV != "" {
+		if err := memcache.CheckSRV(m.MemcacheSRV); err != nil {
+			bad("MEMCACHE_SRV", "%v", err)
+		}
+	}
+	if m.MemcacheSRVRefresh < 0 {
+		bad("MEMCACHE_SRV_REFRESH", "must not be negative, got %v (0: look up once)", m.MemcacheSRVRefresh)
+	}
+	if m.MemcacheMaxIdleConns < 0 {
+		bad("MEMCACHE_MAX_IDLE_CONNS", "must not be negative, got %d", m.MemcacheMaxIdleConns)
+	}
+	if m.MemcacheTimeout <= 0 {
+		bad("MEMCACHE_TIMEOUT", "must be positive, got %v", m.MemcacheTimeout)
+	}
+	if (m.MemcacheTLSClientCert == "") != (m.MemcacheTLSClientKey == "") {
+		bad("MEMCACHE_TLS_CLIENT_CERT", "and MEMCACHE_TLS_CLIENT_KEY must be set together")
+	}
+}
+
+// MemcacheOptions is the memcache store the settings describe, its TLS
+// files loaded; the servers are MEMCACHE_HOST_PORT's (cmd/server looks
+// MEMCACHE_SRV up). An error names the setting.
+func (s Store) MemcacheOptions() (memcache.Options, error) {
+	m := s.Memcache
+	o := memcache.Options{Servers: m.MemcacheHostPort, Prefix: s.CacheKeyPrefix, Timeout: m.MemcacheTimeout, MaxIdleConns: m.MemcacheMaxIdleConns}
+	if m.MemcacheTLS {
+		cfg, err := tlsclient.Config(m.MemcacheTLSCACert, m.MemcacheTLSClientCert, m.MemcacheTLSClientKey)
+		if err != nil {
+			return o, fmt.Errorf("MEMCACHE_TLS: %w", err)
+		}
+		if m.MemcacheTLSSkipHostnameVerify {
+			tlsclient.SkipHostname(cfg)
+		}
+		o.TLS = cfg
+	}
+	return o, nil
 }
 
 // referenceRedisURL and referenceRedisPerSecondURL are the reference's
@@ -150,9 +225,9 @@ func (s Settings) validateStore(bad complaint) {
 			s.RedisPerSecondConfig.validate("REDIS_PERSECOND_", bad)
 		}
 	case "memcache":
-		bad("BACKEND_TYPE", "memcache is not supported by this service (want memory or redis)")
+		s.Memcache.validate(bad)
 	default:
-		bad("BACKEND_TYPE", "unknown backend %q (want memory or redis)", s.BackendType)
+		bad("BACKEND_TYPE", "unknown backend %q (want memory, redis or memcache)", s.BackendType)
 	}
 	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
 		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")

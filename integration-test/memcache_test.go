@@ -1,0 +1,51 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
+)
+
+// TestMemcacheTwoReplicasExact: two binaries on one memcached
+// (BACKEND_TYPE=memcache, as the reference is configured), 200 concurrent
+// calls on a limit of 40: exactly 40 admitted, for the default counting
+// and for REJECTED_HITS=drop (whose rejected hits are taken back).
+func TestMemcacheTwoReplicasExact(t *testing.T) {
+	mc := memcachedtest.Start(t)
+	for _, rejected := range []string{"count", "drop"} {
+		t.Run("REJECTED_HITS="+rejected, func(t *testing.T) {
+			if err := mc.Do("flush_all"); err != nil {
+				t.Fatal(err)
+			}
+			env := redisEnv(t, map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr, "REJECTED_HITS": rejected})
+			procs := []*proc{start(t, env), start(t, env)}
+			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=hot"))}
+			if got := send(t, procs, req, 10, 10); got != 40 {
+				t.Errorf("200 concurrent calls through two replicas on a limit of 40: %d admitted, want exactly 40", got)
+			}
+		})
+	}
+}
+
+// TestMemcacheSettingsErrors: memcache settings that can never work stop
+// start-up, naming the variable.
+func TestMemcacheSettingsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"BACKEND_TYPE": "memcache"}, "MEMCACHE_HOST_PORT: or MEMCACHE_SRV is required"},
+		{map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "127.0.0.1"}, `MEMCACHE_HOST_PORT: "127.0.0.1": want host:port`},
+		{map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "memcache"}, "MEMCACHE_SRV"},
+		{map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "127.0.0.1:1", "MEMCACHE_TLS": "true",
+			"MEMCACHE_TLS_CACERT": "/nonexistent/ca.pem"}, "MEMCACHE_TLS"},
+	} {
+		code, out := runToExit(t, redisEnv(t, tc.env))
+		if code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, output\n%s\nwant a failure naming %q", tc.env, code, out, tc.want)
+		}
+	}
+}
