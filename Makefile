@@ -27,21 +27,21 @@ run: build
 # A throwaway Redis on 127.0.0.1:6379 in the foreground (nothing saved), for
 # REDIS_URL=127.0.0.1:6379 make run in another terminal.
 redis:
-	scripts/ensure-redis.sh
+	scripts/ensure-servers.sh
 	redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 
-# Every test: unit tests, Redis-backed tests and the black-box integration
-# tests, each fuzz target's seeds included. Installs redis-server first if it
-# is missing and can be installed. The quick command for working on the code.
+# Every test: unit tests, Redis- and memcached-backed tests and the
+# black-box integration tests, each fuzz target's seeds included. Installs
+# redis-server and memcached first if missing and they can be installed. The quick command for working on the code.
 test: vet
-	scripts/ensure-redis.sh
+	scripts/ensure-servers.sh
 	@echo "make test: every package, listed as it finishes (make check adds the race detector and fuzzing)."
 	$(GO) test -count=1 -timeout 20m -json ./... | $(GO) run ./scripts/testreport
 
 # What CI runs (.ci/run): every test under the race detector, then 20,000
 # fuzz inputs per target.
 check: vet
-	scripts/ensure-redis.sh
+	scripts/ensure-servers.sh
 	@echo "make check: every package with -race, listed as it finishes, then fuzzing."
 	$(GO) test -race -count=1 -timeout 20m -json ./... | $(GO) run ./scripts/testreport
 	# A count, not a duration: Go 1.26's fuzz coordinator can report a
@@ -65,7 +65,7 @@ fuzz:
 # BENCHFLAGS=-load.duration=5s shortens it.
 BENCHFLAGS ?=
 bench:
-	scripts/ensure-redis.sh
+	scripts/ensure-servers.sh
 	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost' -benchtime 1x -timeout 30m
 	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
