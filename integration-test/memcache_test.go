@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
+	"github.com/openrls/ratelimit/src/tlstest"
 )
 
 // TestMemcacheTwoReplicasExact: two binaries on one memcached
@@ -47,5 +50,41 @@ func TestMemcacheSettingsErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d, output\n%s\nwant a failure naming %q", tc.env, code, out, tc.want)
 		}
+	}
+}
+
+// TestMemcacheTLS: MEMCACHE_TLS with the reference's variables, against a
+// memcached that speaks only TLS and requires a client certificate: the
+// binary counts there; without its client certificate it cannot.
+func TestMemcacheTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "memcache-ca")
+	cert, key := ca.Issue(t, "memcached", "localhost")
+	ccert, ckey := ca.Issue(t, "ratelimit")
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	certFile, keyFile := tlstest.Write(t, dir, "server.pem", cert), tlstest.Write(t, dir, "server.key", key)
+	ccertFile, ckeyFile := tlstest.Write(t, dir, "client.pem", ccert), tlstest.Write(t, dir, "client.key", ckey)
+	pair, err := tls.X509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.PEM)
+	mc := memcachedtest.StartTLS(t, certFile, keyFile, caFile, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}})
+	env := redisEnv(t, map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr, "MEMCACHE_TLS": "true",
+		"MEMCACHE_TLS_CACERT": caFile, "MEMCACHE_TLS_CLIENT_CERT": ccertFile, "MEMCACHE_TLS_CLIENT_KEY": ckeyFile})
+	p := start(t, env)
+	for i := range 41 {
+		resp := p.should(t, "shared", desc("k=tls"))
+		if want := i < 40; (resp.GetOverallCode() == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("call %d over TLS: %v, want OK %v", i+1, resp, want)
+		}
+	}
+	delete(env, "MEMCACHE_TLS_CLIENT_CERT")
+	delete(env, "MEMCACHE_TLS_CLIENT_KEY")
+	env["BACKEND_FAILURE_POLICY"] = "deny"
+	q := start(t, env)
+	if resp := q.should(t, "shared", desc("k=notls")); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("without a client certificate: %v, want the failure policy's OVER_LIMIT", resp)
 	}
 }

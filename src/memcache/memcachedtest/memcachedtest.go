@@ -4,6 +4,7 @@ package memcachedtest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -19,6 +20,8 @@ import (
 // Server is one running memcached.
 type Server struct {
 	Addr string
+	// TLS, when set, is how Do connects (StartTLS).
+	TLS  *tls.Config
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -26,6 +29,23 @@ type Server struct {
 // Start runs a memcached on a free loopback port (64 MB, no UDP) with the
 // extra arguments given, and stops it when the test ends.
 func Start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	return start(tb, nil, extra...)
+}
+
+// StartTLS runs a memcached that speaks only TLS, with the given server
+// certificate files; with caFile set it requires client certificates from
+// that CA. client is the config Do uses to reach it.
+func StartTLS(tb testing.TB, certFile, keyFile, caFile string, client *tls.Config) *Server {
+	tb.Helper()
+	opts := "ssl_chain_cert=" + certFile + ",ssl_key=" + keyFile
+	if caFile != "" {
+		opts += ",ssl_ca_cert=" + caFile + ",ssl_verify_mode=2"
+	}
+	return start(tb, client, "-Z", "-o", opts)
+}
+
+func start(tb testing.TB, client *tls.Config, extra ...string) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
@@ -45,7 +65,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 		if os.Geteuid() == 0 {
 			args = append(args, "-u", "root") // memcached refuses root without it
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port)}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), TLS: client}
 		if lastErr = s.launch(tb, bin, append(args, extra...)); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
@@ -90,7 +110,13 @@ func (s *Server) launch(tb testing.TB, bin string, args []string) error {
 // Do sends one text-protocol command line and checks that an answer line
 // comes back.
 func (s *Server) Do(line string) error {
-	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	var c net.Conn
+	var err error
+	if s.TLS != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.TLS)
+	} else {
+		c, err = net.DialTimeout("tcp", s.Addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
