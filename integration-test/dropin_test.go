@@ -362,3 +362,41 @@ descriptors:
 		t.Errorf("a bad WILDCARD_PRECEDENCE: exit %d, output %q", code, out)
 	}
 }
+
+// TestReferenceStatsdSeries: the statsd series the reference sends beside
+// the per-rule ones, as /stats (the statsd names) shows them from the
+// binary on Redis: domain_not_found per descriptor of an unknown domain,
+// the Go runtime's figures, the Redis pool's connections and the runtime
+// loader's counts; and an IPv4 value in a detailed stat name with its dots
+// written "_".
+func TestReferenceStatsdSeries(t *testing.T) {
+	r := redistest.Start(t)
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig, "edge.yaml": `domain: edge
+descriptors:
+  - key: remote_address
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`})
+	env["REDIS_URL"] = r.Addr
+	p := start(t, env)
+	p.should(t, "nope", desc("a=1"), desc("b=2"))
+	p.should(t, "edge", desc("remote_address=10.1.2.3"))
+	stats := debugStats(t, p)
+	for name, want := range map[string]uint64{
+		"ratelimit.service.rate_limit.nope.domain_not_found":                   2,
+		"ratelimit.service.rate_limit.edge.remote_address_10_1_2_3.total_hits": 1,
+		"runtime.num_values": 2,
+		"ratelimit.service.rate_limit.edge.remote_address_10.1.2.3.total_hits":   0, // not with dots
+		"ratelimit.service.rate_limit.edge.remote_address_10_1_2_3.within_limit": 1,
+	} {
+		if stats[name] != want {
+			t.Errorf("/stats %s = %d, want %d", name, stats[name], want)
+		}
+	}
+	for _, name := range []string{"ratelimit.go.numGoroutine", "ratelimit.go.totalAlloc", "ratelimit.go.heapAlloc", "ratelimit.go.sys",
+		"ratelimit.redis_pool.cx_active", "ratelimit.redis_pool.cx_total", "runtime.load_attempts"} {
+		if stats[name] == 0 {
+			t.Errorf("/stats %s = 0, want it counted", name)
+		}
+	}
+}

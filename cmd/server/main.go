@@ -82,7 +82,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	exportConfigMetrics(reg, configs)
+	exportConfigMetrics(reg, configs, strings.EqualFold(s.ConfigType, "FILE"))
 
 	fallback := limiter.NewMemoryStore(s.MemoryOptions())
 	defer fallback.Close()

@@ -116,6 +116,7 @@ func prometheusAddr(s settings.Settings) string {
 // statsd.
 func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogger) *metrics.Registry {
 	reg := metrics.New(s.MetricsOptions())
+	reg.GoRuntimeStats()
 	if s.UseStatsd && !s.DisableStats {
 		go runStatsd(ctx, s, reg, log)
 	}
@@ -123,8 +124,21 @@ func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 }
 
 // exportConfigMetrics exports the config loads and the served config's
-// version and load time.
-func exportConfigMetrics(reg *metrics.Registry, configs *config.Holder) {
+// version and load time; from files, also as the reference's runtime
+// loader counts them (runtime.load_attempts, runtime.num_values: the files
+// of the served config).
+func exportConfigMetrics(reg *metrics.Registry, configs *config.Holder, fromFiles bool) {
+	if fromFiles {
+		reg.StatFunc("runtime.load_attempts", func() uint64 { ok, failed := configs.Counts(); return ok + failed })
+		reg.GaugeStatFunc("runtime.num_values", func() uint64 {
+			cfg := configs.Load()
+			var n uint64
+			for _, d := range cfg.Domains() {
+				n += uint64(len(cfg.Domain(d).Files))
+			}
+			return n
+		})
+	}
 	reg.CounterFunc("ratelimit_config_load_success_total", "Config loads that were served.", nil,
 		func() float64 { ok, _ := configs.Counts(); return float64(ok) })
 	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,

@@ -83,6 +83,13 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	conns := redis.CountConns(client)
+	pool := "ratelimit.redis_pool"
+	if name == "REDIS_PERSECOND_" {
+		pool = "ratelimit.redis_per_second_pool"
+	}
+	reg.GaugeStatFunc(pool+".cx_active", conns.Active)
+	reg.StatFunc(pool+".cx_total", conns.Total)
 	store, err := redis.New(client, s.RedisOptions(r))
 	if err != nil {
 		client.Close()

@@ -63,6 +63,8 @@ type Registry struct {
 	extraStats []serviceStat // added by StatFunc
 	gauges     []serviceStat // added by GaugeStatFunc
 
+	notFound notFound // domain_not_found, per unknown domain
+
 	leases     leaseCollector // every Redis store's, registered once
 	leasesOnce sync.Once
 
@@ -318,6 +320,7 @@ func (r *Registry) serviceStats() []serviceStat {
 	r.statsMu.Lock()
 	out = append(out, r.extraStats...)
 	r.statsMu.Unlock()
+	out = append(out, r.notFoundStats()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }

@@ -246,3 +246,27 @@ func TestCountersSaturate(t *testing.T) {
 		t.Errorf("shadow_mode = %d, want saturated", got)
 	}
 }
+
+// TestDomainNotFoundIsBounded: unknown domains are counted apart up to 100;
+// the rest under "_other", so a client naming random domains cannot grow
+// the series without bound.
+func TestDomainNotFoundIsBounded(t *testing.T) {
+	r := New(Options{})
+	for i := range 1000 {
+		r.DomainNotFound(fmt.Sprintf("d%d", i), 2)
+	}
+	r.DomainNotFound("d0", 1)
+	got := map[string]uint64{}
+	for _, st := range r.notFoundStats() {
+		got[st.name] = st.value()
+	}
+	if len(got) != maxNotFoundDomains+1 {
+		t.Errorf("%d domain_not_found series, want %d", len(got), maxNotFoundDomains+1)
+	}
+	if v := got["ratelimit.service.rate_limit.d0.domain_not_found"]; v != 3 {
+		t.Errorf("d0 = %d, want 3", v)
+	}
+	if v := got["ratelimit.service.rate_limit._other.domain_not_found"]; v != 2*(1000-maxNotFoundDomains) {
+		t.Errorf("_other = %d, want %d", v, 2*(1000-maxNotFoundDomains))
+	}
+}

@@ -177,6 +177,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	defer plan.Release()
+	if plan.Domain == nil {
+		s.opts.Metrics.DomainNotFound(req.GetDomain(), len(req.GetDescriptors()))
+	}
 	if len(plan.Hits) > s.opts.Limits.MaxKeys {
 		return nil, status.Errorf(codes.InvalidArgument, "the descriptors match %d limits (store keys), at most %d allowed (REQUEST_MAX_KEYS)",
 			len(plan.Hits), s.opts.Limits.MaxKeys)
