@@ -229,8 +229,8 @@ descriptors:
 		}
 		for _, line := range strings.Split(string(buf[:n]), "\n") {
 			name, rest, ok := strings.Cut(line, ":")
-			if !ok || !regexp.MustCompile(`^(-?\d+\|c|\d+(\.\d+)?\|ms)$`).MatchString(rest) {
-				t.Errorf("statsd line %q is not NAME:N|c or NAME:T|ms", line)
+			if !ok || !regexp.MustCompile(`^(-?\d+\|c|\d+\|g|\d+(\.\d+)?\|ms)$`).MatchString(rest) {
+				t.Errorf("statsd line %q is not NAME:N|c, NAME:N|g or NAME:T|ms", line)
 			}
 			if strings.Contains(name, "injected") && !strings.HasPrefix(name, "ratelimit.service.rate_limit.it.user_evil_5_c_ratelimit.injected_999999_c.") {
 				t.Errorf("statsd line %q: the request value escaped its name", line)
