@@ -50,9 +50,9 @@ type Domain struct {
 	Files      []string
 	root       level
 	hashValues bool
-	// countRejected is whether a fixed window that its descriptor does not
-	// say otherwise of counts rejected hits: a request's override of a
-	// descriptor without limits of its own.
+	// countRejected is REJECTED_HITS for the domain: whether a request's
+	// override counts rejected hits where its descriptor has no limit to
+	// take that from.
 	countRejected bool
 }
 

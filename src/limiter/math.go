@@ -49,8 +49,8 @@ type logEntry struct {
 }
 
 // maxCount caps a window's count. Only overdraft and CountRejected let a
-// count pass its limit (at most 2^32-1); the cap keeps a count times the sliding window's
-// weight scale below 2^53, exact in the scripts' doubles.
+// count pass its limit (at most 2^32-1); the cap keeps a count times the
+// sliding window's weight scale below 2^53, exact in the scripts' doubles.
 const maxCount = 1 << 42
 
 // step applies cost hits at now (µs) to st under r, or gives cost hits back

@@ -101,7 +101,9 @@ type costResult struct {
 // -cost.duration, after a short warm-up, and reads what the nodes spent.
 func costRun(b *testing.B, s *Store, nodes []*redistest.Server, alg limiter.Algorithm, descs int) costResult {
 	b.Helper()
-	rule := limiter.Rule{Algorithm: alg, Limit: 1_000_000_000, Period: time.Hour}
+	// A fixed window counts rejected hits, as config makes it by default
+	// (REJECTED_HITS=count).
+	rule := limiter.Rule{Algorithm: alg, Limit: 1_000_000_000, Period: time.Hour, CountRejected: alg == limiter.FixedWindow}
 	if alg == limiter.SlidingLog {
 		rule.Limit = limiter.MaxLogLimit // a log's ceiling; 10,000 values keep each far below it
 	}
@@ -205,7 +207,7 @@ func counterBytes(b *testing.B, alg limiter.Algorithm) (usage int, perCounter, k
 	s := newStore(b, c, Options{Batch: true})
 	// 10 an hour: a token bucket's key then lives 6 minutes after a hit,
 	// longer than the run.
-	rule := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Hour}
+	rule := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Hour, CountRejected: alg == limiter.FixedWindow}
 	suffix := [...]string{"fw", "sw", "tb", "sl"}[alg] + "3600" // as config names a limit of one hour
 	base := dataset(b, srv)
 	var next atomic.Int64
