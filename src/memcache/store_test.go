@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,41 +46,19 @@ func TestConformanceThree(t *testing.T) {
 // counting rules: exactly 40 admitted.
 func TestTwoReplicasExact(t *testing.T) {
 	srv := memcachedtest.Start(t)
-	replicas := []*Store{newStore(t, Options{Servers: []string{srv.Addr}}), newStore(t, Options{Servers: []string{srv.Addr}})}
+	replicas := []limiter.Store{newStore(t, Options{Servers: []string{srv.Addr}}), newStore(t, Options{Servers: []string{srv.Addr}})}
 	rules := map[string]limiter.Rule{
-		"fixed_window/count":    {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour, CountRejected: true},
-		"fixed_window/drop":     {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour},
-		"sliding_window":        {Algorithm: limiter.SlidingWindow, Limit: 40, Period: time.Hour},
-		"token_bucket":          {Algorithm: limiter.TokenBucket, Limit: 40, Period: time.Hour},
-		"sliding_log":           {Algorithm: limiter.SlidingLog, Limit: 40, Period: time.Hour},
-		"fixed_window/overdrft": {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour, Overdraft: true},
+		"fixed_window/count":     {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour, CountRejected: true},
+		"fixed_window/drop":      {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour},
+		"sliding_window":         {Algorithm: limiter.SlidingWindow, Limit: 40, Period: time.Hour},
+		"token_bucket":           {Algorithm: limiter.TokenBucket, Limit: 40, Period: time.Hour},
+		"sliding_log":            {Algorithm: limiter.SlidingLog, Limit: 40, Period: time.Hour},
+		"fixed_window/overdraft": {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour, Overdraft: true},
 	}
 	for name, r := range rules {
 		t.Run(name, func(t *testing.T) {
 			key := fmt.Sprintf("exact:%s:%d", name, time.Now().UnixNano())
-			var allowed atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, 200)
-			for i := range 200 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := replicas[i%2].Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
-					if err != nil {
-						errs <- err
-						return
-					}
-					if out[0].Allowed {
-						allowed.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			if got := allowed.Load(); got != 40 {
+			if got := limitertest.Allowed(t, replicas, key, r, time.Time{}, 200, 1); got != 40 {
 				t.Errorf("200 concurrent calls through two replicas on a limit of 40: %d admitted, want exactly 40", got)
 			}
 		})

@@ -465,15 +465,27 @@ func keyPrefix(t *testing.T) string {
 func testConcurrent(t *testing.T, st limiter.Store, prefix string) {
 	const workers, perWorker, limit = 64, 8, 100
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: limit, Period: time.Hour}
+	if got := Allowed(t, []limiter.Store{st}, prefix+"hot", r, T0, workers, perWorker); got != limit {
+		t.Errorf("%d goroutines x %d hits on a limit of %d: allowed %d, want exactly %d", workers, perWorker, limit, got, limit)
+	}
+}
+
+// Allowed sends workers goroutines of perWorker one-hit calls each on key
+// under r at now (the stores' clock when zero), the goroutines spread over
+// stores in turn (replicas sharing one backend), and returns how many were
+// allowed. An error fails the test.
+func Allowed(t *testing.T, stores []limiter.Store, key string, r limiter.Rule, now time.Time, workers, perWorker int) int64 {
+	t.Helper()
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
-	for range workers {
+	for w := range workers {
+		st := stores[w%len(stores)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range perWorker {
-				out, err := st.Apply(context.Background(), limiter.Batch{Now: T0, Hits: []limiter.Hit{{Key: prefix + "hot", Rule: r, Cost: 1}}})
+				out, err := st.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 1}}})
 				if err != nil {
 					errs <- err
 					return
@@ -489,7 +501,5 @@ func testConcurrent(t *testing.T, st limiter.Store, prefix string) {
 	for err := range errs {
 		t.Fatalf("Apply() error: %v", err)
 	}
-	if got := allowed.Load(); got != limit {
-		t.Errorf("%d goroutines x %d hits on a limit of %d: allowed %d, want exactly %d", workers, perWorker, limit, got, limit)
-	}
+	return allowed.Load()
 }
