@@ -11,28 +11,44 @@ import (
 // RejectedHits says what a fixed_window limit does with a hit it rejects:
 // a descriptor's rejected_hits, or the default for those that do not say
 // (REJECTED_HITS, Options.RejectedHits).
-type RejectedHits string
+// One byte, as the descriptor's other flags: a large config keeps one
+// per descriptor.
+type RejectedHits uint8
 
 const (
 	// RejectedUnset is a descriptor that does not say: the default applies.
-	RejectedUnset RejectedHits = ""
+	RejectedUnset RejectedHits = iota
 	// RejectedCount counts every hit, as envoyproxy/ratelimit does, and
 	// rejects a hit once the count after it passes the limit
 	// (limiter.Rule.CountRejected). Usage reported after the response
 	// (checks with hits_addend 0, then the usage) then holds a tenant back
 	// once its reports pass the limit. It is the default, so that the
 	// reference's configs admit what they admitted there.
-	RejectedCount RejectedHits = "count"
+	RejectedCount
 	// RejectedDrop is this service's exact counting: a hit that does not fit
 	// consumes nothing.
-	RejectedDrop RejectedHits = "drop"
+	RejectedDrop
 )
 
-// ParseRejectedHits reads REJECTED_HITS: "count" or "drop".
+// String is the setting's word for r: "count", "drop", or "" when unset.
+func (r RejectedHits) String() string {
+	switch r {
+	case RejectedCount:
+		return "count"
+	case RejectedDrop:
+		return "drop"
+	}
+	return ""
+}
+
+// ParseRejectedHits reads REJECTED_HITS or rejected_hits: "count" or
+// "drop".
 func ParseRejectedHits(s string) (RejectedHits, error) {
-	switch r := RejectedHits(s); r {
-	case RejectedCount, RejectedDrop:
-		return r, nil
+	switch s {
+	case "count":
+		return RejectedCount, nil
+	case "drop":
+		return RejectedDrop, nil
 	}
 	return RejectedUnset, fmt.Errorf("want count or drop, got %q", s)
 }
