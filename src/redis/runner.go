@@ -112,6 +112,18 @@ func (r *runner) loadIfDue(ctx context.Context) {
 	}
 }
 
+// fcallRefused reports an FCALL that Redis will never run for this user:
+// the ACL denies the command itself (not a key, which the script would
+// meet too), or Redis does not know it.
+func fcallRefused(err error) bool {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := strings.ToLower(reply.Error())
+	return strings.HasPrefix(msg, "noperm") && strings.Contains(msg, "'fcall'") || strings.Contains(msg, "unknown command")
+}
+
 // functionMissing reports an FCALL that did not run because the library
 // is not loaded on that node (a restart without persistence, FUNCTION
 // FLUSH, a new Cluster master).
@@ -123,8 +135,10 @@ func functionMissing(err error) bool {
 // the only place this package sends batch.lua, batched or not. One call is
 // one FCALL or EVALSHA; several are, with merge, one call holding them all
 // (sendMerged), else a pipeline (Cluster: go-redis sends one per node).
-// Calls that found the function missing did not run: they run again as the
-// script, and the library is loaded again when due.
+// Calls that found the function missing, or FCALL refused for good (an ACL
+// that allows FUNCTION LOAD but not FCALL), did not run: they run again as
+// the script, whose answers (or errors) are theirs; a missing library is
+// loaded again when due, a refused FCALL is not tried again.
 func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 	r.loadIfDue(ctx)
 	if !r.ready.Load() {
@@ -134,12 +148,19 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 	sendCalls(ctx, r.client, merge, true, batch)
 	var missed []*call
 	for _, c := range batch {
-		if c.err != nil && functionMissing(c.err) {
+		switch {
+		case c.err == nil:
+		case functionMissing(c.err):
 			missed = append(missed, c)
+			r.ready.Store(false)
+		case fcallRefused(c.err):
+			missed = append(missed, c)
+			err := fmt.Errorf("redis: FCALL: %w", c.err)
+			r.refused.Store(&err)
+			r.ready.Store(false)
 		}
 	}
 	if len(missed) > 0 {
-		r.ready.Store(false)
 		sendCalls(ctx, r.client, merge, false, missed)
 	}
 }
@@ -198,7 +219,9 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 			continue
 		}
 		n := 32 * len(c.keys)
-		c.reply = packed[off : off+n]
+		// A call run again (as the script, after the function was found
+		// missing) drops the error of its first run.
+		c.reply, c.err = packed[off:off+n], nil
 		off += n
 	}
 }
