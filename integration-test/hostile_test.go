@@ -355,6 +355,18 @@ func TestMemoryFullKeepsLimits(t *testing.T) {
 					t.Fatalf("client %d after the churn: %v %v, want OVER_LIMIT", c, rl, code)
 				}
 			}
+			// A limited client adding a value the full store has no room
+			// for is still refused by its own counter, not answered by the
+			// failure policy.
+			for c := range 200 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
+					Descriptors: descs(desc("user=client"+strconv.Itoa(c)), desc("user=fresh"+strconv.Itoa(c)))})
+				cancel()
+				if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("client %d with a new value beside: %v %v, want OVER_LIMIT", c, resp.GetOverallCode(), err)
+				}
+			}
 			if tc.want != codes.OK && refused == 0 {
 				t.Error("no new value was refused by a full store")
 			}

@@ -28,8 +28,11 @@ import (
 // is the same as none): one from a small random sample, or else all of them
 // in one pass, which also notes when the shard's next entry expires, so that
 // a shard full of live counters answers at once until then. If there is
-// still no room, the batch counts nothing and Apply returns ErrFull (the
-// service answers it by failure policy); refusals are counted. A sweeper
+// still no room, the batch counts nothing: if a hit that is not advisory
+// was rejected anyway, Apply answers the batch as decided (the request is
+// refused by the counters it has, so a client at its limit cannot pass by
+// adding a new value); else it returns ErrFull (the service answers it by
+// failure policy), and such refusals are counted. A sweeper
 // goroutine drops expired entries every SweepInterval; lookups treat expired
 // entries as absent regardless, so the sweeper only frees memory.
 
@@ -87,8 +90,9 @@ type memShard struct {
 
 // ErrFull is what Apply returns when a batch needs room for a counter and
 // the store has none: every counter it holds still counts hits in its
-// window (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES). Nothing of the batch is
-// counted.
+// window (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and none of the batch's hits
+// was rejected (then the batch is answered as decided). Nothing of the
+// batch is counted.
 var ErrFull = errors.New("embedded store full: every counter it holds is live (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES)")
 
 type memEntry struct {
@@ -231,6 +235,17 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 		}
 	}
 	if !s.reserve(pend, b.Hits, us) {
+		if refusedAnyway(b.Hits, outs) {
+			// The request is refused by a counter it has: answer so,
+			// counting nothing, rather than let the failure policy (allow,
+			// or Envoy's fail-open) admit a client at its limit.
+			for i := range b.Hits {
+				if pend[i].write {
+					outs[i] = unwritten(outs[i], s.stored(pend[i].shard, b.Hits[i].Key, us), us, b.Hits[i].Rule)
+				}
+			}
+			return outs, nil
+		}
 		s.refused.Add(1)
 		return nil, ErrFull
 	}
@@ -240,6 +255,17 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 		}
 	}
 	return outs, nil
+}
+
+// refusedAnyway reports whether a hit that is not advisory was rejected:
+// the request is refused whatever its other hits get.
+func refusedAnyway(hits []Hit, outs []Outcome) bool {
+	for i := range hits {
+		if !outs[i].Allowed && !hits[i].Advisory {
+			return true
+		}
+	}
+	return false
 }
 
 // reserve makes the room the batch's writes need in each shard, dropping

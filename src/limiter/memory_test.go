@@ -237,3 +237,49 @@ func TestSlidingLogAppendDoesNotCopy(t *testing.T) {
 		t.Errorf("100 hits on a log of 800 allocated %d bytes, %d on a log of 100: the log is copied per hit", last, first)
 	}
 }
+
+// TestMemoryFullStillRefusesLimitedClients: in a full store, a request
+// whose existing counter rejects it is answered OVER_LIMIT by that counter
+// even when it also names a new value that has no room (it counts
+// nothing); a request that nothing rejects gets ErrFull, for the failure
+// policy.
+func TestMemoryFullStillRefusesLimitedClients(t *testing.T) {
+	s := newMemory(t, limiter.MemoryOptions{MaxKeys: 64})
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1, Period: time.Hour}
+	apply := func(keys ...string) ([]limiter.Outcome, error) {
+		var hits []limiter.Hit
+		for _, k := range keys {
+			hits = append(hits, limiter.Hit{Key: k, Rule: r, Cost: 1})
+		}
+		return s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits})
+	}
+	// Fill the store: one counter per shard at least, until new keys are refused.
+	var limited string
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("fill-%d", i)
+		if _, err := apply(k); errors.Is(err, limiter.ErrFull) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		limited = k // at its limit of 1
+		if i > 10_000 {
+			t.Fatal("the store never filled")
+		}
+	}
+	for i := range 200 {
+		fresh := fmt.Sprintf("fresh-%d", i)
+		outs, err := apply(limited, fresh)
+		if errors.Is(err, limiter.ErrFull) {
+			t.Fatalf("a request refused by its own counter got ErrFull (the failure policy would answer it)")
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].Allowed {
+			t.Fatalf("the limited client was allowed: %+v", outs)
+		}
+	}
+	if _, err := apply("fresh-alone"); !errors.Is(err, limiter.ErrFull) {
+		t.Errorf("a new value alone in a full store: %v, want ErrFull", err)
+	}
+}
