@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -244,4 +245,61 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// decodeMetadata decodes a metadata node as yaml.v3's Decode into an any
+// would, in time linear in its size: Decode checks a mapping's keys for
+// duplicates pairwise, which took over a minute for 100,000 keys under one
+// mapping. A mapping whose keys are all plain strings (no merge key) is
+// built here, refusing a duplicate key as Decode does; anything else
+// (scalars, mappings with other keys) is left to Decode.
+func decodeMetadata(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.AliasNode:
+		return decodeMetadata(n.Alias)
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := decodeMetadata(c)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case yaml.MappingNode:
+		if !plainStringKeys(n) {
+			break
+		}
+		out := make(map[string]any, len(n.Content)/2)
+		lines := make(map[string]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if first, dup := lines[k.Value]; dup {
+				return nil, fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, k.Value, first)
+			}
+			lines[k.Value] = k.Line
+			v, err := decodeMetadata(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[k.Value] = v
+		}
+		return out, nil
+	}
+	var v any
+	err := n.Decode(&v)
+	return v, err
+}
+
+// plainStringKeys reports whether every key of mapping n is a string
+// scalar and none is a merge key (<<).
+func plainStringKeys(n *yaml.Node) bool {
+	for i := 0; i < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
+			return false
+		}
+	}
+	return true
 }

@@ -215,9 +215,11 @@ func (d *decoder) descriptor(n *yaml.Node, path string) *Descriptor {
 			d.errf(m, path+".metadata", "want a mapping, got %s", kindName(m))
 		} else {
 			yaml11Values(m)
-			if err := m.Decode(&desc.Metadata); err != nil {
+			md, err := decodeMetadata(m)
+			if err != nil {
 				d.errf(m, path+".metadata", "%v", err)
 			}
+			desc.Metadata, _ = md.(map[string]any)
 		}
 	}
 	d.limits(f, desc, path)
