@@ -108,10 +108,11 @@ func TestHTTPPortFloodLeavesGRPCAndHealth(t *testing.T) {
 	}
 }
 
-// TestSlowJSONBodiesAreBounded: 500 connections each sending a /json body
-// slowly (half of a 200 KiB body, then nothing) hold at most 64 bodies in
-// memory at once; the others are answered 503 at once, and their
-// connections closed. The server's peak resident memory stays under 150
+// TestSlowJSONBodiesAreBounded: 500 connections from ten loopback
+// addresses each sending a /json body slowly (half of a 200 KiB body, then
+// nothing) hold at most 64 bodies in memory at once (8 per address at
+// most); the others are answered 503 at once, and their connections
+// closed. The server's peak resident memory stays under 150
 // MiB (measured: see the log line), and a body announced past
 // REQUEST_MAX_BYTES is answered 413 before it is sent.
 func TestSlowJSONBodiesAreBounded(t *testing.T) {
@@ -133,7 +134,8 @@ func TestSlowJSONBodiesAreBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < slow; i += 50 {
-				c, err := net.DialTimeout("tcp", p.httpAddr, 5*time.Second)
+				from := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%10))}
+				c, err := (&net.Dialer{LocalAddr: from, Timeout: 5 * time.Second}).Dial("tcp", p.httpAddr)
 				if err != nil {
 					continue
 				}
@@ -175,5 +177,48 @@ func TestSlowJSONBodiesAreBounded(t *testing.T) {
 	}
 	if body := readBody(resp); resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "REQUEST_MAX_BYTES") {
 		t.Errorf("a body past REQUEST_MAX_BYTES: %d %q, want 413 naming REQUEST_MAX_BYTES", resp.StatusCode, body)
+	}
+}
+
+// TestSlowJSONBodiesFromOneAddress: slow /json bodies from one address take
+// at most 8 of the 64 body slots; another address's /json still answers.
+func TestSlowJSONBodiesFromOneAddress(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	const size = 200 << 10
+	chunk := strings.Repeat("x", size/2)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	from := func(last byte) *net.Dialer {
+		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
+	}
+	refused := 0
+	for range 64 {
+		c, err := from(2).Dial("tcp", p.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", size, chunk)
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if line, _ := bufio.NewReader(c).ReadString('\n'); strings.HasPrefix(line, "HTTP/1.1 503") {
+			refused++
+		}
+	}
+	if refused != 64-8 {
+		t.Errorf("64 slow bodies from one address: %d refused, want all but 8", refused)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: from(3).DialContext}, Timeout: 10 * time.Second}
+	resp, err := client.Post("http://"+p.httpAddr+"/json", "application/json",
+		strings.NewReader(`{"domain":"it","descriptors":[{"entries":[{"key":"user","value":"other"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(resp); resp.StatusCode != http.StatusOK {
+		t.Errorf("/json from another address: %d %s, want 200", resp.StatusCode, body)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -24,6 +26,57 @@ type JSONOptions struct {
 	// is answered 503 at once, so that the memory bodies hold stays under
 	// MaxInFlight x MaxBytes; default 64.
 	MaxInFlight int
+	// MaxInFlightPerAddress bounds the bodies one client address has
+	// being read at once, so that slow uploads from one address cannot
+	// take every slot; default MaxInFlight/8, at least 1.
+	MaxInFlightPerAddress int
+}
+
+// bodySlots are the body-reading slots of /json: in all, and per client
+// address.
+type bodySlots struct {
+	all     chan struct{}
+	perAddr int
+	mu      sync.Mutex
+	byAddr  map[string]int
+}
+
+// take takes a slot for a body from addr (host:port), and reports whether
+// one was free in all and for addr.
+func (b *bodySlots) take(addr string) bool {
+	select {
+	case b.all <- struct{}{}:
+	default:
+		return false
+	}
+	host := hostOf(addr)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byAddr[host] >= b.perAddr {
+		<-b.all
+		return false
+	}
+	b.byAddr[host]++
+	return true
+}
+
+// give gives back addr's slot.
+func (b *bodySlots) give(addr string) {
+	host := hostOf(addr)
+	b.mu.Lock()
+	if b.byAddr[host]--; b.byAddr[host] <= 0 {
+		delete(b.byAddr, host)
+	}
+	b.mu.Unlock()
+	<-b.all
+}
+
+// hostOf is a remote address's host: one client, whatever its ports.
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // JSONHandler serves POST /json: a proto3-JSON RateLimitRequest in, a
@@ -37,7 +90,10 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 64
 	}
-	reading := make(chan struct{}, o.MaxInFlight)
+	if o.MaxInFlightPerAddress <= 0 {
+		o.MaxInFlightPerAddress = max(1, o.MaxInFlight/8)
+	}
+	reading := &bodySlots{all: make(chan struct{}, o.MaxInFlight), perAddr: o.MaxInFlightPerAddress, byAddr: map[string]int{}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := readJSONRequest(w, r, o, reading)
 		if req == nil {
@@ -66,7 +122,7 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 // readJSONRequest reads and decodes r's RateLimitRequest, holding one of
 // reading's slots while it reads the body; nil when it has answered r
 // itself (a wrong method, a body too large, too many being read, bad JSON).
-func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, reading chan struct{}) *rlsv3.RateLimitRequest {
+func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, reading *bodySlots) *rlsv3.RateLimitRequest {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST a JSON RateLimitRequest", http.StatusMethodNotAllowed)
@@ -78,16 +134,15 @@ func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, read
 			http.StatusRequestEntityTooLarge)
 		return nil
 	}
-	select {
-	case reading <- struct{}{}:
-	default:
+	if !reading.take(r.RemoteAddr) {
 		refuseBody(w)
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, fmt.Sprintf("%d /json bodies are being read already; retry", o.MaxInFlight), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("/json bodies are being read already (%d in all, %d per client address at most); retry",
+			o.MaxInFlight, o.MaxInFlightPerAddress), http.StatusServiceUnavailable)
 		return nil
 	}
 	body, err := readBody(w, r, o.MaxBytes)
-	<-reading
+	reading.give(r.RemoteAddr)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
