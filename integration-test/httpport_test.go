@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"regexp"
 	"strconv"
@@ -220,5 +221,61 @@ func TestSlowJSONBodiesFromOneAddress(t *testing.T) {
 	}
 	if body := readBody(resp); resp.StatusCode != http.StatusOK {
 		t.Errorf("/json from another address: %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// TestSilentConnectionsGiveWay: connections that never send a byte, from
+// five addresses up to the per-address cap, fill the HTTP port's cap; a
+// new /healthcheck still answers (a silent connection gives way, as an
+// idle one does), and a client's idle keep-alive connection made before
+// the flood is kept (the silent ones give way first).
+func TestSilentConnectionsGiveWay(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["HTTP_MAX_CONNECTIONS"], env["HTTP_MAX_CONNECTIONS_PER_ADDRESS"] = "40", "10"
+	p := start(t, env)
+	from := func(last byte) *net.Dialer {
+		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
+	}
+	// A client with a keep-alive connection, idle once it has its answer.
+	reused := false
+	keepAlive := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: from(7).DialContext}}
+	get := func(c *http.Client) (int, error) {
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/healthcheck", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		readBody(resp)
+		return resp.StatusCode, nil
+	}
+	if code, err := get(keepAlive); err != nil || code != 200 {
+		t.Fatalf("the keep-alive client's first call: %d %v", code, err)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for round := range 3 { // redialled, as an attacker would
+		for a := byte(2); a <= 6; a++ {
+			for range 10 {
+				c, err := from(a).Dial("tcp", p.httpAddr)
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				held = append(held, c)
+			}
+		}
+	}
+	probe := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: from(8).DialContext}}
+	for i := range 5 {
+		if code, err := get(probe); err != nil || code != 200 {
+			t.Errorf("probe %d on a port full of silent connections: %d %v, want 200", i, code, err)
+		}
+	}
+	if code, err := get(keepAlive); err != nil || code != 200 || !reused {
+		t.Errorf("the keep-alive client after the flood: %d %v, reused its connection %v; want 200 on the same connection", code, err, reused)
 	}
 }

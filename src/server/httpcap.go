@@ -38,13 +38,16 @@ const (
 	HTTPEvictedIdle = "evicted_idle" // an idle keep-alive connection, for a new one
 )
 
-// capListener caps an HTTP listener's connections. Idle keep-alive
-// connections give way: at a cap, a new connection closes the one idle
-// longest (of its address, at the per-address cap) and takes its place, so
-// that thousands of idle connections cost a bounded number of descriptors
-// and never keep a probe out. Only when every connection is busy (reading
-// a request, bounded by the read timeouts, or answering) is a new one
-// closed at once. The server's ConnState must be set to track.
+// capListener caps an HTTP listener's connections. Silent connections
+// (accepted, not a byte of a request sent yet) and idle keep-alive ones
+// give way: at a cap, a new connection closes the silent one accepted
+// first, else the one idle longest (of its address, at the per-address
+// cap), and takes its place, so that thousands of silent or idle
+// connections cost a bounded number of descriptors and never keep a probe
+// out, and a flood of silent ones does not push out the keep-alive
+// connections of clients that use them. Only when every connection is busy
+// (reading a request, bounded by the read timeouts, or answering) is a new
+// one closed at once. The server's ConnState must be set to track.
 type capListener struct {
 	net.Listener
 	l     HTTPLimits
@@ -58,10 +61,13 @@ type capConn struct {
 	net.Conn
 	cl   *capListener
 	host string
-	// idleSince is when the connection went idle between requests; zero
-	// while it reads or answers one (guarded by cl.mu).
+	// idleSince is when the connection went idle between requests, or was
+	// accepted while it is silent; zero while it reads or answers one
+	// (guarded by cl.mu, as silent).
 	idleSince time.Time
-	closed    atomic.Bool
+	// silent is set until the connection's first request byte arrives.
+	silent bool
+	closed atomic.Bool
 }
 
 func newCapListener(l net.Listener, lim HTTPLimits, note func(why string)) *capListener {
@@ -74,7 +80,7 @@ func (cl *capListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		cc := &capConn{Conn: c, cl: cl, host: h2guard.Host(c.RemoteAddr())}
+		cc := &capConn{Conn: c, cl: cl, host: h2guard.Host(c.RemoteAddr()), idleSince: time.Now(), silent: true}
 		if cl.admit(cc) {
 			return cc, nil
 		}
@@ -120,15 +126,16 @@ func (cl *capListener) admit(cc *capConn) bool {
 	return ok
 }
 
-// idlest returns the connection idle longest (of host, unless host is ""),
-// or nil when none is idle; cl.mu held.
+// idlest returns the silent connection accepted first, else the one idle
+// longest (of host, unless host is ""), or nil when none is silent or
+// idle; cl.mu held.
 func (cl *capListener) idlest(host string) *capConn {
 	var best *capConn
 	for c := range cl.conns {
 		if c.idleSince.IsZero() || host != "" && c.host != host {
 			continue
 		}
-		if best == nil || c.idleSince.Before(best.idleSince) {
+		if best == nil || c.silent && !best.silent || c.silent == best.silent && c.idleSince.Before(best.idleSince) {
 			best = c
 		}
 	}
@@ -158,7 +165,7 @@ func (cl *capListener) connState(c net.Conn, st http.ConnState) {
 	case http.StateIdle:
 		cc.idleSince = time.Now()
 	case http.StateActive:
-		cc.idleSince = time.Time{}
+		cc.idleSince, cc.silent = time.Time{}, false
 	case http.StateClosed, http.StateHijacked:
 		cl.forgetLocked(cc)
 	}
