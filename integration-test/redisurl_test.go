@@ -10,7 +10,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/redis/redistest"
+	"github.com/openrls/ratelimit/src/tlstest"
 )
 
 // TestRedisURL: REDIS_URL as envoyproxy/ratelimit's Redis client reads it,
@@ -85,5 +87,34 @@ func TestRedisURLErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(out, tc.want) || strings.Contains(out, pw) {
 			t.Errorf("%v: exit %d, output\n%s\nwant a failure naming %q, without the password", tc.env, code, out, tc.want)
 		}
+	}
+}
+
+// TestRedisURLTLS: a rediss:// URL speaks TLS with the REDIS_TLS_* files,
+// without REDIS_TLS=true, to a Redis that speaks only TLS and requires a
+// client certificate.
+func TestRedisURLTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "redis-ca")
+	sc, sk := ca.Issue(t, "redis")
+	cc, ck := ca.Issue(t, "ratelimit")
+	caFile := tlstest.Write(t, dir, "ca.pem", ca.PEM)
+	certFile, keyFile := tlstest.Write(t, dir, "client.pem", cc), tlstest.Write(t, dir, "client.key", ck)
+	inspect, err := redis.TLSConfig(caFile, certFile, keyFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.StartTLS(t, tlstest.Write(t, dir, "server.pem", sc), tlstest.Write(t, dir, "server.key", sk), caFile, inspect,
+		"--tls-auth-clients", "yes")
+	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": "rediss://" + srv.Addr + "/1",
+		"REDIS_TLS_CACERT": caFile, "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile}))
+	for i := range 41 {
+		resp := p.should(t, "shared", desc("k=rediss"))
+		if want := i < 40; (resp.GetOverallCode() == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("call %d over rediss://: %v, want OK %v", i+1, resp, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "*"); err != nil || keys != "" {
+		t.Errorf("database 0 holds %q (%v), want the counter in database 1", keys, err)
 	}
 }

@@ -80,6 +80,17 @@ func ParseAddress(s string) (Address, error) {
 	return a, nil
 }
 
+// WantsTLS reports whether a REDIS_URL value names a rediss:// address:
+// the TLS settings (REDIS_TLS_CACERT, ...) then apply without REDIS_TLS.
+func WantsTLS(list string) bool {
+	for _, s := range splitList(list) {
+		if a, err := ParseAddress(s); err == nil && a.TLS {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckAddress checks a plain address for its network: host:port with a
 // port number for tcp, a non-empty path for unix. An address that can
 // never be dialed is a settings error, not a Redis that is not up yet.

@@ -310,7 +310,7 @@ func (r Redis) ClientOptions() (redis.ClientOptions, error) {
 	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
 		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
 	}
-	if r.TLS {
+	if r.TLS || redis.WantsTLS(r.URL) {
 		tlsCfg, err := redis.TLSConfig(r.TLSCACert, r.TLSClientCert, r.TLSClientKey, r.TLSSkipHostnameVerify)
 		if err != nil {
 			return opts, fmt.Errorf("TLS: %w", err)
