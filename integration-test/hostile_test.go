@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +42,23 @@ func memKB(t testing.TB, p *proc, field string) int {
 	return n
 }
 
+// connected waits until c has its HTTP/2 connection. A test about what a
+// flood does to connections that serve opens them first: on a machine busy
+// with other work, a handshake that has to compete with the flood can take
+// longer than the server's handshake bound (10 s), and that bound is not
+// what such a test is about.
+func connected(t *testing.T, c *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.Connect()
+	for s := c.GetState(); s != connectivity.Ready; s = c.GetState() {
+		if !c.WaitForStateChange(ctx, s) {
+			t.Fatalf("no gRPC connection within a minute: state %v", c.GetState())
+		}
+	}
+}
+
 // flood sends n concurrent requests, each with one value of size bytes,
 // over conns connections, and returns the error codes seen.
 func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
@@ -52,6 +70,7 @@ func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		connected(t, c)
 		cs[i] = c
 	}
 	big := strings.Repeat("v", size)
@@ -62,12 +81,14 @@ func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			_, err := rlsv3.NewRateLimitServiceClient(cs[i%conns]).ShouldRateLimit(ctx,
 				&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + big))})
 			mu.Lock()
-			got[status.Code(err)]++
+			if got[status.Code(err)]++; err != nil && got[status.Code(err)] == 1 {
+				t.Logf("first %v: %v", status.Code(err), err)
+			}
 			mu.Unlock()
 		}()
 	}
@@ -82,6 +103,7 @@ func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
 func TestRequestFloodStaysBounded(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
 	before := memKB(t, p, "VmRSS")
+	connected(t, p.conn)
 
 	var served, failed atomic.Int64
 	stop := make(chan struct{})
@@ -94,11 +116,16 @@ func TestRequestFloodStaysBounded(t *testing.T) {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// A deadline far beyond the flood's own length: this asks
+			// whether small requests are served, not how fast on a
+			// machine that other work may be starving.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=small" + strconv.Itoa(i)))})
 			cancel()
 			if err != nil {
-				failed.Add(1)
+				if failed.Add(1) == 1 {
+					t.Logf("first small request failed: %v", err)
+				}
 			} else {
 				served.Add(1)
 			}
@@ -107,6 +134,11 @@ func TestRequestFloodStaysBounded(t *testing.T) {
 	got := flood(t, p, 200, 4, 3<<20)
 	close(stop)
 	<-done
+	defer func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", p.stderr)
+		}
+	}()
 	peak := memKB(t, p, "VmHWM")
 	t.Logf("3 MB x 200 concurrent: codes %v; RSS %d MiB before, peak %d MiB; %d small requests served, %d failed, meanwhile",
 		got, before>>10, peak>>10, served.Load(), failed.Load())
