@@ -25,7 +25,8 @@ import (
 // connection they closed at most once per event and 10 s (an attacker
 // must not flood the log either).
 func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Event) {
-	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers}
+	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers,
+		h2guard.EventProbationReplaced}
 	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
 	logged := make(map[h2guard.Event]*atomic.Int64, len(events))
 	for _, e := range events {

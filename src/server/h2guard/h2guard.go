@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,13 +65,14 @@ type Options struct {
 	// Cooldown is how long an address is on probation after one of its
 	// connections was closed for abuse (GRPC_ABUSE_COOLDOWN): an attacker
 	// that simply redials would otherwise get a fresh budget each time. On
-	// probation an address may open one connection a second, at most
-	// probationConns at once (more are held unanswered until the cooldown
-	// ends), and those are closed after probationResets resets in a
-	// second, not ResetsPerSecond: well-behaved clients that share the
-	// address (behind one NAT or load balancer) can still connect, and an
-	// attacker's redials cost at most that many reset streams a second.
-	// Connections it already holds are not touched.
+	// probation an address may hold probationConns new connections at once,
+	// each closed after probationResets resets in a second, not
+	// ResetsPerSecond; past them, a new one takes the place of one that
+	// resets or holds its place unused, or is held unanswered until the
+	// cooldown ends (see enterProbation). Well-behaved clients that share
+	// the address (behind one NAT or load balancer) keep connecting, and
+	// each connection an attacker gets costs it a handshake per
+	// probationResets resets. Connections it already holds are not touched.
 	Cooldown time.Duration
 }
 
@@ -112,6 +114,8 @@ const (
 	EventCallRefused       Event = "call_refused"       // past MaxInFlight
 	EventRapidReset        Event = "rapid_reset"        // closed: too many resets
 	EventUnreadAnswers     Event = "unread_answers"     // closed: a stream outlived StreamWriteTimeout
+	// closed: on probation, gave its place to a new connection of its address
+	EventProbationReplaced Event = "probation_replaced"
 )
 
 // InFlightLimit is a unary interceptor that answers ResourceExhausted past
@@ -143,20 +147,20 @@ type Listener struct {
 	banned sync.Map
 	// perHost counts open connections by address (IP); held are those
 	// of cooling addresses, kept in the tarpit.
-	hostMu    sync.Mutex
-	perHost   map[string]int
-	probation map[string]int // open connections admitted while their address cooled
-	// probationAt is when a cooling address last had a connection
-	// admitted (ns); forgotten once its cooldown ends.
-	probationAt map[string]int64
-	held        map[string][]net.Conn
-	heldTotal   int
-	stop        chan struct{}
-	once        sync.Once
+	hostMu  sync.Mutex
+	perHost map[string]int
+	// probation holds, by address, the open connections admitted while
+	// it cooled (at most probationConns each).
+	probation map[string][]*guardedConn
+	held      map[string][]net.Conn
+	heldTotal int
+	stop      chan struct{}
+	once      sync.Once
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
-	// clock decides cooldowns and probation: time.Now (tests set another).
+	// clock decides cooldowns and probation, and sets now: time.Now
+	// (tests set another).
 	clock func() time.Time
 }
 
@@ -165,9 +169,14 @@ type Listener struct {
 // acts. Under TLS, pass watch false and hand grpc-go the credentials of
 // Creds instead.
 func NewListener(l net.Listener, o Options, watch bool, note func(Event)) *Listener {
+	return newListener(l, o, watch, note, time.Now)
+}
+
+// newListener is NewListener on clock.
+func newListener(l net.Listener, o Options, watch bool, note func(Event), clock func() time.Time) *Listener {
 	gl := &Listener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
-		probation: map[string]int{}, probationAt: map[string]int64{}, held: map[string][]net.Conn{}, clock: time.Now}
-	gl.now.Store(time.Now().UnixNano())
+		probation: map[string][]*guardedConn{}, held: map[string][]net.Conn{}, clock: clock}
+	gl.now.Store(clock().UnixNano())
 	go gl.sweep()
 	return gl
 }
@@ -179,22 +188,35 @@ func (gl *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		host := Host(c.RemoteAddr())
-		probation := gl.cooling(c.RemoteAddr())
-		if probation && !gl.onProbation(host, 1) {
-			gl.note(EventConnectionRefused)
-			gl.tarpit(c)
-			continue
+		gc := &guardedConn{Conn: c, gl: gl, host: host, counted: true, probation: gl.cooling(c.RemoteAddr())}
+		if gc.probation {
+			admitted, evicted := gl.enterProbation(gc)
+			if !admitted {
+				gl.note(EventConnectionRefused)
+				gl.tarpit(c)
+				continue
+			}
+			if w := evicted; w != nil {
+				// Under TLS the GOAWAY goes on the decrypted connection;
+				// one still in its handshake is simply closed.
+				if w = evicted.watcher.Load(); w != nil {
+					w.goAway(EventProbationReplaced, false)
+				} else {
+					gl.note(EventProbationReplaced)
+					_ = evicted.Close()
+				}
+			}
 		}
 		if !gl.admit(host) {
-			if probation {
-				gl.onProbation(host, -1)
+			if gc.probation {
+				gl.leaveProbation(gc)
 			}
 			gl.note(EventConnectionRefused)
 			_ = c.Close()
 			continue
 		}
-		gc := &guardedConn{Conn: c, gl: gl, host: host, counted: true, probation: probation}
 		if gl.watch {
+			gc.watcher.Store(gc)
 			gl.startWatching(gc)
 		}
 		return gc, nil
@@ -204,12 +226,16 @@ func (gl *Listener) Accept() (net.Conn, error) {
 // tarpitPerHost and tarpitTotal bound the connections held per cooling
 // address and in all; probationConns and probationResets bound what a
 // cooling address's admitted connections may hold and reset (see
-// Options.Cooldown).
+// Options.Cooldown). A connection on probation that reset a stream within
+// suspectFor, or opened none within quietFor, gives its place to a new
+// one.
 const (
 	tarpitPerHost   = 16
 	tarpitTotal     = 1024
 	probationConns  = 4
 	probationResets = 10
+	suspectFor      = 2 * time.Second
+	quietFor        = 5 * time.Second
 )
 
 // tarpit holds a connection from a cooling address open, unread and
@@ -235,11 +261,6 @@ func (gl *Listener) tarpit(c net.Conn) {
 func (gl *Listener) releaseHeld(all bool) {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
-	for host := range gl.probationAt {
-		if _, cooling := gl.banned.Load(host); !cooling || all {
-			delete(gl.probationAt, host)
-		}
-	}
 	for host, conns := range gl.held {
 		if _, cooling := gl.banned.Load(host); cooling && !all {
 			continue
@@ -252,23 +273,59 @@ func (gl *Listener) releaseHeld(all bool) {
 	}
 }
 
-// onProbation counts a connection of a cooling host in (d 1, reporting
-// false when it has probationConns already, or had one admitted less
-// than a second ago) or out (d -1).
-func (gl *Listener) onProbation(host string, d int) bool {
+// enterProbation admits gc, a new connection of a cooling address, while
+// the address holds fewer than probationConns such connections. Past that
+// it takes the place of one that behaves like an attacker's (a stream
+// reset within suspectFor) or holds a place without using it (no stream
+// within quietFor): that one is returned, to be closed. Otherwise gc is
+// not admitted (held in the tarpit).
+//
+// An attacker behind an address shared with well-behaved clients redials
+// all the time; a rate of admissions would go to its dials and leave a
+// neighbour's new connection nothing. Places go instead to connections
+// that use them as a client does, and an attacker gets at most
+// probationResets resets for each connection it opens: a handshake per
+// ten handlers.
+func (gl *Listener) enterProbation(gc *guardedConn) (admitted bool, evicted *guardedConn) {
 	gl.hostMu.Lock()
 	defer gl.hostMu.Unlock()
-	if d > 0 {
+	conns := gl.probation[gc.host]
+	if len(conns) >= probationConns {
 		now := gl.clock().UnixNano()
-		if gl.probation[host] >= probationConns || now-gl.probationAt[host] < int64(time.Second) {
-			return false
+		i := slices.IndexFunc(conns, func(c *guardedConn) bool { return c.givesWay(now) })
+		if i < 0 {
+			return false, nil
 		}
-		gl.probationAt[host] = now
+		evicted = conns[i]
+		conns = slices.Delete(conns, i, i+1)
 	}
-	if gl.probation[host] += d; gl.probation[host] <= 0 {
-		delete(gl.probation, host)
+	gc.admittedAt = gl.clock().UnixNano()
+	gl.probation[gc.host] = append(conns, gc)
+	return true, evicted
+}
+
+// leaveProbation forgets gc among its address's probation connections.
+func (gl *Listener) leaveProbation(gc *guardedConn) {
+	gl.hostMu.Lock()
+	defer gl.hostMu.Unlock()
+	conns := slices.DeleteFunc(gl.probation[gc.host], func(c *guardedConn) bool { return c == gc })
+	if len(conns) == 0 {
+		delete(gl.probation, gc.host)
+		return
 	}
-	return true
+	gl.probation[gc.host] = conns
+}
+
+// givesWay reports whether c, a connection on probation, gives its place
+// to a new one at now (ns): it reset a stream within suspectFor, or opened
+// none within quietFor (counted from its admission when it opened none).
+func (c *guardedConn) givesWay(now int64) bool {
+	w := c.watcher.Load()
+	if w == nil { // a TLS handshake in progress
+		return now-c.admittedAt >= int64(quietFor)
+	}
+	lastStream := max(w.lastStream.Load(), c.admittedAt)
+	return now-w.lastReset.Load() < int64(suspectFor) || now-lastStream >= int64(quietFor)
 }
 
 // admit counts a new connection from host, or reports false if it would
@@ -346,7 +403,8 @@ func (gl *Listener) sweep() {
 		select {
 		case <-gl.stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			now := gl.clock()
 			gl.now.Store(now.UnixNano())
 			gl.banned.Range(func(k, v any) bool {
 				if v.(int64) <= now.UnixNano() {
@@ -451,6 +509,7 @@ func (g creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, er
 	gc := &guardedConn{Conn: conn, gl: g.gl, host: Host(raw.RemoteAddr())}
 	if r, ok := raw.(*guardedConn); ok {
 		gc.probation = r.probation // its thresholds; raw counts it
+		r.watcher.Store(gc)
 	}
 	g.gl.startWatching(gc)
 	return gc, info, nil
@@ -470,8 +529,16 @@ type guardedConn struct {
 	counted   bool
 	watch     bool
 	probation bool // admitted while its address cooled down
-	closed    atomic.Bool
-	done      chan struct{} // closed by Close (watched connections)
+	// admittedAt is when a probation connection was admitted (ns, the
+	// listener's clock); watcher is the connection whose frames are
+	// watched: itself in plaintext, the decrypted one under TLS (nil until
+	// the handshake ends). On the watched one, lastReset and lastStream are
+	// when the client last reset and opened a stream (ns, the clock).
+	admittedAt            int64
+	watcher               atomic.Pointer[guardedConn]
+	lastReset, lastStream atomic.Int64
+	closed                atomic.Bool
+	done                  chan struct{} // closed by Close (watched connections)
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
 
@@ -524,9 +591,11 @@ func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 		if stream > c.last {
 			c.last = stream
 			c.opened++
+			c.lastStream.Store(c.gl.now.Load())
 		}
 	case frameRST:
 		delete(c.waiting, stream)
+		c.lastReset.Store(c.gl.now.Load())
 		// Many resets, and most of the streams opened: a client that
 		// cancels what it asks as a habit, not now and then.
 		allowed := c.gl.o.ResetsPerSecond
@@ -606,7 +675,9 @@ func (c *guardedConn) goAway(event Event, now bool) {
 	c.pending = event
 	c.mu.Unlock()
 	c.gl.note(event)
-	c.gl.ban(c.RemoteAddr())
+	if event != EventProbationReplaced { // an abuse: its address cools down
+		c.gl.ban(c.RemoteAddr())
+	}
 	time.AfterFunc(time.Second, func() { _ = c.Close() })
 	if now && c.wmu.TryLock() {
 		c.goAwayIfBetweenFrames()
@@ -656,7 +727,7 @@ func (c *guardedConn) Close() error {
 			c.gl.release(c.host)
 		}
 		if c.counted && c.probation {
-			c.gl.onProbation(c.host, -1)
+			c.gl.leaveProbation(c)
 		}
 		c.gl.conns.Delete(c)
 	}

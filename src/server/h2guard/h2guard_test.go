@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,57 +144,139 @@ func TestSlowReaderDoesNotStallTheSweeper(t *testing.T) {
 	}
 }
 
-// TestProbation: while an address cools down after an abuse, it gets one
-// new connection a second, and such a connection is closed after
-// probationResets resets in a second instead of ResetsPerSecond.
+// TestProbation: while an address cools down after an abuse, it holds at
+// most probationConns connections; a new one beyond them is held, unless
+// one of them reset a stream lately or opened none for quietFor, which
+// then gives its place (GOAWAY) to the new one; and such a connection is
+// closed after probationResets resets in a second instead of
+// ResetsPerSecond.
 func TestProbation(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
 	events := make(chan Event, 64)
-	gl := NewListener(l, Options{Cooldown: time.Minute}.WithDefaults(), true, func(e Event) { events <- e })
+	gl := newListener(l, Options{Cooldown: time.Hour}.WithDefaults(), true, func(e Event) { events <- e },
+		func() time.Time { return time.Unix(0, clock.Load()) })
 	defer gl.Close()
+	advance := func(d time.Duration) { gl.now.Store(clock.Add(int64(d))) }
 	gl.ban(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	accepted := make(chan net.Conn, 4)
+	accepted := make(chan *guardedConn, 8)
 	go func() {
 		for {
 			c, err := gl.Accept()
 			if err != nil {
 				return
 			}
-			accepted <- c
+			accepted <- c.(*guardedConn)
 		}
 	}()
-	first, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	// next is the next connection admitted, and event the next event: a
+	// minute is far beyond what either takes, so that a guard that holds
+	// what it should admit fails the test rather than hanging it.
+	next := func() *guardedConn {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			return c
+		case <-time.After(time.Minute):
+			t.Fatal("no connection admitted")
+			return nil
+		}
 	}
-	defer first.Close()
-	gc := (<-accepted).(*guardedConn)
-	if !gc.probation {
-		t.Fatal("a connection from a cooling address is not on probation")
+	event := func() Event {
+		t.Helper()
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(time.Minute):
+			t.Fatal("no guard event")
+			return ""
+		}
 	}
-	second, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	defer second.Close()
-	if e := <-events; e != EventConnectionRefused {
-		t.Errorf("a second connection within the second: event %q, want it held (%q)", e, EventConnectionRefused)
-	}
-	// Streams opened and reset: the eleventh reset in the second cuts.
-	gc.in.preface = 0
-	cut := -1
-	for i := range 20 {
-		var frames []byte
-		for _, typ := range []byte{frameHeaders, frameRST} {
+	// frames feeds gc's client frames of the given types on stream id.
+	frames := func(gc *guardedConn, id uint32, types ...byte) {
+		var b []byte
+		for _, typ := range types {
 			f := make([]byte, frameHeader)
 			f[3] = typ
-			binary.BigEndian.PutUint32(f[5:], uint32(2*i+1))
-			frames = append(frames, f...)
+			binary.BigEndian.PutUint32(f[5:], id)
+			b = append(b, f...)
 		}
-		gc.in.feed(frames, gc.inbound)
+		gc.in.feed(b, gc.inbound)
+	}
+	var conns []*guardedConn
+	clients := map[*guardedConn]net.Conn{}
+	for range probationConns {
+		client := dial()
+		gc := next()
+		if !gc.probation {
+			t.Fatal("a connection from a cooling address is not on probation")
+		}
+		gc.in.preface = 0
+		conns = append(conns, gc)
+		clients[gc] = client
+	}
+	// All places taken by connections that just came: the next is held.
+	dial()
+	if e := event(); e != EventConnectionRefused {
+		t.Fatalf("a connection past %d on probation: event %q, want it held (%q)", probationConns, e, EventConnectionRefused)
+	}
+	// Every one of them calls; one also resets a stream: it gives its
+	// place to the next connection, with a GOAWAY.
+	advance(time.Second)
+	for _, gc := range conns {
+		frames(gc, 1, frameHeaders)
+	}
+	frames(conns[2], 1, frameRST)
+	dial()
+	if got := next(); !got.probation {
+		t.Error("the connection admitted in place of a resetting one is not on probation")
+	}
+	if e := event(); e != EventProbationReplaced {
+		t.Errorf("the resetting connection: event %q, want %q", e, EventProbationReplaced)
+	}
+	if b, _ := io.ReadAll(clients[conns[2]]); len(b) < frameHeader || b[3] != frameGoAway {
+		t.Errorf("the resetting connection read %x, want a GOAWAY", b)
+	}
+	// Within quietFor of their last stream, the others keep their places.
+	advance(quietFor - time.Second)
+	dial()
+	if e := event(); e != EventConnectionRefused {
+		t.Fatalf("with every place in use: event %q, want the new connection held", e)
+	}
+	// Two keep calling; the third opened nothing for quietFor: its place
+	// goes to the next connection. Giving way is no abuse: the cooldown
+	// is not renewed by it.
+	advance(time.Second)
+	frames(conns[0], 3, frameHeaders)
+	frames(conns[1], 3, frameHeaders)
+	until, _ := gl.banned.Load("127.0.0.1")
+	dial()
+	next()
+	if e := event(); e != EventProbationReplaced {
+		t.Errorf("the quiet connection: event %q, want %q", e, EventProbationReplaced)
+	}
+	if again, _ := gl.banned.Load("127.0.0.1"); again != until {
+		t.Error("a connection giving its place renewed the address's cooldown")
+	}
+	// Streams opened and reset: the eleventh reset in the second cuts.
+	gc := conns[0]
+	advance(time.Second)
+	cut := -1
+	for i := range 20 {
+		frames(gc, uint32(2*i+101), frameHeaders, frameRST)
 		if gc.cut.Load() {
 			cut = i + 1
 			break
