@@ -26,7 +26,7 @@
 --          locally; on a refund, 1 + the window number of the slice it
 --          gives back (see lease_return; its answer means nothing), its
 --          unspent hits as the cost and its size in the burst field
---          (see held_return).
+--          (see give_back).
 --
 -- Several decisions per call let the client batch concurrent requests into
 -- one command (REDIS_PIPELINE_WINDOW); each decision still reads and writes
@@ -170,9 +170,13 @@ end
 -- what was granted as slices and not given back, or it would free budget a
 -- replica still admits from (or has admitted from: the two cannot be told
 -- apart here). What is held is kept beside the counter, in KEY|h (same hash
--- tag, so same slot): {w, hc, hp}, the window it was written in, what that
--- window's slices hold, and for a sliding window what the window before it
--- held. Only grants, give-backs and refunds read or write it; a counter
+-- tag, so same slot): {w, hc, hp, g}, the window it was written in, what
+-- that window's slices hold, for a sliding window what the window before
+-- it held, and its generation: the instant (µs) the record was created,
+-- by the first grant while no slice was held. A grant answers g, and a
+-- give-back names it (see give_back): Redis restarted without persistence
+-- or flushed forgets the record with the counts, and a slice granted
+-- before that must not come back to the counter that replaced them. Only grants, give-backs and refunds read or write it; a counter
 -- whose rule has no lease never has one, and its state is unchanged.
 local function held_at(alg, w, hc, hp, s1)
   if w == s1 then
@@ -201,26 +205,38 @@ end
 local function load_held(key)
   local hk = held_key(key)
   local v = hk and redis.call('GET', hk)
-  if v and #v == 24 then
-    local w, hc, hp = struct.unpack('<ddd', v)
-    return {w, hc, hp}
+  if v and #v == 32 then
+    local w, hc, hp, g = struct.unpack('<dddd', v)
+    return {w, hc, hp, g}
   end
-  return {0, 0, 0}
+  return {0, 0, 0, 0}
 end
 
 -- store_held writes what key's slices hold as of window w; exp (µs) is when
 -- the counter's state expires, or nil to keep the TTL (a give-back).
-local function store_held(key, w, hc, hp, exp, now)
+local function store_held(key, w, hc, hp, g, exp, now)
   local hk = held_key(key)
   if not hk then
     return
   elseif hc == 0 and hp == 0 then
     redis.call('DEL', hk)
   elseif exp then
-    redis.call('SET', hk, struct.pack('<ddd', w, hc, hp), 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    redis.call('SET', hk, struct.pack('<dddd', w, hc, hp, g), 'PX', math.max(1, math.ceil((exp - now) / 1000)))
   else
-    redis.call('SET', hk, struct.pack('<ddd', w, hc, hp), 'KEEPTTL')
+    redis.call('SET', hk, struct.pack('<dddd', w, hc, hp, g), 'KEEPTTL')
   end
+end
+
+-- held_grant adds a slice of extra hits granted in window n1 to what key's
+-- slices hold (h); returns the new record. With none held, it is a new
+-- generation, named by now.
+local function held_grant(alg, h, n1, extra, now)
+  local hc, hp = held_at(alg, h[1], h[2], h[3], n1)
+  local g = h[4]
+  if hc == 0 and hp == 0 then
+    g = now
+  end
+  return {n1, hc + extra, hp, g}
 end
 
 -- refund_held applies a refund to a window counter less what its slices
@@ -241,17 +257,33 @@ local function refund_held(alg, s1, s2, s3, h, now, limit, p, cost, burst, overd
   return n1, n2, n3, ok, rem, reset, retry, exp, write
 end
 
--- held_return takes a slice of window w given back, size hits granted in
--- all, off what key's slices hold (h); s1 is the counter's window. Returns
--- the new {w, hc, hp}, or nil if nothing changed.
-local function held_return(alg, h, s1, w, size)
-  local hc, hp = held_at(alg, h[1], h[2], h[3], s1)
-  if s1 == w and hc > 0 then
-    return {s1, hc - math.min(hc, size), hp}
-  elseif alg == 1 and s1 == w + 1 and hp > 0 then
-    return {s1, hc, hp - math.min(hp, size)}
+-- give_back takes a slice of window w back: n unspent hits, size granted
+-- in all, of generation g. It frees nothing unless key's slices' record
+-- (h) is of that generation, and no more than it still holds in that
+-- window: a counter that lost its record with its counts (a Redis
+-- restarted without persistence, a flush) never granted what comes back,
+-- and freeing it would free budget counted nowhere, or held by other
+-- replicas' slices. Returns the new state, whether it changed, and the
+-- new record, or nil if that did not change.
+local function give_back(alg, s1, s2, s3, h, w, n, size, g)
+  if h[4] ~= g then
+    return s1, s2, s3, false, nil
   end
-  return nil
+  local hc, hp = held_at(alg, h[1], h[2], h[3], s1)
+  local held = 0
+  if s1 == w then
+    held = hc
+  elseif alg == 1 and s1 == w + 1 then
+    held = hp
+  end
+  if held == 0 then
+    return s1, s2, s3, false, nil
+  end
+  local n1, n2, n3, write = lease_return(alg, s1, s2, s3, w, math.min(n, held))
+  if s1 == w then
+    return n1, n2, n3, write, {s1, hc - math.min(hc, size), hp, g}
+  end
+  return n1, n2, n3, write, {s1, hc, hp - math.min(hp, size), g}
 end
 
 -- store writes a key's new state (old1, old2: the state's first two
@@ -365,31 +397,42 @@ local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
   local n1, n2, n3, ok, rem, reset, retry, exp, write
   if refund and lease > 0 then
-    n1, n2, n3, write = lease_return(alg, s1, s2, s3, lease - 1, cost)
+    local h
+    n1, n2, n3, write, h = give_back(alg, s1, s2, s3, found and load_held(key) or {0, 0, 0, 0}, lease - 1, cost, burst, limit)
     ok, rem, reset, retry, exp = true, 0, 0, 0, now
-    local h = held_return(alg, load_held(key), s1, lease - 1, burst)
     if h then
-      store_held(key, h[1], h[2], h[3], nil, now)
+      store_held(key, h[1], h[2], h[3], h[4], nil, now)
     end
   elseif refund and alg < 2 then
-    n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, load_held(key), now, limit, p, cost, burst, overdraft)
+    local h = {0, 0, 0, 0} -- a new counter's slices start from none
+    if found then
+      h = load_held(key)
+    end
+    n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, h, now, limit, p, cost, burst, overdraft)
   else
     n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
   end
-  local extra = 0
+  local extra, g = 0, 0
   if ok and write and lease > 0 and not refund then
     n2, rem, extra = lease_grant(n2, rem, lease)
     if extra > 0 then
       reset, retry = exp - now, n1
-      local h = load_held(key)
-      local hc, hp = held_at(alg, h[1], h[2], h[3], n1)
-      store_held(key, n1, hc + extra, hp, exp, now)
+      local h = {0, 0, 0, 0} -- a new counter's slices start from none
+      if found then
+        h = load_held(key)
+      end
+      h = held_grant(alg, h, n1, extra, now)
+      g = h[4]
+      store_held(key, h[1], h[2], h[3], g, exp, now)
     end
   end
   if write then
     store(key, alg, found, s1, s2, n1, n2, n3, exp, now)
   end
   results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
+  if extra > 0 then
+    results[#results + 1] = struct.pack('<d', g) -- a grant's fifth double: its generation
+  end
 end
 
 -- apply_each runs one decision in mode 0: its keys are keys[k+1..k+n],
@@ -421,10 +464,16 @@ end
 -- count-rejected hits, 2 none.
 local function apply_all(keys, now, mode, k, n, blob, results)
   local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
-  local held = {} -- key -> {w, hc, hp}, what its slices hold as of the pending writes
-  local function held_of(key)
+  local held = {} -- key -> {w, hc, hp, g}, what its slices hold as of the pending writes
+  -- held_of is what key's slices hold; found: its counter's state exists
+  -- (a new counter's slices start from none, whatever KEY|h says).
+  local function held_of(key, found)
     if held[key] == nil then
-      held[key] = load_held(key)
+      if found then
+        held[key] = load_held(key)
+      else
+        held[key] = {0, 0, 0, 0}
+      end
     end
     return held[key]
   end
@@ -449,12 +498,11 @@ local function apply_all(keys, now, mode, k, n, blob, results)
     local n1, n2, n3, ok, rem, reset, retry, exp, write
     local h -- what the key's slices hold after this hit, if it changes
     if refund and lease > 0 then
-      n1, n2, n3, write = lease_return(alg, st[1], st[2], st[3], lease - 1, cost)
+      n1, n2, n3, write, h = give_back(alg, st[1], st[2], st[3], held_of(key, stored[sk][4]), lease - 1, cost, burst, limit)
       ok, rem, reset, retry, exp = true, 0, 0, 0, now
-      h = held_return(alg, held_of(key), st[1], lease - 1, burst)
     elseif refund and alg < 2 then
-      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, st[1], st[2], st[3], held_of(key), now, limit, p, cost,
-        burst, overdraft)
+      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, st[1], st[2], st[3], held_of(key, stored[sk][4]), now,
+        limit, p, cost, burst, overdraft)
     else
       n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft,
         countrej)
@@ -464,12 +512,10 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       n2, rem, extra = lease_grant(n2, rem, lease)
       if extra > 0 then
         reset, retry = exp - now, n1
-        local hh = held_of(key)
-        local hc, hp = held_at(alg, hh[1], hh[2], hh[3], n1)
-        h = {n1, hc + extra, hp}
+        h = held_grant(alg, held_of(key, stored[sk][4]), n1, extra, now)
       end
     end
-    out[i] = {ok and 1 + extra or 0, rem, reset, retry}
+    out[i] = {ok and 1 + extra or 0, rem, reset, retry, h and h[4] or 0}
     if write then
       latest[sk] = {n1, n2, n3}
       if h then
@@ -496,7 +542,7 @@ local function apply_all(keys, now, mode, k, n, blob, results)
         if w[10] then
           hexp = nil -- a give-back keeps the TTL
         end
-        store_held(w[2], w[9][1], w[9][2], w[9][3], hexp, now)
+        store_held(w[2], w[9][1], w[9][2], w[9][3], w[9][4], hexp, now)
       end
       written[w[1]] = true
     end
@@ -513,12 +559,15 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       if out[i][1] > 0 then
         retry = 0
       end
-      out[i] = {math.min(out[i][1], 1), rem, reset, retry}
+      out[i] = {math.min(out[i][1], 1), rem, reset, retry, 0}
     end
   end
   for i = 1, n do
     local o = out[i]
     results[#results + 1] = struct.pack('<dddd', o[1], o[2], o[3], o[4])
+    if o[1] > 1 then
+      results[#results + 1] = struct.pack('<d', o[5]) -- a grant's generation
+    end
   end
 end
 

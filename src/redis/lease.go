@@ -67,6 +67,7 @@ type giveBack struct {
 	rule    limiter.Rule
 	window  int64
 	n, size uint64
+	gen     int64 // the generation of Redis's record that granted it
 }
 
 // leaseSlice is a replica's budget on one key.
@@ -83,9 +84,13 @@ type sliceFields struct {
 	left   uint64
 	window int64
 	until  time.Time
+	// gen is the generation of Redis's record of the key's slices that
+	// granted this one (see batch.lua's held hits).
+	gen int64
 	// size is what the slice was granted in all: Redis holds it against
-	// refunds until the slice goes back.
-	size uint64
+	// refunds until the slice goes back. returns counts the give-backs:
+	// hits taken before one can no longer be put back (see putBack).
+	size, returns uint64
 	// remaining is what Redis said remains beyond every slice it granted,
 	// as of its last answer; reset is when the window's count empties.
 	remaining uint64
@@ -164,7 +169,7 @@ func (sl *leaseSlice) returnable(now time.Time) bool {
 
 // back is sl given back (sl.mu held).
 func (sl *leaseSlice) back(key string) giveBack {
-	return giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left, size: sl.size}
+	return giveBack{key: key, rule: sl.rule, window: sl.window, n: sl.left, size: sl.size, gen: sl.gen}
 }
 
 // queue schedules sl's unspent hits for return (sl.mu held).
@@ -175,6 +180,7 @@ func (l *leases) queue(key string, sl *leaseSlice, now time.Time) {
 		l.mu.Unlock()
 	}
 	sl.left, sl.size = 0, 0
+	sl.returns++
 }
 
 // leaseUse is what a leased hit did with its slice.
@@ -185,6 +191,8 @@ type leaseUse struct {
 	local  bool
 	took   uint64
 	window int64
+	// returns is the slice's count of give-backs when it answered.
+	returns uint64
 	// want is the lease parameter of its call to Redis: the slice it asks
 	// for.
 	want uint64
@@ -212,7 +220,7 @@ func (l *leases) admit(key string, sl *leaseSlice, h *limiter.Hit, now time.Time
 		if sl.returnable(now) {
 			u.back = sl.back(key)
 		}
-		sl.sliceFields = sliceFields{rule: h.Rule, lastUse: now}
+		sl.sliceFields = sliceFields{rule: h.Rule, lastUse: now, returns: sl.returns + 1}
 	}
 	if !dryRun {
 		sl.seen += h.Cost
@@ -220,13 +228,14 @@ func (l *leases) admit(key string, sl *leaseSlice, h *limiter.Hit, now time.Time
 	}
 	if now.Before(sl.until) && !h.Refund && sl.left >= max(h.Cost, 1) {
 		sl.left -= h.Cost
-		u.local, u.took, u.window, u.base = true, h.Cost, sl.window, sl.remaining
+		u.local, u.took, u.window, u.base, u.returns = true, h.Cost, sl.window, sl.remaining, sl.returns
 		return limiter.Outcome{Allowed: true, Remaining: sl.remaining + sl.left, ResetAfter: sl.reset.Sub(now)}, u
 	}
 	if sl.returnable(now) {
 		u.back = sl.back(key)
 	}
 	sl.left, sl.size = 0, 0
+	sl.returns++
 	if !h.Refund && !dryRun && mayTake && !sl.taking {
 		u.want = l.want(sl, now)
 		sl.since, sl.seen = now, 0
@@ -237,7 +246,12 @@ func (l *leases) admit(key string, sl *leaseSlice, h *limiter.Hit, now time.Time
 
 // want sizes a slice: the hits seen since the last call that could
 // grant, scaled from the time they took to Interval, or to the window's
-// end when that comes sooner; at most the limit.
+// end when that comes sooner. The time is taken as at least minRateSpan:
+// hits of concurrent callers arrive microseconds apart, and a rate
+// measured over such a gap is no rate. And a slice is at most a
+// maxSliceShare-th of the limit, whatever the rate: it is what other
+// replicas cannot spend while this one holds it, and what this one
+// strands until the window ends if it dies holding it.
 func (l *leases) want(sl *leaseSlice, now time.Time) uint64 {
 	if sl.since.IsZero() {
 		return 0 // no rate yet: the first hit only starts the clock
@@ -246,10 +260,19 @@ func (l *leases) want(sl *leaseSlice, now time.Time) uint64 {
 	if left := sl.until.Sub(now); left > 0 && left < horizon {
 		horizon = left // the window ends first; the next one starts afresh
 	}
-	elapsed := max(now.Sub(sl.since), time.Microsecond)
+	elapsed := max(now.Sub(sl.since), minRateSpan)
 	w := float64(sl.seen) * float64(horizon) / float64(elapsed)
-	return uint64(min(w, float64(sl.rule.Limit)))
+	return uint64(min(w, float64(maxSlice(sl.rule.Limit))))
 }
+
+// minRateSpan and maxSliceShare bound a slice (see want).
+const (
+	minRateSpan   = time.Millisecond
+	maxSliceShare = 16
+)
+
+// maxSlice is the largest slice of a limit: a maxSliceShare-th, at least 1.
+func maxSlice(limit uint64) uint64 { return max(limit/maxSliceShare, 1) }
 
 // slack is how long after a slice's window ends its count still matters:
 // a sliding window's count weighs on the next window.
@@ -262,13 +285,16 @@ func slack(r limiter.Rule) time.Duration {
 
 // putBack returns what u took from its slice after the batch counted
 // nothing, unless the slice has moved to another window meanwhile (then
-// those hits ended with theirs).
+// those hits ended with theirs) or went back to Redis: Redis then no
+// longer holds them for this replica, and admitting them again could
+// pass the limit (after a restart they may be counted nowhere). They
+// stay counted instead: never over the limit, at worst as many under.
 func (u *leaseUse) putBack() {
 	if u.sl == nil || u.took == 0 {
 		return
 	}
 	u.sl.mu.Lock()
-	if u.sl.window == u.window {
+	if u.sl.window == u.window && u.sl.returns == u.returns {
 		u.sl.left += u.took
 	}
 	u.sl.mu.Unlock()
@@ -321,7 +347,7 @@ func (l *leases) took(key string, sl *leaseSlice, h *limiter.Hit, out limiter.Ou
 		// The rule changed while the call was out: the slice goes back.
 		if g.extra > 0 {
 			l.mu.Lock()
-			l.returns = append(l.returns, giveBack{key: key, rule: h.Rule, window: g.window, n: g.extra, size: g.extra})
+			l.returns = append(l.returns, giveBack{key: key, rule: h.Rule, window: g.window, n: g.extra, size: g.extra, gen: g.gen})
 			l.mu.Unlock()
 		}
 		return
@@ -337,9 +363,14 @@ func (l *leases) took(key string, sl *leaseSlice, h *limiter.Hit, out limiter.Ou
 	st := l.ruleStats(h.Rule.Lease)
 	st.taken.Add(1)
 	st.leased.Add(g.extra)
-	if g.window != sl.window || !sent.Before(sl.until) {
-		sl.left, sl.size = 0, 0 // a slice of an earlier window ended with it
+	if g.window != sl.window || !sent.Before(sl.until) || g.gen != sl.gen {
+		// A slice of an earlier window ended with it; one of another
+		// generation was granted by a counter Redis has since forgotten
+		// (restarted or flushed): admitting from it could pass the limit.
+		sl.left, sl.size = 0, 0
+		sl.returns++
 	}
+	sl.gen = g.gen
 	sl.left += g.extra
 	sl.size += g.extra
 	sl.window = g.window
@@ -384,24 +415,46 @@ func (s *Store) applyLeased(ctx context.Context, b limiter.Batch) ([]limiter.Out
 // admitLocally answers the hits their slices can (into outs) and returns
 // the batch of those Redis must decide, their indexes in b, and the
 // slices to give back first.
+//
+// A batch that may count nothing (a dry run, all or nothing) can take
+// from a slice and then give that slice back for a later hit: its earlier
+// hits then go back with the slice and to Redis with the rest, so that
+// Redis decides on everything the slice held, and nothing taken from a
+// slice already given back has to come back to it (see putBack).
 func (s *Store) admitLocally(b limiter.Batch, now time.Time, outs []limiter.Outcome, uses []leaseUse) (rest limiter.Batch, restIdx []int, backs []giveBack) {
-	rest = limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
+	mayUncount := b.DryRun || b.AllOrNothing
 	for i := range b.Hits {
 		h := &b.Hits[i]
-		if h.Rule.Lease != "" {
-			if sl := s.leases.get(h, now); sl != nil {
-				out, u := s.leases.admit(h.Key, sl, h, now, b.DryRun, lastOnKey(b.Hits, i))
-				uses[i] = u
-				if u.local {
-					outs[i] = out
-					continue
-				}
-				if u.back.n > 0 || u.back.size > 0 {
-					backs = append(backs, u.back)
+		if h.Rule.Lease == "" {
+			continue
+		}
+		sl := s.leases.get(h, now)
+		if sl == nil {
+			continue
+		}
+		out, u := s.leases.admit(h.Key, sl, h, now, b.DryRun, lastOnKey(b.Hits, i))
+		if u.local {
+			outs[i], uses[i] = out, u
+			continue
+		}
+		if mayUncount && (u.back.n > 0 || u.back.size > 0) {
+			for j := range i {
+				if t := &uses[j]; t.local && t.sl == sl && t.window == u.back.window {
+					u.back.n += t.took
+					uses[j], outs[j] = leaseUse{sl: sl}, limiter.Outcome{}
 				}
 			}
 		}
-		rest.Hits, restIdx = append(rest.Hits, *h), append(restIdx, i)
+		uses[i] = u
+		if u.back.n > 0 || u.back.size > 0 {
+			backs = append(backs, u.back)
+		}
+	}
+	rest = limiter.Batch{Now: b.Now, AllOrNothing: b.AllOrNothing, DryRun: b.DryRun}
+	for i := range b.Hits {
+		if !uses[i].local {
+			rest.Hits, restIdx = append(rest.Hits, b.Hits[i]), append(restIdx, i)
+		}
 	}
 	return rest, restIdx, backs
 }
@@ -484,9 +537,11 @@ func (s *Store) giveBack(ctx context.Context, backs []giveBack) error {
 	params := make([]uint64, len(backs))
 	for i, r := range backs {
 		// A window algorithm has no burst: the give-back carries the
-		// slice's size there (see batch.lua's lease_return).
+		// slice's size there, and in the limit, which a give-back does
+		// not use, the generation of the record that granted it (see
+		// batch.lua's give_back).
 		rule := r.rule
-		rule.Burst = r.size
+		rule.Burst, rule.Limit = r.size, uint64(r.gen)
 		b.Hits[i] = limiter.Hit{Key: r.key, Rule: rule, Cost: r.n, Refund: true}
 		params[i] = uint64(r.window) + 1
 	}

@@ -198,8 +198,8 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	}
 }
 
-// sendMerged sends the whole batch as one call and splits the reply: 32
-// bytes per hit, decision after decision.
+// sendMerged sends the whole batch as one call and splits the reply,
+// decision after decision (see answerBytes).
 func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, batch []*call) {
 	var keys []string
 	var args []any
@@ -209,20 +209,30 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 	}
 	reply, err := run(ctx, client, fn, keys, args).Result()
 	packed, ok := reply.(string)
-	if err == nil && (!ok || len(packed) != 32*len(keys)) {
-		err = fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(packed), len(keys))
+	if err == nil && !ok {
+		err = fmt.Errorf("redis: unexpected script reply %T for %d hits", reply, len(keys))
 	}
 	off := 0
 	for _, c := range batch {
-		if err != nil {
-			c.err = err
-			continue
+		if err == nil {
+			n, whole := answerBytes(packed[off:], len(c.keys))
+			if !whole {
+				err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d hits", len(packed), len(keys))
+			} else {
+				// A call run again (as the script, after the function was
+				// found missing) drops the error of its first run.
+				c.reply, c.err = packed[off:off+n], nil
+				off += n
+				continue
+			}
 		}
-		n := 32 * len(c.keys)
-		// A call run again (as the script, after the function was found
-		// missing) drops the error of its first run.
-		c.reply, c.err = packed[off:off+n], nil
-		off += n
+		c.err = err
+	}
+	if err == nil && off != len(packed) {
+		err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d hits", len(packed), len(keys))
+		for _, c := range batch {
+			c.reply, c.err = nil, err
+		}
 	}
 }
 

@@ -138,14 +138,44 @@ func putDoubles(b []byte, vs ...float64) {
 type grant struct {
 	extra  uint64
 	window int64
+	// gen is the generation of the key's record of slices (see batch.lua's
+	// held hits), which a give-back names.
+	gen int64
 }
 
-// parseOutcomes reads batch.lua's reply: 4 little-endian doubles per hit.
-// A hit granted a slice gets it in grants, when not nil.
+// answerBytes is how many bytes of b answer its first hits hits (see
+// parseOutcomes), and whether b holds them all.
+func answerBytes(b string, hits int) (int, bool) {
+	at := 0
+	for range hits {
+		if at+32 > len(b) {
+			return 0, false
+		}
+		// The first double is 0 (rejected), 1 (allowed) or 1 + a slice,
+		// which a fifth double follows.
+		allowed := math.Float64frombits(uint64(b[at]) | uint64(b[at+1])<<8 | uint64(b[at+2])<<16 | uint64(b[at+3])<<24 |
+			uint64(b[at+4])<<32 | uint64(b[at+5])<<40 | uint64(b[at+6])<<48 | uint64(b[at+7])<<56)
+		at += 32
+		if allowed > 1 {
+			at += 8
+		}
+	}
+	if at > len(b) {
+		return 0, false
+	}
+	return at, true
+}
+
+// parseOutcomes reads batch.lua's reply: 4 little-endian doubles per hit,
+// and a fifth after a hit granted a slice. A hit granted a slice gets it
+// in grants, when not nil.
 func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) {
 	b, ok := reply.(string)
-	if !ok || len(b) != 4*8*n {
-		return nil, fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(b), n)
+	bad := func() error {
+		return fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(b), n)
+	}
+	if !ok || len(b) < 4*8*n || len(b)%8 != 0 {
+		return nil, bad()
 	}
 	f := func(i int) int64 {
 		var u uint64
@@ -155,21 +185,34 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 		return int64(math.Float64frombits(u))
 	}
 	outs := make([]limiter.Outcome, n)
+	at := 0 // the double where hit i's answer starts
 	for i := range outs {
-		allowed, retry := f(4*i), f(4*i+3)
-		if allowed > 1 {
-			// A slice: the retry double names its window.
-			if grants != nil {
-				grants[i] = grant{extra: uint64(allowed - 1), window: retry}
-			}
-			retry = 0
+		if 8*(at+4) > len(b) {
+			return nil, bad()
 		}
+		allowed, retry := f(at), f(at+3)
 		outs[i] = limiter.Outcome{
 			Allowed:    allowed >= 1,
-			Remaining:  uint64(max(f(4*i+1), 0)),
-			ResetAfter: time.Duration(max(f(4*i+2), 0)) * time.Microsecond,
-			RetryAfter: time.Duration(max(retry, 0)) * time.Microsecond,
+			Remaining:  uint64(max(f(at+1), 0)),
+			ResetAfter: time.Duration(max(f(at+2), 0)) * time.Microsecond,
 		}
+		at += 4
+		if allowed > 1 {
+			// A slice: the retry double names its window, a fifth its
+			// generation.
+			if 8*(at+1) > len(b) {
+				return nil, bad()
+			}
+			if grants != nil {
+				grants[i] = grant{extra: uint64(allowed - 1), window: retry, gen: f(at)}
+			}
+			retry = 0
+			at++
+		}
+		outs[i].RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
+	}
+	if 8*at != len(b) {
+		return nil, bad()
 	}
 	return outs, nil
 }
