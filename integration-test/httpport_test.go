@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +279,87 @@ func TestSilentConnectionsGiveWay(t *testing.T) {
 	}
 	if code, err := get(keepAlive); err != nil || code != 200 || !reused {
 		t.Errorf("the keep-alive client after the flood: %d %v, reused its connection %v; want 200 on the same connection", code, err, reused)
+	}
+}
+
+// TestStalledRequestsGiveWay: connections that send a request's first
+// bytes and then nothing, redialled as soon as one is closed, fill an HTTP
+// port's cap; they count as silent (no request read yet), so they give
+// way to new connections and health probes get through while the flood
+// goes on, rather than wait for the 10 s header timeout, whose closes the
+// redials would take.
+func TestStalledRequestsGiveWay(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+	env["HTTP_MAX_CONNECTIONS"], env["HTTP_MAX_CONNECTIONS_PER_ADDRESS"] = "40", "10"
+	p := start(t, env)
+	from := func(last byte) *net.Dialer {
+		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
+	}
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	var placed atomic.Int64 // places the flood has taken once
+	for a := byte(2); a <= 5; a++ {
+		for range 10 {
+			flood.Add(1)
+			go func() { // one place, held by stalled requests until stop (two minutes at most)
+				defer flood.Done()
+				first := true
+				for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
+					c, err := from(a).Dial("tcp", p.httpAddr)
+					if err != nil {
+						continue
+					}
+					if _, err := io.WriteString(c, "GET /healthcheck HTTP/1.1\r\n"); err == nil && first {
+						first = false
+						placed.Add(1)
+					}
+					closed := make(chan struct{})
+					go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
+					select {
+					case <-closed:
+					case <-stop:
+						c.Close()
+						return
+					}
+					c.Close()
+				}
+			}()
+		}
+	}
+	defer func() { close(stop); flood.Wait() }()
+	probe := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: from(8).DialContext}}
+	get := func() error {
+		resp, err := probe.Get("http://" + p.httpAddr + "/healthcheck")
+		if err != nil {
+			return err
+		}
+		readBody(resp)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for end := time.Now().Add(time.Minute); placed.Load() < 40; {
+		if time.Now().After(end) {
+			t.Fatalf("the flood took %d places in a minute, want the cap's 40", placed.Load())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the flood's start
+	}
+	// Polled: the first probe may still race the flood's first dials.
+	for end := time.Now().Add(time.Minute); get() != nil; {
+		if time.Now().After(end) {
+			t.Fatal("no probe answered within a minute of the flood")
+		}
+		time.Sleep(100 * time.Millisecond) // polling the service
+	}
+	failed := 0
+	for range 20 {
+		if err := get(); err != nil {
+			failed++
+			t.Logf("probe during the flood: %v", err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 20 probes failed while stalled requests were redialled", failed)
 	}
 }

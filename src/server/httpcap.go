@@ -39,7 +39,8 @@ const (
 )
 
 // capListener caps an HTTP listener's connections. Silent connections
-// (accepted, not a byte of a request sent yet) and idle keep-alive ones
+// (accepted, and not yet a whole request's headers sent: nothing, or a
+// request's first bytes and then nothing) and idle keep-alive ones
 // give way: at a cap, a new connection closes the silent one accepted
 // first, else the one idle longest (of its address, at the per-address
 // cap), and takes its place, so that thousands of silent or idle
@@ -65,7 +66,9 @@ type capConn struct {
 	// accepted while it is silent; zero while it reads or answers one
 	// (guarded by cl.mu, as silent).
 	idleSince time.Time
-	// silent is set until the connection's first request byte arrives.
+	// silent is set until the connection's first request is read whole
+	// (net/http's StateActive comes after the headers, not the first
+	// byte), so one that sends a byte and stops stays silent.
 	silent bool
 	closed atomic.Bool
 }
