@@ -13,19 +13,31 @@ import (
 
 // manageMemory sets Go's memory limit from the container's (unless
 // GOMEMLIMIT is set), so that near it the collector works harder instead of
-// the process being killed and the embedded store losing its counters, and
-// gives memory back to the OS after a spike until ctx ends.
+// the process being killed and the embedded store losing its counters;
+// without either, it keeps the limit at twice the live heap (at least
+// followFloor), so that bursts of large requests cannot grow the heap to
+// GOGC's several times what is live. It gives memory back to the OS after
+// a spike until ctx ends.
 func manageMemory(ctx context.Context, log logrus.FieldLogger) {
+	var follow uint64
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		if limit, ok := memtrim.CgroupLimit(os.DirFS("/")); ok {
 			debug.SetMemoryLimit(memtrim.SoftLimit(limit))
 			log.WithField("limit_mib", memtrim.SoftLimit(limit)>>20).Info("Go memory limit set to 90% of the container's")
+		} else {
+			follow = followFloor
+			log.WithField("floor_mib", followFloor>>20).Info("Go memory limit follows the live heap: twice it, at least the floor")
 		}
 	}
-	go memtrim.Run(ctx, memtrim.Options{OnTrim: func(held uint64) {
+	go memtrim.Run(ctx, memtrim.Options{Follow: follow, OnTrim: func(held uint64) {
 		log.WithField("held_mib", held>>20).Debug("returned memory to the OS after a quiet spell")
 	}})
 }
+
+// followFloor is the least the followed memory limit is: far above what
+// the service holds with a config of thousands of rules, so that it rarely
+// binds outside bursts.
+const followFloor = 256 << 20
 
 // loadGCPercent is the collector's target while a config loads. Loading
 // 100,000 rules makes garbage several times the config's size (yaml.v3's

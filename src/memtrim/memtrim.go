@@ -30,6 +30,20 @@ type Options struct {
 	Slack uint64
 	// OnTrim, when set, hears of each trim with the bytes held before it.
 	OnTrim func(held uint64)
+	// Follow, when not 0, keeps Go's soft memory limit at twice the live
+	// heap, and at least Follow bytes, from one look to the next (for a
+	// process that has no limit of its own: see FollowLimit).
+	Follow uint64
+}
+
+// FollowLimit is the soft memory limit Follow sets for a live heap of
+// live bytes: twice it, at least floor. With a high GOGC the heap grows to
+// several times what is live before a collection, so a burst of large
+// requests held hundreds of MB that a process with a few dozen live never
+// needed; under this limit the collector runs sooner instead, and a heap
+// that truly grows raises the limit at the next look.
+func FollowLimit(live, floor uint64) int64 {
+	return int64(max(2*live, floor))
 }
 
 // Sample is what one look at the heap sees.
@@ -83,6 +97,9 @@ func Run(ctx context.Context, o Options) {
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
 	prev := Read()
+	if o.Follow > 0 {
+		debug.SetMemoryLimit(FollowLimit(prev.Live, o.Follow))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,6 +117,9 @@ func Run(ctx context.Context, o Options) {
 				o.OnTrim(cur.Held)
 			}
 			cur = Read()
+		}
+		if o.Follow > 0 {
+			debug.SetMemoryLimit(FollowLimit(cur.Live, o.Follow))
 		}
 		prev = cur
 	}

@@ -30,13 +30,30 @@ import (
 // like any other (configs are escaped alike when loaded, so matching by
 // value is unaffected). Valid requests take the default codec's path, and
 // nearly all of them hold no backslash.
-type lenientCodec struct{ encoding.CodecV2 }
+//
+// It also takes a large request's bytes from budget before decoding it,
+// and leaves one that does not fit undecoded (see byteBudget).
+type lenientCodec struct {
+	encoding.CodecV2
+	budget *byteBudget
+}
 
-func newLenientCodec() lenientCodec {
-	return lenientCodec{encoding.GetCodecV2(protocodec.Name)}
+func newLenientCodec(budget *byteBudget) lenientCodec {
+	return lenientCodec{encoding.GetCodecV2(protocodec.Name), budget}
 }
 
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*rlsv3.RateLimitRequest); ok && c.budget != nil && !c.budget.admit(req, data.Len()) {
+		return nil // answered ResourceExhausted by the budget's interceptor
+	}
+	err := c.unmarshal(data, v)
+	if err != nil && c.budget != nil {
+		c.budget.release(v)
+	}
+	return err
+}
+
+func (c lenientCodec) unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
 	if err == nil {
 		if req, ok := v.(*rlsv3.RateLimitRequest); ok {

@@ -75,7 +75,7 @@ func TestLenientCodec(t *testing.T) {
 			},
 			nil, false},
 	}
-	codec := newLenientCodec()
+	codec := newLenientCodec(nil)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			wire := tc.wire(t)
@@ -107,7 +107,7 @@ func FuzzLenientCodec(f *testing.F) {
 	f.Add(b)
 	f.Add(bytes.Replace(b, []byte("caf#"), []byte("caf\xe9"), 1))
 	f.Add([]byte{0x0a, 0x02, 0xff, 0xfe})
-	codec := newLenientCodec()
+	codec := newLenientCodec(nil)
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		req := &rlsv3.RateLimitRequest{}
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, req); err != nil {

@@ -69,6 +69,10 @@ type Options struct {
 	// a larger one is refused from its length prefix, before its body is
 	// buffered. 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int
+	// MaxRequestBytesInFlight bounds the bytes of large requests being
+	// handled at once (GRPC_MAX_REQUEST_BYTES_IN_FLIGHT, see byteBudget);
+	// 0 means DefaultMaxRequestBytesInFlight.
+	MaxRequestBytesInFlight int
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// (GRPC_MAX_CONCURRENT_STREAMS); 0 means DefaultMaxConcurrentStreams.
 	MaxConcurrentStreams uint32
@@ -99,6 +103,10 @@ const (
 	// (its default header limit is 60 KiB, and descriptors are made from
 	// headers) and small enough that many concurrent requests stay cheap.
 	DefaultMaxRequestBytes = 256 << 10
+	// DefaultMaxRequestBytesInFlight lets 256 requests of the default
+	// REQUEST_MAX_BYTES be handled at once (each costs a few times its
+	// size); Envoy's, under a kilobyte, are not counted (see byteBudget).
+	DefaultMaxRequestBytesInFlight = 64 << 20
 	// DefaultMaxConcurrentStreams is per connection; Envoy opens another
 	// connection when one is full.
 	DefaultMaxConcurrentStreams = 1000
@@ -215,6 +223,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.MaxRequestBytesInFlight <= 0 {
+		o.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight
 	}
 	o.Timeouts = o.Timeouts.withDefaults()
 	o.Guard = o.Guard.WithDefaults()
@@ -358,6 +369,7 @@ func removeStaleSocket(path string) error {
 // what one client may hold, keepalive, and the lenient codec.
 func grpcOptions(o Options, gl *h2guard.Listener) []grpc.ServerOption {
 	sopts := slices.Clone(o.GRPCOptions)
+	budget := newByteBudget(o.MaxRequestBytesInFlight)
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(gl.Creds(credentials.NewTLS(o.TLS))))
 	}
@@ -368,9 +380,12 @@ func grpcOptions(o Options, gl *h2guard.Listener) []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: o.Timeouts.KeepaliveTime, Timeout: o.Timeouts.KeepaliveTimeout, MaxConnectionIdle: o.MaxConnectionIdle,
 			MaxConnectionAge: o.MaxConnectionAge, MaxConnectionAgeGrace: o.MaxConnectionAgeGrace}),
-		grpc.ChainUnaryInterceptor(h2guard.InFlightLimit(o.Guard.MaxInFlight, o.OnGuard)),
+		// The budget's interceptor first: it settles every request the
+		// codec took bytes for, whatever the others answer.
+		grpc.ChainUnaryInterceptor(budget.interceptor(func() { o.OnGuard(h2guard.EventCallRefused) }),
+			h2guard.InFlightLimit(o.Guard.MaxInFlight, o.OnGuard)),
 		keepaliveEnforcement(keepaliveMinTime),
-		grpc.ForceServerCodecV2(newLenientCodec()))
+		grpc.ForceServerCodecV2(newLenientCodec(budget)))
 	return append(sopts, Tuning()...)
 }
 

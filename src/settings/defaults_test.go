@@ -38,6 +38,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"REQUEST_MAX_KEYS":                 service.DefaultLimits.MaxKeys,
 		"REQUEST_MAX_BYTES":                server.DefaultMaxRequestBytes,
 		"GRPC_MAX_CONCURRENT_STREAMS":      server.DefaultMaxConcurrentStreams,
+		"GRPC_MAX_REQUEST_BYTES_IN_FLIGHT": server.DefaultMaxRequestBytesInFlight,
 		"GRPC_MAX_CONNECTIONS":             h2guard.Default.MaxConnections,
 		"GRPC_MAX_CONNECTIONS_PER_ADDRESS": h2guard.Default.MaxConnectionsPerAddress,
 		"GRPC_MAX_CALLS_IN_FLIGHT":         h2guard.Default.MaxInFlight,

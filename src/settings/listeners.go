@@ -115,18 +115,19 @@ func (l Listeners) GuardOptions() h2guard.Options {
 // what runs behind them (the service, handlers, TLS config, metrics, log).
 func (s Settings) ServerOptions() server.Options {
 	return server.Options{
-		GRPCAddr:              hostPort(s.GRPCHost, s.GRPCPort),
-		GRPCUnixSocket:        s.GRPCUDS,
-		HTTPAddr:              hostPort(s.Host, s.Port),
-		DebugAddr:             hostPort(s.DebugHost, s.DebugPort),
-		MaxRequestBytes:       s.RequestMaxBytes,
-		MaxConcurrentStreams:  uint32(s.GRPCMaxConcurrentStreams),
-		MaxConnectionIdle:     s.GRPCMaxConnectionIdle,
-		Guard:                 s.GuardOptions(),
-		HTTPLimits:            server.HTTPLimits{MaxConnections: s.HTTPMaxConnections, MaxConnectionsPerAddress: s.HTTPMaxConnectionsPerAddress},
-		MetricsPath:           s.PrometheusPath,
-		MaxConnectionAge:      s.GRPCMaxConnectionAge,
-		MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
+		GRPCAddr:                hostPort(s.GRPCHost, s.GRPCPort),
+		GRPCUnixSocket:          s.GRPCUDS,
+		HTTPAddr:                hostPort(s.Host, s.Port),
+		DebugAddr:               hostPort(s.DebugHost, s.DebugPort),
+		MaxRequestBytes:         s.RequestMaxBytes,
+		MaxRequestBytesInFlight: s.GRPCMaxRequestBytesInFlight,
+		MaxConcurrentStreams:    uint32(s.GRPCMaxConcurrentStreams),
+		MaxConnectionIdle:       s.GRPCMaxConnectionIdle,
+		Guard:                   s.GuardOptions(),
+		HTTPLimits:              server.HTTPLimits{MaxConnections: s.HTTPMaxConnections, MaxConnectionsPerAddress: s.HTTPMaxConnectionsPerAddress},
+		MetricsPath:             s.PrometheusPath,
+		MaxConnectionAge:        s.GRPCMaxConnectionAge,
+		MaxConnectionAgeGrace:   s.GRPCMaxConnectionAgeGrace,
 	}
 }
 

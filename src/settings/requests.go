@@ -18,6 +18,9 @@ type Requests struct {
 	// limits (store keys) one request's descriptors match, summed (ours).
 	RequestMaxHits uint64 `envconfig:"REQUEST_MAX_HITS" default:"1099511627776"`
 	RequestMaxKeys int    `envconfig:"REQUEST_MAX_KEYS" default:"256"`
+	// GRPCMaxRequestBytesInFlight bounds the bytes of large requests
+	// handled at once; past it, ResourceExhausted (ours).
+	GRPCMaxRequestBytesInFlight int `envconfig:"GRPC_MAX_REQUEST_BYTES_IN_FLIGHT" default:"67108864"`
 }
 
 // validateRequestBounds checks the bounds on requests and on what gRPC clients may hold.
@@ -31,7 +34,7 @@ func (s Settings) validateRequestBounds(bad complaint) {
 		{"GRPC_MAX_CONNECTIONS_PER_ADDRESS", s.GRPCMaxConnectionsPerAddress},
 		{"HTTP_MAX_CONNECTIONS", s.HTTPMaxConnections}, {"HTTP_MAX_CONNECTIONS_PER_ADDRESS", s.HTTPMaxConnectionsPerAddress},
 		{"GRPC_MAX_CALLS_IN_FLIGHT", s.GRPCMaxCallsInFlight}, {"GRPC_MAX_RESETS_PER_SECOND", s.GRPCMaxResetsPerSecond},
-		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}} {
+		{"GRPC_MAX_CONCURRENT_STREAMS", s.GRPCMaxConcurrentStreams}, {"GRPC_MAX_REQUEST_BYTES_IN_FLIGHT", s.GRPCMaxRequestBytesInFlight}} {
 		if l.v < 1 {
 			bad(l.name, "must be at least 1, got %d", l.v)
 		}
@@ -44,5 +47,9 @@ func (s Settings) validateRequestBounds(bad complaint) {
 	}
 	if s.RequestMaxHits < 1 {
 		bad("REQUEST_MAX_HITS", "must be at least 1")
+	}
+	if s.GRPCMaxRequestBytesInFlight < s.RequestMaxBytes {
+		bad("GRPC_MAX_REQUEST_BYTES_IN_FLIGHT", "must be at least REQUEST_MAX_BYTES (%d), or a request of that size is never served; got %d",
+			s.RequestMaxBytes, s.GRPCMaxRequestBytesInFlight)
 	}
 }
