@@ -271,3 +271,36 @@ func TestConfigVersionIsVisible(t *testing.T) {
 		t.Errorf("no reload log line names version %s:\n%s", v2, p.stderr)
 	}
 }
+
+// TestReloadErrorsOnePerLine: a reload that finds two broken files logs
+// each error as its own entry, in text and JSON logs alike, never one
+// line with a literal \n between them.
+func TestReloadErrorsOnePerLine(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"a.yaml": limitYAML("a", 10), "b.yaml": limitYAML("b", 10)})
+			env["LOG_FORMAT"] = format
+			dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+			p := start(t, env)
+			writeFiles(t, dir, map[string]string{
+				"a.yaml": limitYAML("a", 10) + "  - key: k\n    rate_limit: {unit: fortnight}\n",
+				"b.yaml": limitYAML("b", 10) + "  - key: k\n    rate_limit: {unit: eon}\n"})
+			var lines []string
+			eventually(t, "both files' errors logged", func() bool {
+				lines = nil
+				for _, l := range strings.Split(p.stderr.String(), "\n") {
+					if strings.Contains(l, "the last good config keeps serving") {
+						lines = append(lines, l)
+					}
+				}
+				all := strings.Join(lines, "\n")
+				return strings.Contains(all, "a.yaml:6:") && strings.Contains(all, "b.yaml:6:")
+			})
+			for _, l := range lines {
+				if strings.Count(l, ".yaml:") != 1 || strings.Contains(l, `\n`) {
+					t.Errorf("log entry %s: want one error in it", l)
+				}
+			}
+		})
+	}
+}

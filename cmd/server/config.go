@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,11 +67,11 @@ func newLoads(log logrus.FieldLogger) *loads {
 			if l.firstFile.Load() {
 				return
 			}
+			msg := "config load failed; the last good config keeps serving"
 			if l.holder.Load() == nil {
-				log.WithError(err).Error("config load failed; no config is serving yet")
-			} else {
-				log.WithError(err).Error("config load failed; the last good config keeps serving")
+				msg = "config load failed; no config is serving yet"
 			}
+			logEach(log, msg, err)
 			return
 		}
 		log.WithFields(logrus.Fields{"domains": cfg.Domains(), "version": cfg.Version()}).Info("config loaded")
@@ -120,7 +123,37 @@ func startFiles(ctx context.Context, s settings.Settings, _ logrus.FieldLogger, 
 	err = reload()
 	l.firstFile.Store(false)
 	if err != nil && !s.ForceStartWithoutInitialConfig {
+		if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
+			return fmt.Errorf("the config directory %s does not exist: it is RUNTIME_ROOT (%q), RUNTIME_SUBDIRECTORY (%q) and "+
+				"RUNTIME_APPDIRECTORY (%q) joined; set them so that it names the directory of the YAML files%s, "+
+				"or FORCE_START_WITHOUT_INITIAL_CONFIG=true to start without a config",
+				dir, s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory, appDirHint(s))
+		}
 		return fmt.Errorf("load config from %s: %w", dir, err)
 	}
 	return nil
+}
+
+// appDirHint points out the common mistake of a RUNTIME_ROOT that already
+// ends in the app directory, which is then appended a second time.
+func appDirHint(s settings.Settings) string {
+	if app := s.RuntimeAppDirectory; app != "" && filepath.Base(filepath.Clean(s.RuntimeRoot)) == app {
+		return fmt.Sprintf(" (RUNTIME_ROOT already ends in %q, which RUNTIME_APPDIRECTORY appends again: "+
+			"set RUNTIME_ROOT to its parent)", app)
+	}
+	return ""
+}
+
+// logEach logs err's errors one entry each (a load reports every problem
+// it found, joined by newlines): in one entry they would read as one line
+// with literal \n between them in text logs, and as one string in JSON.
+func logEach(log logrus.FieldLogger, msg string, err error) {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	for _, line := range lines {
+		e := log.WithField("error", line)
+		if len(lines) > 1 {
+			e = e.WithField("errors", len(lines))
+		}
+		e.Error(msg)
+	}
 }

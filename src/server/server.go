@@ -246,16 +246,18 @@ func (o Options) withDefaults() Options {
 // and the metrics one when asked, in that order; on an error none stays
 // open.
 func listen(o Options) ([]net.Listener, error) {
-	type addr struct{ name, network, addr string }
-	addrs := []addr{{"gRPC", "tcp", o.GRPCAddr}, {"HTTP", "tcp", o.HTTPAddr}, {"debug", "tcp", o.DebugAddr}}
+	// settings names what sets each address, for the error a user fixes.
+	type addr struct{ name, network, addr, settings string }
+	addrs := []addr{{"gRPC", "tcp", o.GRPCAddr, "GRPC_HOST and GRPC_PORT"}, {"HTTP", "tcp", o.HTTPAddr, "HOST and PORT"},
+		{"debug", "tcp", o.DebugAddr, "DEBUG_HOST and DEBUG_PORT"}}
 	if o.GRPCUnixSocket != "" {
 		if err := removeStaleSocket(o.GRPCUnixSocket); err != nil {
 			return nil, err
 		}
-		addrs[0] = addr{"gRPC", "unix", o.GRPCUnixSocket}
+		addrs[0] = addr{"gRPC", "unix", o.GRPCUnixSocket, "GRPC_UDS"}
 	}
 	if o.MetricsAddr != "" {
-		addrs = append(addrs, addr{"metrics", "tcp", o.MetricsAddr})
+		addrs = append(addrs, addr{"metrics", "tcp", o.MetricsAddr, "PROMETHEUS_ADDR"})
 	}
 	lis := make([]net.Listener, 0, len(addrs))
 	for _, a := range addrs {
@@ -264,7 +266,7 @@ func listen(o Options) ([]net.Listener, error) {
 			for _, l := range lis {
 				_ = l.Close()
 			}
-			return nil, fmt.Errorf("listen for %s on %s: %w", a.name, a.addr, err)
+			return nil, fmt.Errorf("listen for %s on %s (set by %s): %w", a.name, a.addr, a.settings, err)
 		}
 		lis = append(lis, l)
 		o.Logger.Infof("listening for %s on %s", a.name, l.Addr())
