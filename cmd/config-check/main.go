@@ -234,7 +234,11 @@ func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds
 		return nil, "", 1
 	}
 	slices.Sort(domains)
-	return cfg, fmt.Sprintf("OK: %d files, domains %s", nfiles, strings.Join(domains, ", ")), 0
+	files := "files"
+	if nfiles == 1 {
+		files = "file"
+	}
+	return cfg, fmt.Sprintf("OK: %d %s, domains %s", nfiles, files, strings.Join(domains, ", ")), 0
 }
 
 // parseDescriptors reads "k=v,k2=v2;k3=v3" into descriptors, their

@@ -46,14 +46,14 @@ func TestRun(t *testing.T) {
 	}{
 		{"good file", []string{"-dump", good}, 0, "g.a: 1 per second", nil},
 		{"summary", []string{"-summary", "../../examples/ratelimit-config.yaml"}, 0, "example: 12 rules (4 wildcard), 13 limits, from ../../examples/ratelimit-config.yaml", nil},
-		{"example config", []string{"../../examples/ratelimit-config.yaml"}, 0, "OK: 1 files, domains example", nil},
+		{"example config", []string{"../../examples/ratelimit-config.yaml"}, 0, "OK: 1 file, domains example", nil},
 		{"every error, one per line", []string{filepath.Dir(bad)}, 1, "", []string{
 			bad + `:4: descriptors[0].rate_limit.unit: unknown unit "eon"`,
 			bad + `:5: descriptors[1]: missing key`}},
-		{"a ConfigMap's entries", []string{"../../examples/kubernetes/shared/config.yaml"}, 0, "OK: 1 files, domains example", nil},
-		{"unreachable rules are warnings", []string{unreachable}, 0, "OK: 1 files", []string{
+		{"a ConfigMap's entries", []string{"../../examples/kubernetes/shared/config.yaml"}, 0, "OK: 1 file, domains example", nil},
+		{"unreachable rules are warnings", []string{unreachable}, 0, "OK: 1 file", []string{
 			"warning: " + unreachable + ":3: descriptors[0]: never matches: the key is 10 bytes and requests carry at most 8 (REQUEST_MAX_STRING_BYTES)"}},
-		{"a FIFO is skipped with a warning", []string{fifoDir}, 0, "OK: 1 files", []string{
+		{"a FIFO is skipped with a warning", []string{fifoDir}, 0, "OK: 1 file", []string{
 			"warning: " + filepath.Join(fifoDir, "pipe.yaml") + ": not a regular file (a named pipe)"}},
 		{"explain the example", []string{"-explain", "example", "api_key=k1,path=/api/upload/x;nothing=1", "../../examples/ratelimit-config.yaml"}, 0,
 			"  path=/api/upload/x: wildcard \"/api/upload/*\" (../../examples/ratelimit-config.yaml:40)\n" +

@@ -110,7 +110,11 @@ func (d *decoder) fields(n *yaml.Node, path string, allowed []string) map[string
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if !contains(allowed, k.Value) {
-			d.errf(k, join(path, k.Value), "unknown field %q", k.Value)
+			if guess := closest(k.Value, allowed); guess != "" {
+				d.errf(k, join(path, k.Value), "unknown field %q (did you mean %s?)", k.Value, guess)
+			} else {
+				d.errf(k, join(path, k.Value), "unknown field %q", k.Value)
+			}
 			continue
 		}
 		if _, dup := out[k.Value]; dup {
@@ -302,4 +306,46 @@ func plainStringKeys(n *yaml.Node) bool {
 		}
 	}
 	return true
+}
+
+// closest is the field of allowed that name was probably meant to be: the
+// same but for case, '_' and '-' (ratelimit, rateLimit), or at most two
+// edits away (desciptors); "" when none is.
+func closest(name string, allowed []string) string {
+	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s)) }
+	best, bestDist := "", 3
+	for _, a := range allowed {
+		if norm(a) == norm(name) {
+			return a
+		}
+		if d := editDistance(name, a); d < bestDist && d < len(a) {
+			best, bestDist = a, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, bytewise;
+// names are short, and a field name longer than 64 bytes is no near miss.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 1 << 30
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -300,3 +300,22 @@ func TestSyntaxErrorLines(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFieldSuggests: an unknown field close to a known one (case,
+// '_' or '-' aside, or a typo or two away) names it.
+func TestUnknownFieldSuggests(t *testing.T) {
+	for _, tc := range []struct{ field, want string }{
+		{"ratelimit", `unknown field "ratelimit" (did you mean rate_limit?)`},
+		{"rateLimit", `unknown field "rateLimit" (did you mean rate_limit?)`},
+		{"desciptors", `unknown field "desciptors" (did you mean descriptors?)`},
+		{"shadow-mode", `unknown field "shadow-mode" (did you mean shadow_mode?)`},
+		{"colour", `unknown field "colour"`},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    "+tc.field+": {unit: second, requests_per_unit: 1}\n"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || tc.want == `unknown field "colour"` && strings.Contains(err.Error(), "did you mean") {
+				t.Errorf("%s: %v, want %s", tc.field, err, tc.want)
+			}
+		})
+	}
+}

@@ -135,7 +135,9 @@ func Warnings() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
-		if why, ok := ignored[name]; ok {
+		// An empty value, common in manifests that list every variable,
+		// asks for nothing: no warning.
+		if why, ok := ignored[name]; ok && value != "" {
 			out = append(out, name+": ignored: "+why)
 			continue
 		}
