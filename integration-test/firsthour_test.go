@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,4 +39,37 @@ func TestStartupErrorsNameTheSettings(t *testing.T) {
 			t.Errorf("exit %d, want the error to name HOST and PORT:\n%s", code, out)
 		}
 	})
+}
+
+// TestLinkedConfigErrorsNameTheTarget: a config file linked into the
+// config directory from elsewhere (as make run links the example) is named
+// in errors by the file a user edits, the link's target; a Kubernetes
+// ConfigMap's entries, linked within the directory, keep their own names.
+func TestLinkedConfigErrorsNameTheTarget(t *testing.T) {
+	elsewhere := t.TempDir()
+	target := filepath.Join(elsewhere, "edited.yaml")
+	writeFiles(t, elsewhere, map[string]string{"edited.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
+	env := writeConfig(t, map[string]string{})
+	dir := filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+	if err := os.Symlink(target, filepath.Join(dir, "linked.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runToExit(t, env)
+	if code == 0 || !strings.Contains(out, target+":4: descriptors[0].rate_limit.unit") || strings.Contains(out, "linked.yaml:4") {
+		t.Errorf("exit %d, want the error at %s:4, not the link's name:\n%s", code, target, out)
+	}
+
+	// A ConfigMap: a.yaml -> ..data/a.yaml, ..data -> ..2026_11_26/.
+	env = writeConfig(t, map[string]string{})
+	dir = filepath.Join(env["RUNTIME_ROOT"], "ratelimit", "config")
+	writeFiles(t, filepath.Join(dir, "..2026_11_26"), map[string]string{"a.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon, requests_per_unit: 1}\n"})
+	for link, to := range map[string]string{"..data": "..2026_11_26", "a.yaml": "..data/a.yaml"} {
+		if err := os.Symlink(to, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out = runToExit(t, env)
+	if want := filepath.Join(dir, "a.yaml") + ":4:"; code == 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want the ConfigMap entry's own name %s:\n%s", code, want, out)
+	}
 }

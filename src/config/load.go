@@ -126,7 +126,7 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 			errs = append(errs, err)
 			continue
 		}
-		f, err := Parse(p, data)
+		f, err := Parse(editedName(p), data)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -137,6 +137,29 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 		return nil, err
 	}
 	return Build(files, opts)
+}
+
+// editedName is the name errors give the config file at p: p itself, or,
+// when p is a link to a file outside p's directory, that file, which is
+// the one a user edits (make run links the example config into its config
+// directory, say). A link within the directory (a Kubernetes ConfigMap's
+// entries point into its own ..data) keeps its own name.
+func editedName(p string) string {
+	if fi, err := os.Lstat(p); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return p
+	}
+	target, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return p
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return p
+	}
+	if rel, err := filepath.Rel(dir, target); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return p // within the directory (..data/… included)
+	}
+	return target
 }
 
 // LoadDir is FindFiles followed by LoadFiles. A directory without config
