@@ -75,7 +75,7 @@ func TestLeaseThroughTheBinary(t *testing.T) {
 		t.Errorf("two processes, 6,400 requests on a limit of 2,000: allowed %d, want at most 2000 and at least 98%%", allowed)
 	}
 	body := metricsBody(t, procs[0])
-	if !regexp.MustCompile(`ratelimit_lease_slices_total\{redis="REDIS",rule="api.route_hot"\} [1-9]`).MatchString(body) {
+	if !regexp.MustCompile(`ratelimit_lease_slices_total\{redis="main",rule="api.route_hot"\} [1-9]`).MatchString(body) {
 		t.Errorf("no slices counted for api.route_hot in /metrics:\n%s", grepLines(body, "ratelimit_lease_"))
 	}
 	for _, p := range procs {

@@ -117,7 +117,7 @@ func TestRedisPerSecond(t *testing.T) {
 				t.Fatal(err)
 			}
 			metrics := readBody(resp)
-			for _, want := range []string{`redis="REDIS"`, `redis="REDIS_PERSECOND"`} {
+			for _, want := range []string{`redis="main"`, `redis="per_second"`} {
 				if !strings.Contains(metrics, want) {
 					t.Errorf("/metrics has no series labelled %s", want)
 				}

@@ -97,7 +97,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	// Slices go back before the connections close.
 	release := func() { store.Close(); _ = client.Close() }
-	exportLeases(reg, strings.TrimSuffix(name, "_"), store)
+	exportLeases(reg, storeLabel(name), store)
 	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	if err := store.Preload(pctx); err != nil {
@@ -115,7 +115,7 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	}
 	if s.LocalCacheSizeInBytes > 0 {
 		reg.CounterFunc("ratelimit_local_cache_hits_total", "Hits answered OVER_LIMIT by the local cache without Redis.",
-			prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 { return float64(store.CacheHits()) })
+			prometheus.Labels{"redis": storeLabel(name)}, func() float64 { return float64(store.CacheHits()) })
 	}
 	log.WithFields(logrus.Fields{"type": r.Type, "url": redis.MaskURL(r.URL)}).Info("using redis")
 	if s.CircuitBreakerFailures == 0 {
@@ -145,7 +145,7 @@ func withBreaker(kind, name string, s settings.Settings, blog logrus.FieldLogger
 	probe func(context.Context) error) *limiter.Breaker {
 	var isOpen atomic.Bool
 	reg.GaugeFunc("ratelimit_circuit_breaker_open", "1 while the store's circuit breaker is open (answering by failure policy without calling it).",
-		prometheus.Labels{"redis": strings.TrimSuffix(name, "_")}, func() float64 {
+		prometheus.Labels{"redis": storeLabel(name)}, func() float64 {
 			if isOpen.Load() {
 				return 1
 			}
@@ -212,4 +212,17 @@ func exportLeases(reg *metrics.Registry, name string, store *redis.Store) {
 		}
 		return out
 	})
+}
+
+// storeLabel is the redis label of a store's series, from its settings'
+// prefix: main (REDIS_), per_second (REDIS_PERSECOND_) or memcache
+// (MEMCACHE_), rather than the prefix itself (redis="REDIS" read oddly).
+func storeLabel(prefix string) string {
+	switch prefix {
+	case "REDIS_":
+		return "main"
+	case "REDIS_PERSECOND_":
+		return "per_second"
+	}
+	return strings.ToLower(strings.TrimSuffix(prefix, "_"))
 }

@@ -61,6 +61,13 @@ func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDesc
 		for j := dp.First; j < dp.First+dp.Count; j++ {
 			fmt.Fprintf(&b, "  limit: %s  key %s\n", p.Refs[j].Limit, p.Hits[j].Key)
 		}
+		switch {
+		case dp.Count == 0:
+		case dp.Shadow():
+			b.WriteString("  shadow_mode: counted, and never rejects: past the limit the answer is still OK (the over-limit stats say it would have been rejected)\n")
+		case n != nil && n.quotaMode:
+			b.WriteString("  quota_mode: counted, and never rejects by itself: past the limit the answer is still OK unless another descriptor rejects\n")
+		}
 		if n != nil {
 			for _, l := range n.limits {
 				if !slices.ContainsFunc(p.Refs[dp.First:dp.First+dp.Count], func(r Ref) bool { return r.Limit == l }) && !l.Unlimited {

@@ -24,6 +24,9 @@ descriptors:
     descriptors:
       - key: team
         rate_limit: {unit: hour, requests_per_unit: 9}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
 func explainOf(t *testing.T, domain string, descs ...string) string {
@@ -84,6 +87,13 @@ descriptors[2] org=o,team=t,extra=x
   team=t: key only, any value (test.yaml:16)
   extra=x: no rule at depth 3 has key "extra" (or its value): nothing matches
   rule: none: answered OK without a limit
+`},
+		{"shadow mode: counted, never rejects", "d", []string{"trial=t"},
+			`descriptors[0] trial=t
+  trial=t: key only, any value (test.yaml:18)
+  rule: trial (test.yaml:18)
+  limit: 1 per hour, fixed_window  key {1:d5:trial1:t}:fw3600
+  shadow_mode: counted, and never rejects: past the limit the answer is still OK (the over-limit stats say it would have been rejected)
 `},
 		{"unknown domain", "zz", []string{"a=b"}, "domain \"zz\": not in the config: every descriptor is answered OK without a limit\n"},
 	}
