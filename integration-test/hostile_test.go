@@ -59,20 +59,28 @@ func connected(t *testing.T, c *grpc.ClientConn) {
 	}
 }
 
-// flood sends n concurrent requests, each with one value of size bytes,
-// over conns connections, and returns the error codes seen.
-func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
+// openConns opens n gRPC connections to p, each connected before it
+// returns, closed when the test ends.
+func openConns(t *testing.T, p *proc, n int) []*grpc.ClientConn {
 	t.Helper()
-	cs := make([]*grpc.ClientConn, conns)
+	cs := make([]*grpc.ClientConn, n)
 	for i := range cs {
 		c, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		connected(t, c)
 		cs[i] = c
 	}
+	return cs
+}
+
+// flood sends n concurrent requests, each with one value of size bytes,
+// over conns connections, and returns the error codes seen.
+func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
+	t.Helper()
+	cs := openConns(t, p, conns)
 	big := strings.Repeat("v", size)
 	var mu sync.Mutex
 	got := map[codes.Code]int{}

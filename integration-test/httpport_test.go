@@ -195,9 +195,6 @@ func TestSlowJSONBodiesFromOneAddress(t *testing.T) {
 			c.Close()
 		}
 	}()
-	from := func(last byte) *net.Dialer {
-		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
-	}
 	refused := 0
 	for range 64 {
 		c, err := from(2).Dial("tcp", p.httpAddr)
@@ -235,9 +232,6 @@ func TestSilentConnectionsGiveWay(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["HTTP_MAX_CONNECTIONS"], env["HTTP_MAX_CONNECTIONS_PER_ADDRESS"] = "40", "10"
 	p := start(t, env)
-	from := func(last byte) *net.Dialer {
-		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
-	}
 	// A client with a keep-alive connection, idle once it has its answer.
 	reused := false
 	keepAlive := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: from(7).DialContext}}
@@ -292,9 +286,6 @@ func TestStalledRequestsGiveWay(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["HTTP_MAX_CONNECTIONS"], env["HTTP_MAX_CONNECTIONS_PER_ADDRESS"] = "40", "10"
 	p := start(t, env)
-	from := func(last byte) *net.Dialer {
-		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
-	}
 	stop := make(chan struct{})
 	var flood sync.WaitGroup
 	var placed atomic.Int64 // places the flood has taken once
@@ -362,4 +353,10 @@ func TestStalledRequestsGiveWay(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%d of 20 probes failed while stalled requests were redialled", failed)
 	}
+}
+
+// from dials from loopback address 127.0.0.last: the service counts
+// clients by address, and loopback has many.
+func from(last byte) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, last)}, Timeout: 5 * time.Second}
 }

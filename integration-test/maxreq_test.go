@@ -10,9 +10,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -56,16 +54,7 @@ func TestMaximalRequestsMemoryBounded(t *testing.T) {
 	env := writeConfig(t, map[string]string{"deep.yaml": deepConfig()})
 	p := start(t, env)
 	before := memKB(t, p, "VmRSS")
-	conns := make([]*grpc.ClientConn, 8)
-	for i := range conns {
-		c, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		connected(t, c)
-		conns[i] = c
-	}
+	conns := openConns(t, p, 8)
 	reqs := make([]*rlsv3.RateLimitRequest, 400)
 	for i := range reqs {
 		reqs[i] = maximalRequest(i)
