@@ -14,11 +14,11 @@ SHELL := /bin/bash
 export CGO_ENABLED := 0
 export GOFLAGS := -trimpath -buildvcs=auto
 
-# Compile progress as it happens: go build -v names each package it
-# compiles; a line per 10 of them, and every other line (downloads, errors)
-# as it comes. fflush: Debian's awk (mawk) holds its output back otherwise,
-# even on a terminal.
-PROGRESS := awk '/^[^ :]+$$/ { if (++n % 10 == 0) { print "  " n " packages compiled"; fflush() } next } { print; fflush() }'
+# Compile progress as it happens (scripts/buildprogress): go build -v names
+# each package it compiles; a line per 10 of them, every other line
+# (downloads, errors) as it comes, and a line when one large package keeps
+# the build silent for 15 s.
+PROGRESS := $(GO) run ./scripts/buildprogress
 
 # The same steps as the Dockerfile's build stage.
 build:
@@ -90,8 +90,10 @@ pgo:
 	scripts/pgo.sh $(BENCHFLAGS)
 
 vet:
-	@echo "vet: downloading the modules (once) and compiling every package first (a few minutes with empty caches; a line per 10 packages)"
+	@echo "vet: downloading the modules (once) and compiling every package and what the tests use first (a few minutes with empty caches; a line per 10 packages)"
 	@$(GO) build -v ./... 2>&1 | $(PROGRESS)
+	@pkgs="$$($(GO) list -deps -test -f '{{if and (not .Standard) .GoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -e '\.test$$' -e ' ')" && \
+		$(GO) build -v $$pkgs 2>&1 | $(PROGRESS)
 	$(GO) vet ./...
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 

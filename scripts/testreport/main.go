@@ -29,7 +29,7 @@ type event struct {
 }
 
 func main() {
-	os.Exit(report(os.Stdin, os.Stdout, 30*time.Second))
+	os.Exit(report(os.Stdin, os.Stdout, 20*time.Second))
 }
 
 // report reads events from r and writes progress to w; it returns the exit
