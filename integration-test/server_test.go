@@ -157,7 +157,7 @@ func TestStartupFailures(t *testing.T) {
 			`ratelimit: invalid settings: PORT: invalid value "eighty": want int; GRPC_PORT: invalid value "x": want int`},
 		{"bad settings that parse and that do not", map[string]string{"REDIS_TIMEOUT": "abc", "BACKEND_FAILURE_POLICY": "maybe"},
 			`ratelimit: invalid settings: REDIS_TIMEOUT: invalid value "abc": want a duration such as 500ms, 10s or 1h; BACKEND_FAILURE_POLICY: `},
-		{"missing config dir", map[string]string{"RUNTIME_ROOT": "/nonexistent-dir-for-test"}, "load config from /nonexistent-dir-for-test/config"},
+		{"missing config dir", map[string]string{"RUNTIME_ROOT": "/nonexistent-dir-for-test"}, "the config directory /nonexistent-dir-for-test/config does not exist"},
 		{"duplicate domain", writeConfig(t, map[string]string{"a.yaml": "domain: x\n", "b.yaml": "domain: x\n"}), `duplicate domain "x"`},
 	}
 	for _, tc := range tests {

@@ -253,11 +253,14 @@ func TestMemoryFullStillRefusesLimitedClients(t *testing.T) {
 		}
 		return s.Apply(context.Background(), limiter.Batch{Now: limitertest.T0, Hits: hits})
 	}
-	// Fill the store: one counter per shard at least, until new keys are refused.
-	var limited string
+	// Fill the store until a new key is refused: its shard is full (the
+	// store is sharded by a hash seeded per process, so another new key may
+	// still find room in another shard).
+	var limited, refused string
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("fill-%d", i)
 		if _, err := apply(k); errors.Is(err, limiter.ErrFull) {
+			refused = k
 			break
 		} else if err != nil {
 			t.Fatal(err)
@@ -279,7 +282,7 @@ func TestMemoryFullStillRefusesLimitedClients(t *testing.T) {
 			t.Fatalf("the limited client was allowed: %+v", outs)
 		}
 	}
-	if _, err := apply("fresh-alone"); !errors.Is(err, limiter.ErrFull) {
-		t.Errorf("a new value alone in a full store: %v, want ErrFull", err)
+	if _, err := apply(refused); !errors.Is(err, limiter.ErrFull) {
+		t.Errorf("a new value alone in a full shard: %v, want ErrFull", err)
 	}
 }
