@@ -83,6 +83,16 @@ const headerBytes = 3 * 8
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
 
+// A hit's flags double, as batch.lua's flags() reads it: a bit each, then
+// the lease parameter times flagLease (contract_test.go pins both sides).
+const (
+	flagAdvisory      = 1
+	flagRefund        = 2
+	flagOverdraft     = 4
+	flagCountRejected = 8
+	flagLease         = 16
+)
+
 // scriptArgs builds one decision's ARGV entry (see batch.lua): one string
 // holding the header, then each hit's parameters. One argument per
 // decision, rather than one per field, spares Redis a string to parse and
@@ -99,21 +109,21 @@ func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64
 	buf := make([]byte, headerBytes+hitArgBytes*len(hits))
 	putDoubles(buf, float64(now), float64(mode), float64(len(hits)))
 	for i, h := range hits {
-		flags := 0.0 // see batch.lua
+		flags := 0.0 // see batch.lua's flags
 		if h.Advisory {
-			flags++
+			flags += flagAdvisory
 		}
 		if h.Refund {
-			flags += 2
+			flags += flagRefund
 		}
 		if h.Rule.Overdraft {
-			flags += 4
+			flags += flagOverdraft
 		}
 		if h.Rule.CountRejected {
-			flags += 8
+			flags += flagCountRejected
 		}
 		if leases != nil {
-			flags += 16 * float64(min(leases[i], 1<<44))
+			flags += flagLease * float64(min(leases[i], 1<<44))
 		}
 		putDoubles(buf[headerBytes+i*hitArgBytes:],
 			float64(h.Rule.Algorithm),
