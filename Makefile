@@ -94,7 +94,8 @@ vet:
 	@$(GO) build -v ./... 2>&1 | $(PROGRESS)
 	@pkgs="$$($(GO) list -deps -test -f '{{if and (not .Standard) .GoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -e '\.test$$' -e ' ')" && \
 		$(GO) build -v $$pkgs 2>&1 | $(PROGRESS)
-	$(GO) vet ./...
+	@echo "go vet ./..."
+	@$(GO) vet ./... 2>&1 | $(PROGRESS) vetting
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 
 clean:

@@ -6,6 +6,10 @@
 // output back, and awk cannot speak when its input is silent.
 //
 //	go build -v ./... 2>&1 | go run ./scripts/buildprogress
+//	go vet ./... 2>&1 | go run ./scripts/buildprogress vetting
+//
+// The argument, "compiling" by default, names what the silent line says
+// still runs.
 package main
 
 import (
@@ -18,13 +22,17 @@ import (
 )
 
 func main() {
-	report(os.Stdin, os.Stdout, 15*time.Second, 10)
+	doing := "compiling"
+	if len(os.Args) > 1 {
+		doing = os.Args[1]
+	}
+	report(os.Stdin, os.Stdout, 15*time.Second, 10, doing)
 }
 
 // report copies r's lines to w as described above: package paths are
 // counted and reported every `every`, other lines written at once, and
-// after quiet without writing, a line that the build still runs.
-func report(r io.Reader, w io.Writer, quiet time.Duration, every int) {
+// after quiet without writing, a line that it is still doing so.
+func report(r io.Reader, w io.Writer, quiet time.Duration, every int, doing string) {
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -53,7 +61,11 @@ func report(r io.Reader, w io.Writer, quiet time.Duration, every int) {
 			}
 			fmt.Fprintln(w, l)
 		case <-tick.C:
-			fmt.Fprintf(w, "  still compiling (%d packages so far, the last %s; %s)\n", n, last, time.Since(start).Round(time.Second))
+			if n == 0 {
+				fmt.Fprintf(w, "  still %s (%s)\n", doing, time.Since(start).Round(time.Second))
+			} else {
+				fmt.Fprintf(w, "  still %s (%d packages so far, the last %s; %s)\n", doing, n, last, time.Since(start).Round(time.Second))
+			}
 		}
 		tick.Reset(quiet)
 	}

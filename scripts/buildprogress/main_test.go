@@ -13,7 +13,7 @@ import (
 func TestReport(t *testing.T) {
 	in := "go: downloading example.com/m v1.0.0\na\nb\nc\n./x.go:1:1: syntax error\nd\n"
 	var out strings.Builder
-	report(strings.NewReader(in), &out, time.Hour, 2)
+	report(strings.NewReader(in), &out, time.Hour, 2, "compiling")
 	want := "go: downloading example.com/m v1.0.0\n  2 packages compiled\n./x.go:1:1: syntax error\n  4 packages compiled\n"
 	if out.String() != want {
 		t.Errorf("report =\n%q\nwant\n%q", out.String(), want)
@@ -24,7 +24,7 @@ func TestReport(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	go func() {
-		report(inR, outW, time.Millisecond, 10)
+		report(inR, outW, time.Millisecond, 10, "compiling")
 		outW.Close()
 	}()
 	go func() { _, _ = io.WriteString(inW, "a\n") }()
