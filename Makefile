@@ -12,7 +12,7 @@ SHELL := /bin/bash
 # first make test after make run compiled every dependency again. (make
 # check's race detector needs cgo: it compiles apart in any case.)
 export CGO_ENABLED := 0
-export GOFLAGS := -trimpath -buildvcs=auto
+export GOFLAGS := $(GOFLAGS) -trimpath -buildvcs=auto
 
 # Compile progress as it happens (scripts/buildprogress): go build -v names
 # each package it compiles; a line per 10 of them, every other line
