@@ -230,7 +230,7 @@ func TestProbationLetsNeighboursIn(t *testing.T) {
 		}
 		// WaitForReady: a dial that finds every place taken by connections
 		// that just came is held, and gRPC dials again, as Envoy does.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a held dial costs gRPC a 20 s connect timeout; a starved machine may need a few
 		_, err = rlsv3.NewRateLimitServiceClient(c).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
 			Descriptors: descs(desc("user=neighbour"))}, grpc.WaitForReady(true))
 		cancel()
