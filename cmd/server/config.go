@@ -147,13 +147,21 @@ func appDirHint(s settings.Settings) string {
 // logEach logs err's errors one entry each (a load reports every problem
 // it found, joined by newlines): in one entry they would read as one line
 // with literal \n between them in text logs, and as one string in JSON.
+// At most maxLoggedErrors are logged, then how many more there were: a
+// broken generated file can hold thousands, on every reload.
 func logEach(log logrus.FieldLogger, msg string, err error) {
 	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
-	for _, line := range lines {
+	for i, line := range lines {
 		e := log.WithField("error", line)
 		if len(lines) > 1 {
 			e = e.WithField("errors", len(lines))
 		}
+		if i == maxLoggedErrors {
+			e.WithField("error", fmt.Sprintf("and %d more (config-check lists them all)", len(lines)-i)).Error(msg)
+			return
+		}
 		e.Error(msg)
 	}
 }
+
+const maxLoggedErrors = 50
