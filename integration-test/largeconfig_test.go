@@ -14,7 +14,7 @@ import (
 // operator does, under GOMEMLIMIT=512MiB as Envoy Gateway's 512 MiB pod
 // would set it: the resident peak while starting is at most twice the
 // memory once settled, and so is a reload of it, which holds the old
-// config while the new one loads. (Before the file was decoded in pieces
+// config while the new one loads, give or take reloadSlack. (Before the file was decoded in pieces
 // under a tight collector, start-up peaked at 4.5 times the settled
 // memory, 406 MiB for 90, and a reload at 471 MiB.)
 func TestLargeConfigMemory(t *testing.T) {
@@ -50,11 +50,21 @@ func TestLargeConfigMemory(t *testing.T) {
 	}
 	eventually(t, "the changed config loaded", func() bool { return strings.Count(p.stderr.String(), "config loaded") > loads })
 	reloadPeak := memKB(t, p, "VmHWM")
-	if reloadPeak > 2*settled || reloadPeak >= 512<<10 {
-		t.Errorf("a reload peaked at %d MiB, more than twice the %d MiB settled, or past GOMEMLIMIT=512MiB", reloadPeak>>10, settled>>10)
+	if reloadPeak > 2*settled+reloadSlack || reloadPeak >= 512<<10 {
+		t.Errorf("a reload peaked at %d MiB, more than twice the %d MiB settled (and %d MiB), or past GOMEMLIMIT=512MiB",
+			reloadPeak>>10, settled>>10, reloadSlack>>10)
 	}
 	t.Logf("start-up peak %d MiB, settled %d MiB, reload peak %d MiB", startPeak>>10, settled>>10, reloadPeak>>10)
 }
+
+// reloadSlack (KiB) is what a reload's resident peak may pass twice the
+// settled memory by. The reload's soft memory limit (twice the heap held)
+// governs the heap, not the binary, the runtime's own memory or what the
+// collector lets through while a busy machine starves it: measured, 143 to
+// 159 MiB for 75 to 79 MiB settled, so twice settled alone failed now and
+// then beside other work. The guard is against the old whole-file decode,
+// which peaked at 471 MiB.
+const reloadSlack = 16 << 10
 
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
