@@ -63,3 +63,19 @@ func TestLimitTo(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowLimit: twice the live heap, never under the floor.
+func TestFollowLimit(t *testing.T) {
+	for _, tc := range []struct {
+		live, floor uint64
+		want        int64
+	}{
+		{10 << 20, 256 << 20, 256 << 20},
+		{200 << 20, 256 << 20, 400 << 20},
+		{0, 256 << 20, 256 << 20},
+	} {
+		if got := FollowLimit(tc.live, tc.floor); got != tc.want {
+			t.Errorf("FollowLimit(%d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.floor>>20, got>>20, tc.want>>20)
+		}
+	}
+}
