@@ -29,6 +29,12 @@ type byteBudget struct {
 	// refused holds those it did not decode. The interceptor, which runs
 	// right after the codec for the same call, settles both.
 	taken, refused sync.Map
+	// entries counts what the two maps hold: while it is 0 (no large
+	// request in flight, the usual case) the interceptor skips them, so a
+	// small request costs an atomic load, not two map operations. A
+	// request's own entry is stored before its interceptor runs, in the
+	// same goroutine, so a request with one never sees 0.
+	entries atomic.Int64
 }
 
 // untracked is the size under which a request takes nothing.
@@ -44,9 +50,11 @@ func (b *byteBudget) admit(req *rlsv3.RateLimitRequest, n int) bool {
 	}
 	if b.used.Add(int64(n)) > b.max {
 		b.used.Add(-int64(n))
+		b.entries.Add(1)
 		b.refused.Store(req, struct{}{})
 		return false
 	}
+	b.entries.Add(1)
 	b.taken.Store(req, int64(n))
 	return true
 }
@@ -55,6 +63,7 @@ func (b *byteBudget) admit(req *rlsv3.RateLimitRequest, n int) bool {
 func (b *byteBudget) release(req any) {
 	if n, ok := b.taken.LoadAndDelete(req); ok {
 		b.used.Add(-n.(int64))
+		b.entries.Add(-1)
 	}
 }
 
@@ -62,10 +71,11 @@ func (b *byteBudget) release(req any) {
 // decoded one took once it is answered.
 func (b *byteBudget) interceptor(note func()) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if _, ok := req.(*rlsv3.RateLimitRequest); !ok {
+		if _, ok := req.(*rlsv3.RateLimitRequest); !ok || b.entries.Load() == 0 {
 			return handler(ctx, req)
 		}
 		if _, refused := b.refused.LoadAndDelete(req); refused {
+			b.entries.Add(-1)
 			note()
 			return nil, status.Error(codes.ResourceExhausted,
 				fmt.Sprintf("more than %d bytes of requests in flight (GRPC_MAX_REQUEST_BYTES_IN_FLIGHT)", b.max))

@@ -81,6 +81,9 @@ func TestByteBudget(t *testing.T) {
 	if got := budget.used.Load(); got != int64(big.Len()) {
 		t.Errorf("%d bytes in use, want the one request still held (%d)", got, big.Len())
 	}
+	if got := budget.entries.Load(); got != 1 {
+		t.Errorf("%d requests tracked, want the one still held: a settled one left an entry behind", got)
+	}
 	// A request that fails to decode gives its bytes back at once.
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte{0xff}, big.Materialize()...))}, &rlsv3.RateLimitRequest{}); err == nil {
 		t.Fatal("a malformed request decoded")
