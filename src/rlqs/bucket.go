@@ -1,0 +1,167 @@
+package rlqs
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// kind is what a bucket is answered.
+type kind uint8
+
+const (
+	kindNone      kind = iota // nothing sent yet
+	kindAllow                 // ALLOW_ALL: unlimited
+	kindUnmatched             // ALLOW_ALL: no rule (or an unknown domain)
+	kindShadow                // ALLOW_ALL: shadow or quota mode, usage counted in metrics
+	kindDeny                  // DENY_ALL: a limit of 0
+	kindLimited               // a token bucket from the limit's pools
+)
+
+var kindNames = [...]string{"none", "allow_all", "unmatched", "shadow", "deny_all", "token_bucket"}
+
+func (k kind) String() string { return kindNames[k] }
+
+// bucket is one bucket id of one stream.
+type bucket struct {
+	s      *stream
+	id     *rlqsv3.BucketId // as reported, echoed in every action
+	values map[string]string
+	cfg    *config.Config // the config kind and members come from
+	kind   kind
+	// members are the bucket's shares, one per limit of its rule.
+	members []*member
+
+	demand      float64 // requests per second; +Inf until measured
+	counted     uint64  // requests reported since lastReport
+	lastReport  time.Time
+	lastTraffic time.Time
+	gone        bool
+
+	// What the Envoy was last sent.
+	sent     time.Time
+	sentKind kind
+	sentQ    uint32
+	sentF    int64
+	// lapsed is set when an assignment may not have arrived: the next token
+	// bucket may find the Envoy's bucket expired, and so start full.
+	lapsed bool
+	// capRate bounds the grants until capUntil after the store refused
+	// one; +Inf when nothing bounds them.
+	capRate  float64
+	capUntil time.Time
+}
+
+// member is a bucket's share of one limit.
+type member struct {
+	b      *bucket
+	p      *pool
+	l      *ledger
+	target float64 // tokens per second, from the pool's last fill
+}
+
+// pool is one limit's counter, shared by every bucket (of every stream on
+// this replica) that maps onto it.
+type pool struct {
+	key     string
+	rule    limiter.Rule // a fixed window, as reservations count
+	metric  string
+	members map[*member]struct{}
+}
+
+// bucketKey is a canonical string of an unordered bucket id.
+func bucketKey(values map[string]string) string {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+		b.WriteString(strconv.Itoa(len(values[k])))
+		b.WriteByte(':')
+		b.WriteString(values[k])
+	}
+	return b.String()
+}
+
+// classify plans the bucket's request on cfg and says what it gets: its
+// kind and, for a limited bucket, one reservation pool per limit (key and
+// rule). A rule that is not a fixed window gets a counter of its own,
+// counted as a fixed window of its limit per period (docs/rlqs.md).
+func classify(cfg *config.Config, domain string, values map[string]string) (kind, []poolSpec) {
+	p, err := cfg.PlanBucket(domain, values)
+	if err != nil {
+		return kindUnmatched, nil
+	}
+	defer p.Release()
+	if p.Domain == nil || len(p.Descs) == 0 {
+		return kindUnmatched, nil
+	}
+	d := &p.Descs[0]
+	switch {
+	case d.Node == nil:
+		return kindUnmatched, nil
+	case d.Count == 0 && d.Unlimited:
+		return kindAllow, nil
+	case d.Count == 0:
+		return kindUnmatched, nil
+	case d.Shadow() || d.Quota():
+		return kindShadow, nil
+	}
+	specs := make([]poolSpec, 0, d.Count)
+	for i := d.First; i < d.First+d.Count; i++ {
+		h := p.Hits[i]
+		if h.Rule.Limit == 0 {
+			return kindDeny, nil
+		}
+		spec := poolSpec{key: h.Key, metric: p.Refs[i].Limit.MetricKey,
+			rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: h.Rule.Limit, Period: h.Rule.Period}}
+		if h.Rule.Algorithm != limiter.FixedWindow {
+			spec.key += "\x00rlqs"
+		}
+		specs = append(specs, spec)
+	}
+	return kindLimited, specs
+}
+
+type poolSpec struct {
+	key, metric string
+	rule        limiter.Rule
+}
+
+// noteUsage takes one report of the bucket's usage, received at now.
+func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
+	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
+	b.counted += n
+	if n > 0 {
+		b.lastTraffic = now
+	}
+	// Envoy's time_elapsed is whole seconds and 0 on a new bucket: the
+	// server's own clock measures. Reports closer than a second apart (a
+	// reconnect's) are summed into the next.
+	if dt := now.Sub(b.lastReport); dt >= time.Second {
+		b.demand = float64(b.counted) / dt.Seconds()
+		b.counted, b.lastReport = 0, now
+	}
+}
+
+// want is the demand a pool's fill sees: what was measured, with room to
+// grow by a tenth and by one request per period, so a bucket whose
+// traffic rises shows it (as denials) and gets more on the next fill.
+func (m *member) want() float64 {
+	if math.IsInf(m.b.demand, 1) {
+		return m.b.demand
+	}
+	return m.b.demand*1.1 + 1/m.p.rule.Period.Seconds()
+}

@@ -1,0 +1,234 @@
+package rlqs
+
+import (
+	"math"
+	"time"
+)
+
+// ledger is what one Envoy's bucket may admit against one limit, window by
+// window, and how much of each window the store holds for it.
+//
+// An assignment is a token bucket of capacity burst refilled at a rate; it may
+// be in force from the moment it is sent until it is replaced or its TTL
+// runs out on the Envoy, which starts counting when the message arrives:
+// no later than the send plus the delivery bound. So the ledger keeps the
+// envelope of every rate that may be in force at each instant (the highest),
+// and a window's need is
+//
+//	1 (the token the bucket may hold when the window starts)
+//	+ resets in the window (a bucket that lapsed starts full again)
+//	+ the envelope's integral over the window, rounded up.
+//
+// The store is asked for the difference between a window's need and what
+// it already holds for this bucket; nothing is ever given back, so a lower
+// rate frees nothing before the higher one's horizon has passed.
+type ledger struct {
+	period time.Duration
+	segs   []seg            // the envelope from the present on, sorted, disjoint
+	past   map[int64]float64 // window → the envelope's integral before the present
+	resets map[int64]uint64
+	held   map[int64]uint64 // window → tokens the store holds for this bucket
+	// began is when the envelope first rose: a window that starts after it
+	// may open with the token the bucket kept. (A bucket whose assignment
+	// lapsed since starts again full: that is a reset, counted apart.)
+	began time.Time
+}
+
+// burst is every assignment's token-bucket capacity. One token would
+// waste refill: Envoy caps the bucket at its capacity, so a token that
+// comes due while one is waiting is lost (paced traffic at twice the rate
+// is admitted at well under it). Two keep all of the refill for traffic
+// that uses it, at a cost of two tokens per bucket per window.
+const burst = 2
+
+// seg is a stretch of the envelope at one rate, in tokens per second.
+type seg struct {
+	from, to time.Time
+	rate     float64
+}
+
+func newLedger(period time.Duration) *ledger {
+	return &ledger{period: period, past: map[int64]float64{}, resets: map[int64]uint64{}, held: map[int64]uint64{}}
+}
+
+// window is the index of the fixed window holding t (windows are aligned
+// to multiples of the period since the Unix epoch, as the stores count).
+func (l *ledger) window(t time.Time) int64 { return t.UnixNano() / int64(l.period) }
+
+func (l *ledger) start(w int64) time.Time { return time.Unix(0, w*int64(l.period)) }
+
+// advance folds the envelope before now into the per-window integrals
+// and forgets windows that have ended.
+func (l *ledger) advance(now time.Time) {
+	cur := l.window(now)
+	keep := l.segs[:0]
+	for _, s := range l.segs {
+		if !s.from.Before(now) {
+			keep = append(keep, s)
+			continue
+		}
+		end := minTime(s.to, now)
+		l.addIntegral(l.past, s.from, end, s.rate)
+		if s.to.After(now) {
+			keep = append(keep, seg{now, s.to, s.rate})
+		}
+	}
+	l.segs = keep
+	for _, m := range []map[int64]uint64{l.resets, l.held} {
+		for w := range m {
+			if w < cur {
+				delete(m, w)
+			}
+		}
+	}
+	for w := range l.past {
+		if w < cur {
+			delete(l.past, w)
+		}
+	}
+}
+
+// addIntegral adds rate × the part of [from, to) in each window to m.
+func (l *ledger) addIntegral(m map[int64]float64, from, to time.Time, rate float64) {
+	for from.Before(to) {
+		w := l.window(from)
+		end := minTime(to, l.start(w+1))
+		m[w] += rate * end.Sub(from).Seconds()
+		from = end
+	}
+}
+
+// raise makes the envelope at least rate over [from, to).
+func (l *ledger) raise(from, to time.Time, rate float64) {
+	if l.began.IsZero() {
+		l.began = from
+	}
+	var out []seg
+	cur := from
+	for _, s := range l.segs {
+		if !s.to.After(from) || !s.from.Before(to) {
+			out = append(out, s)
+			continue
+		}
+		if s.from.Before(from) {
+			out = append(out, seg{s.from, from, s.rate})
+		}
+		if cur.Before(s.from) {
+			out = append(out, seg{cur, s.from, rate})
+		}
+		lo, hi := maxTime(s.from, from), minTime(s.to, to)
+		out = append(out, seg{lo, hi, math.Max(rate, s.rate)})
+		cur = hi
+		if s.to.After(to) {
+			out = append(out, seg{to, s.to, s.rate})
+		}
+	}
+	if cur.Before(to) {
+		out = append(out, seg{cur, to, rate})
+	}
+	sortSegs(out)
+	l.segs = coalesce(out)
+}
+
+// reset notes that a bucket may start full again at a moment in [from, to].
+func (l *ledger) reset(from, to time.Time) {
+	for w := l.window(from); w <= l.window(to); w++ {
+		l.resets[w]++
+	}
+}
+
+// need is what window w needs in all.
+func (l *ledger) need(w int64) uint64 {
+	sum := l.past[w]
+	touched := sum > 0
+	ws, we := l.start(w), l.start(w+1)
+	for _, s := range l.segs {
+		lo, hi := maxTime(s.from, ws), minTime(s.to, we)
+		if lo.Before(hi) {
+			touched = true
+			sum += s.rate * hi.Sub(lo).Seconds()
+		}
+	}
+	if !touched && l.resets[w] == 0 {
+		return 0
+	}
+	var kept uint64
+	if touched && !l.began.IsZero() && l.began.Before(ws) {
+		kept = burst
+	}
+	// A hair below a whole number is that number: float sums of a rate
+	// that is a whole number of tokens per period must not round up.
+	return kept + burst*l.resets[w] + uint64(math.Ceil(sum-1e-6))
+}
+
+// shortfall lists, for every window from now's to the envelope's end, what
+// the store must still grant to cover the need.
+func (l *ledger) shortfall(now time.Time) map[int64]uint64 {
+	out := map[int64]uint64{}
+	last := l.window(now)
+	if n := len(l.segs); n > 0 {
+		last = max(last, l.window(l.segs[n-1].to.Add(-time.Nanosecond)))
+	}
+	for w := range l.resets {
+		last = max(last, w)
+	}
+	for w := l.window(now); w <= last; w++ {
+		if n := l.need(w); n > l.held[w] {
+			out[w] = n - l.held[w]
+		}
+	}
+	return out
+}
+
+// clone copies l, to try a rate without committing it.
+func (l *ledger) clone() *ledger {
+	c := &ledger{period: l.period, began: l.began, segs: append([]seg(nil), l.segs...),
+		past: make(map[int64]float64, len(l.past)), resets: make(map[int64]uint64, len(l.resets)), held: make(map[int64]uint64, len(l.held))}
+	for k, v := range l.past {
+		c.past[k] = v
+	}
+	for k, v := range l.resets {
+		c.resets[k] = v
+	}
+	for k, v := range l.held {
+		c.held[k] = v
+	}
+	return c
+}
+
+func sortSegs(s []seg) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].from.Before(s[j-1].from); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func coalesce(s []seg) []seg {
+	out := s[:0]
+	for _, x := range s {
+		if !x.from.Before(x.to) {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].rate == x.rate && out[n-1].to.Equal(x.from) {
+			out[n-1].to = x.to
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,334 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"sort"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// job is one bucket's part of a round.
+type job struct {
+	b       *bucket
+	kind    kind // what to send; kindNone sends nothing
+	abandon bool
+	q       uint32 // tokens per fill interval
+	f       int64  // the fill interval, seconds
+	trials  []*ledger
+	asks    []*ask
+	// Set by reserve.
+	refused bool
+	failed  bool
+	frac    float64 // of the rate the store could still hold
+}
+
+// ask is a job's request to the store for one member and window.
+type ask struct {
+	j   *job
+	m   int // index into j.b.members and j.trials
+	w   int64
+	n   uint64
+	at  time.Time
+	key string
+	ok  bool
+}
+
+// round renews and refills: every bucket when only is nil, else only
+// those (a stream's new buckets, answered as soon as they are reported).
+func (s *Service) round(ctx context.Context, only []*bucket) {
+	s.grant.Lock()
+	defer s.grant.Unlock()
+	now := s.o.Clock()
+	s.mu.Lock()
+	jobs := s.plan(now, only)
+	s.mu.Unlock()
+	s.reserve(ctx, jobs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commit(now, jobs)
+}
+
+// plan decides what each bucket should get and what the store must hold
+// for it.
+func (s *Service) plan(now time.Time, only []*bucket) []*job {
+	cfg := s.o.Configs.Load()
+	buckets := only
+	if only == nil {
+		for st := range s.streams {
+			for _, b := range st.buckets {
+				buckets = append(buckets, b)
+			}
+		}
+	}
+	var jobs []*job
+	live := buckets[:0:0]
+	for _, b := range buckets {
+		if b.gone {
+			continue
+		}
+		if only == nil && now.Sub(b.lastTraffic) >= s.o.Idle {
+			s.drop(b)
+			s.stats.abandoned.Inc()
+			jobs = append(jobs, &job{b: b, abandon: true})
+			continue
+		}
+		s.reclassify(b, cfg)
+		live = append(live, b)
+	}
+	filled := map[*pool]bool{}
+	for _, b := range live {
+		for _, m := range b.members {
+			if !filled[m.p] {
+				filled[m.p] = true
+				m.p.fill()
+			}
+		}
+	}
+	for _, b := range live {
+		if j := s.jobFor(b, now); j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
+// fill sets every member's target: max-min fair shares of what the limit
+// leaves once each bucket's window-start tokens are set aside (a reset's
+// are not: the store refuses what no longer fits, and that bucket's next
+// grant is smaller). When the limit cannot give every busy bucket a
+// token per period besides, the least busy get nothing until it can.
+func (p *pool) fill() {
+	var busy []*member
+	for m := range p.members {
+		m.target = 0
+		if m.want() > 0 {
+			busy = append(busy, m)
+		}
+	}
+	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
+	limit := float64(p.rule.Limit)
+	n := len(busy)
+	for n > 0 && limit-burst*float64(n) < float64(n) {
+		n--
+	}
+	busy = busy[:n]
+	wants := make([]float64, n)
+	for i, m := range busy {
+		wants[i] = m.want()
+	}
+	per := p.rule.Period.Seconds()
+	for i, t := range fill((limit-burst*float64(n))/per, wants) {
+		busy[i].target = t
+	}
+}
+
+// jobFor says what bucket b is sent this round, or nil for nothing.
+func (s *Service) jobFor(b *bucket, now time.Time) *job {
+	if b.kind != kindLimited {
+		if b.sentKind == b.kind && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+			return nil
+		}
+		return &job{b: b, kind: b.kind}
+	}
+	if now.After(b.capUntil) {
+		b.capRate = math.Inf(1)
+	}
+	rate, f := b.capRate, int64(0)
+	for _, m := range b.members {
+		if m.target < rate || f == 0 {
+			rate = math.Min(rate, m.target)
+			f = fillInterval(m.p.rule.Period)
+		}
+	}
+	q := math.Floor(rate*float64(f) + 1e-9)
+	if q < 1 {
+		return s.holdBack(b, now)
+	}
+	j := &job{b: b, kind: kindLimited, q: uint32(min(q, math.MaxUint32)), f: f}
+	r := float64(j.q) / float64(f)
+	reset := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	for i, m := range b.members {
+		m.l.advance(now)
+		t := m.l.clone()
+		switch {
+		case reset && t.began.IsZero():
+			// A first assignment starts full once, in whichever window it
+			// lands: the window it is sent in, or the next, whose kept
+			// tokens (began is before it) already count it.
+			t.reset(now, now)
+		case reset:
+			t.reset(now, now.Add(s.o.Delivery))
+		}
+		t.raise(now, now.Add(s.o.TTL+s.o.Delivery), r)
+		j.trials = append(j.trials, t)
+		for w, n := range t.shortfall(now) {
+			at := maxTime(t.start(w), now)
+			j.asks = append(j.asks, &ask{j: j, m: i, w: w, n: n, at: at, key: m.p.key})
+		}
+	}
+	return j
+}
+
+// holdBack is the job of a limited bucket with no share this round: a token
+// bucket in force runs out its TTL (what the store holds covers it); a
+// bucket with none is denied explicitly, whatever the Envoy's default.
+func (s *Service) holdBack(b *bucket, now time.Time) *job {
+	inForce := b.sentKind == kindLimited && !b.lapsed && now.Before(b.sent.Add(s.o.TTL))
+	if inForce || b.sentKind == kindDeny && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+		return nil
+	}
+	return &job{b: b, kind: kindDeny}
+}
+
+// reserve asks the store for every job's shortfall, one batch per
+// instant, and notes what it refused.
+func (s *Service) reserve(ctx context.Context, jobs []*job) {
+	byAt := map[time.Time][]*ask{}
+	rules := map[string]limiter.Rule{}
+	s.mu.Lock()
+	for _, j := range jobs {
+		for _, a := range j.asks {
+			byAt[a.at] = append(byAt[a.at], a)
+			rules[a.key] = j.b.members[a.m].p.rule
+		}
+	}
+	s.mu.Unlock()
+	for at, asks := range byAt {
+		hits := make([]limiter.Hit, len(asks))
+		for i, a := range asks {
+			hits[i] = limiter.Hit{Key: a.key, Rule: rules[a.key], Cost: a.n}
+		}
+		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
+		if err != nil {
+			s.stats.storeErrors.Inc()
+			for _, a := range asks {
+				a.j.refused = true
+			}
+			continue
+		}
+		for i, a := range asks {
+			if outs[i].Allowed {
+				a.ok = true
+				continue
+			}
+			j := a.j
+			need := j.trials[a.m].need(a.w)
+			frac := float64(j.trials[a.m].held[a.w]+outs[i].Remaining) / float64(need)
+			if !j.failed || frac < j.frac {
+				j.frac = frac
+			}
+			j.failed = true
+		}
+	}
+}
+
+// commit records what the store now holds, settles each job and sends.
+func (s *Service) commit(now time.Time, jobs []*job) {
+	out := map[*stream]*rlqsv3.RateLimitQuotaResponse{}
+	sent := map[*stream][]*bucket{}
+	for _, j := range jobs {
+		b := j.b
+		for _, a := range j.asks {
+			if a.ok {
+				j.trials[a.m].held[a.w] += a.n
+				if j.refused || j.failed {
+					b.members[a.m].l.held[a.w] += a.n
+				}
+			}
+		}
+		if b.gone && !j.abandon {
+			continue
+		}
+		action := s.settle(j, now)
+		if action == nil {
+			continue
+		}
+		if out[b.s] == nil {
+			out[b.s] = &rlqsv3.RateLimitQuotaResponse{}
+		}
+		out[b.s].BucketAction = append(out[b.s].BucketAction, action)
+		sent[b.s] = append(sent[b.s], b)
+	}
+	for st, m := range out {
+		select {
+		case st.out <- m:
+		default:
+			// The Envoy reads slower than we renew: this message is lost,
+			// so what it renewed may lapse before the next one.
+			s.stats.dropped.Inc()
+			for _, b := range sent[st] {
+				b.lapsed = true
+			}
+		}
+	}
+}
+
+// settle applies a job's outcome to its bucket and returns the action to
+// send, or nil.
+func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	b := j.b
+	if j.abandon {
+		s.stats.assignments.WithLabelValues("abandon").Inc()
+		return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+	}
+	switch {
+	case j.refused:
+		return nil // the store is away: what is in force lapses to the Envoy's fallback
+	case j.failed:
+		s.stats.shortfalls.Inc()
+		// Until what others hold now has passed, ask for what was left.
+		b.capRate = float64(j.q) / float64(j.f) * math.Max(0, math.Min(1, j.frac))
+		b.capUntil = now.Add(s.o.TTL + s.o.Delivery)
+		if hb := s.holdBack(b, now); hb == nil {
+			return nil
+		}
+		j.kind = kindDeny
+	case j.kind == kindLimited:
+		for i, m := range b.members {
+			m.l = j.trials[i]
+		}
+		b.sentQ, b.sentF = j.q, j.f
+	}
+	b.sent, b.sentKind, b.lapsed = now, j.kind, false
+	s.stats.assignments.WithLabelValues(j.kind.String()).Inc()
+	return s.action(b.id, j)
+}
+
+// action builds the assignment for a job.
+func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	strategy := &typev3.RateLimitStrategy{}
+	switch j.kind {
+	case kindLimited:
+		// One capacity for every grant: a rate change rescales what the
+		// Envoy holds by new/old capacity, which is then 1, so no change
+		// ever adds tokens; fill_interval in whole seconds, tokens_per_fill always
+		// set (Envoy 1.40 divides by the whole seconds and reads an unset
+		// tokens_per_fill as 0).
+		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(j.q), FillInterval: durationpb.New(time.Duration(j.f) * time.Second)}}
+	case kindDeny:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
+	default:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}
+	}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(s.o.TTL), RateLimitStrategy: strategy}}}
+}
+
+// fillInterval is the fill interval for a limit of period p: at least a
+// minute, so that a rate is granted in steps of a 60th of a token per
+// second rather than whole tokens, and a whole number of periods.
+func fillInterval(p time.Duration) int64 {
+	secs := int64(p / time.Second)
+	return secs * max(1, (60+secs-1)/secs)
+}

@@ -1,0 +1,329 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// Configs yields the config in force.
+type Configs interface{ Load() *config.Config }
+
+// Options configure a Service. Zero durations and counts take the
+// defaults named beside them.
+type Options struct {
+	Store   limiter.Store
+	Configs Configs
+	// Clock is the time reservations are counted at; nil means time.Now.
+	// The stores' windows are aligned to it, so replicas need clocks in
+	// step (NTP), as Envoys do not.
+	Clock func() time.Time
+	// Push is how often every stream's token buckets are renewed and its
+	// shares refilled (RLQS_PUSH_INTERVAL, 1s).
+	Push time.Duration
+	// TTL is every assignment's time to live, whole seconds
+	// (RLQS_ASSIGNMENT_TTL, 4s). It must exceed Push plus Delivery, so a
+	// renewal arrives before the assignment it renews expires.
+	TTL time.Duration
+	// Delivery bounds how long a sent assignment may take to reach the
+	// Envoy (RLQS_DELIVERY_BOUND, 1s): the guarantee assumes it.
+	Delivery time.Duration
+	// Idle is how long a bucket may report no requests before it is
+	// abandoned (RLQS_IDLE_ABANDON, 60s).
+	Idle time.Duration
+	// MaxStreams and MaxBuckets bound the streams served at once and the
+	// buckets one stream may hold (RLQS_MAX_STREAMS 10,000,
+	// RLQS_MAX_BUCKETS_PER_STREAM 10,000).
+	MaxStreams, MaxBuckets int
+	Logger                 logrus.FieldLogger
+}
+
+// Defaults.
+const (
+	DefaultPush       = time.Second
+	DefaultTTL        = 4 * time.Second
+	DefaultDelivery   = time.Second
+	DefaultIdle       = time.Minute
+	DefaultMaxStreams = 10_000
+	DefaultMaxBuckets = 10_000
+
+	// maxEntries and maxField bound a bucket id: past them it is refused
+	// (not tracked, counted), as an RLS descriptor past its limits is.
+	maxEntries = 32
+	maxField   = 1024
+)
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.Push, DefaultPush}, {&o.TTL, DefaultTTL}, {&o.Delivery, DefaultDelivery}, {&o.Idle, DefaultIdle}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	o.TTL = o.TTL.Truncate(time.Second) // Envoy 1.40 reads whole seconds only
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.MaxBuckets <= 0 {
+		o.MaxBuckets = DefaultMaxBuckets
+	}
+	if o.Logger == nil {
+		o.Logger = logrus.New()
+	}
+	return o
+}
+
+// Check reports settings that cannot work.
+func (o Options) Check() error {
+	o = o.withDefaults()
+	if o.TTL < time.Second {
+		return errors.New("RLQS_ASSIGNMENT_TTL must be at least 1s: Envoy reads whole seconds, and 0 expires at once")
+	}
+	if o.TTL <= o.Push+o.Delivery {
+		return errors.New("RLQS_ASSIGNMENT_TTL must exceed RLQS_PUSH_INTERVAL plus RLQS_DELIVERY_BOUND, or assignments lapse between renewals")
+	}
+	return nil
+}
+
+// Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
+type Service struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	o Options
+
+	// grant serializes grant rounds: a round reads ledgers, asks the
+	// store, then commits, and two rounds must not interleave on one.
+	grant sync.Mutex
+
+	mu      sync.Mutex // guards everything below and every bucket
+	streams map[*stream]struct{}
+	pools   map[string]*pool
+	nextID  uint64
+
+	stats *stats
+}
+
+// New returns a Service; Run drives its renewals.
+func New(o Options) *Service {
+	o = o.withDefaults()
+	return &Service{o: o, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stats: newStats()}
+}
+
+// Run renews and refills every Push until ctx is done.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.o.Push)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.round(ctx, nil)
+		}
+	}
+}
+
+// stream is one Envoy's stream for one domain.
+type stream struct {
+	id      uint64
+	domain  string
+	buckets map[string]*bucket
+	out     chan *rlqsv3.RateLimitQuotaResponse
+}
+
+// StreamRateLimitQuotas serves one Envoy: reports in, assignments out.
+func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	st, err := s.open()
+	if err != nil {
+		return err
+	}
+	defer s.close(st)
+	ctx, cancel := context.WithCancel(gs.Context())
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			case m := <-st.out:
+				if err := gs.Send(m); err != nil {
+					sendErr <- err
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	for {
+		msg, err := gs.Recv()
+		if err != nil {
+			cancel()
+			<-sendErr
+			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		if fresh := s.report(st, msg); len(fresh) > 0 {
+			s.round(ctx, fresh) // the initial report is answered at once
+		}
+	}
+}
+
+func (s *Service) open() (*stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.streams) >= s.o.MaxStreams {
+		s.stats.refused.WithLabelValues("streams").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "this service already serves %d RLQS streams (RLQS_MAX_STREAMS)", s.o.MaxStreams)
+	}
+	s.nextID++
+	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, out: make(chan *rlqsv3.RateLimitQuotaResponse, 8)}
+	s.streams[st] = struct{}{}
+	return st, nil
+}
+
+// close forgets the stream. What the store holds for its buckets stays
+// held until the windows pass: the Envoy may still enforce what it was
+// sent.
+func (s *Service) close(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range st.buckets {
+		s.drop(b)
+	}
+	delete(s.streams, st)
+}
+
+func (s *Service) drop(b *bucket) {
+	b.gone = true
+	s.leave(b)
+	delete(b.s.buckets, bucketKey(b.values))
+}
+
+// leave takes the bucket out of its pools.
+func (s *Service) leave(b *bucket) {
+	for _, m := range b.members {
+		delete(m.p.members, m)
+		if len(m.p.members) == 0 && s.pools[m.p.key] == m.p {
+			delete(s.pools, m.p.key)
+		}
+	}
+	b.members = nil
+}
+
+// report takes one message of usage and returns the buckets it created.
+func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
+	now := s.o.Clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch d := msg.GetDomain(); {
+	case st.domain == "":
+		st.domain = d
+	case d != "" && d != st.domain:
+		// Envoy never changes a stream's domain; keep the first.
+		s.stats.anomalies.WithLabelValues("domain_changed").Inc()
+	}
+	if len(msg.GetBucketQuotaUsages()) == 0 {
+		s.stats.anomalies.WithLabelValues("empty_report").Inc()
+	}
+	var fresh []*bucket
+	for _, u := range msg.GetBucketQuotaUsages() {
+		s.stats.reported.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
+		s.stats.reported.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
+		values := u.GetBucketId().GetBucket()
+		if len(values) == 0 {
+			// Envoy sends these when bucket_id_builder is unset and ignores
+			// any action for them.
+			s.stats.anomalies.WithLabelValues("empty_bucket_id").Inc()
+			continue
+		}
+		key := bucketKey(values)
+		b := st.buckets[key]
+		if b == nil {
+			if b = s.newBucket(st, u, now); b == nil {
+				continue
+			}
+			fresh = append(fresh, b)
+		}
+		b.noteUsage(u, now)
+		if b.kind == kindShadow {
+			s.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
+		}
+	}
+	return fresh
+}
+
+func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *bucket {
+	values := u.GetBucketId().GetBucket()
+	if len(st.buckets) >= s.o.MaxBuckets {
+		s.stats.refused.WithLabelValues("buckets").Inc()
+		return nil
+	}
+	if len(values) > maxEntries {
+		s.stats.refused.WithLabelValues("bucket_id_entries").Inc()
+		return nil
+	}
+	for k, v := range values {
+		if len(k) > maxField || len(v) > maxField {
+			s.stats.refused.WithLabelValues("bucket_id_size").Inc()
+			return nil
+		}
+	}
+	own := make(map[string]string, len(values))
+	for k, v := range values {
+		own[k] = v
+	}
+	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, demand: math.Inf(1),
+		lastReport: now, lastTraffic: now, capRate: math.Inf(1)}
+	st.buckets[bucketKey(own)] = b
+	return b
+}
+
+// reclassify brings the bucket up to the config in force.
+func (s *Service) reclassify(b *bucket, cfg *config.Config) {
+	if b.cfg == cfg && b.kind != kindNone {
+		return
+	}
+	k, specs := classify(cfg, b.s.domain, b.values)
+	old := map[string]*member{}
+	for _, m := range b.members {
+		old[m.p.key] = m
+	}
+	s.leave(b)
+	b.cfg, b.kind = cfg, k
+	for _, sp := range specs {
+		p := s.pools[sp.key]
+		if p == nil || p.rule != sp.rule {
+			// A limit changed under one key: a new pool. The buckets
+			// still in the old one join this one as this round
+			// reclassifies them.
+			p = &pool{key: sp.key, rule: sp.rule, metric: sp.metric, members: map[*member]struct{}{}}
+			s.pools[sp.key] = p
+		}
+		m := old[sp.key]
+		if m == nil || m.l.period != sp.rule.Period {
+			m = &member{b: b, l: newLedger(sp.rule.Period)}
+		}
+		m.p = p
+		p.members[m] = struct{}{}
+		b.members = append(b.members, m)
+	}
+}

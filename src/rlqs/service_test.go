@@ -1,0 +1,251 @@
+package rlqs_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/rlqs"
+	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
+)
+
+const fleetConfig = `
+domain: fleet
+descriptors:
+  - key: tenant
+    value: a
+    rate_limit: {unit: second, requests_per_unit: 30}
+  - key: tenant
+    value: free
+    rate_limit: {unlimited: true}
+  - key: tenant
+    value: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: tenant
+    value: trial
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+`
+
+type holder struct{ cfg *config.Config }
+
+func (h holder) Load() *config.Config { return h.cfg }
+
+func load(t *testing.T, yaml string) holder {
+	t.Helper()
+	f, err := config.Parse("rlqs.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Build([]*config.File{f}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder{cfg}
+}
+
+// serve runs a Service on a loopback port and returns a connection to it.
+func serve(t *testing.T, o rlqs.Options) *grpc.ClientConn {
+	t.Helper()
+	if o.Store == nil {
+		o.Store = limiter.NewMemoryStore(limiter.MemoryOptions{})
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	o.Logger = log
+	svc := rlqs.New(o)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(gs, svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = gs.Serve(lis) }()
+	go svc.Run(ctx)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		conn.Close()
+		gs.Stop()
+	})
+	return conn
+}
+
+// admissions counts allowed requests per wall-clock second.
+type admissions struct {
+	mu  sync.Mutex
+	per map[int64]int
+}
+
+func (a *admissions) note(_ string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.per == nil {
+		a.per = map[int64]int{}
+	}
+	a.per[at.Unix()]++
+}
+
+func (a *admissions) snapshot() map[int64]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[int64]int{}
+	for k, v := range a.per {
+		out[k] = v
+	}
+	return out
+}
+
+// drive sends rate requests per second on id for d, paced, and returns
+// how many were allowed.
+func drive(e *rlqstest.Envoy, id map[string]string, rate int, d time.Duration) int {
+	t := time.NewTicker(time.Second / time.Duration(rate))
+	defer t.Stop()
+	end := time.Now().Add(d)
+	allowed := 0
+	for n := 0; n < rate*int(d/time.Second)+rate; n++ {
+		now := <-t.C
+		if now.After(end) {
+			break
+		}
+		if e.Request(id) {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+func TestFleetSharesOneLimitExactly(t *testing.T) {
+	conn := serve(t, rlqs.Options{Configs: load(t, fleetConfig)})
+	var adm admissions
+	id := map[string]string{"tenant": "a"}
+	var wg sync.WaitGroup
+	start := time.Now()
+	const run = 14 * time.Second
+	for _, demand := range []int{20, 20, 5} {
+		e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Report: time.Second,
+			NoAssignment: rlqstest.Deny, OnAdmit: adm.note})
+		defer e.Stop()
+		wg.Add(1)
+		go func() { defer wg.Done(); drive(e, id, demand, run) }()
+	}
+	wg.Wait()
+	per := adm.snapshot()
+	settled, seconds := 0, 0
+	for sec, n := range per {
+		if n > 30 {
+			t.Errorf("second %d admitted %d across the fleet, past the limit of 30 (all: %v)", sec-start.Unix(), n, per)
+		}
+	}
+	// Shares settle within a TTL and a delivery bound of each Envoy's
+	// first measured report; count from 8 s to the last whole second.
+	for sec := start.Unix() + 8; sec < start.Add(run).Unix(); sec++ {
+		settled += per[sec]
+		seconds++
+	}
+	if settled < 21*seconds {
+		t.Errorf("settled seconds admitted %d in %d s, under 70%% of 30 per second (all: %v)", settled, seconds, per)
+	}
+	t.Logf("settled utilisation: %.0f%% of the limit", 100*float64(settled)/float64(30*seconds))
+}
+
+// TestBucketKinds checks what each kind of rule is answered, and that
+// what Envoy 1.40 sends against the API's rules (an empty report, an
+// empty bucket id, time_elapsed 0, the domain on every message) never
+// closes the stream.
+func TestBucketKinds(t *testing.T) {
+	conn := serve(t, rlqs.Options{Configs: load(t, fleetConfig)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(ids ...map[string]string) {
+		t.Helper()
+		m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet"}
+		for _, id := range ids {
+			m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqsv3.BucketId{Bucket: id}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1})
+		}
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report()                    // empty report
+	report(map[string]string{}) // empty bucket id
+	for _, tc := range []struct {
+		id   map[string]string
+		want string
+	}{
+		{map[string]string{"tenant": "free"}, "ALLOW_ALL"},
+		{map[string]string{"tenant": "nobody"}, "ALLOW_ALL"},
+		{map[string]string{"tenant": "trial"}, "ALLOW_ALL"},
+		{map[string]string{"tenant": "blocked"}, "DENY_ALL"},
+		{map[string]string{"tenant": "a"}, "token_bucket"},
+	} {
+		report(tc.id)
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("%v: stream closed: %v", tc.id, err)
+		}
+		got := resp.GetBucketAction()
+		if len(got) != 1 || got[0].GetBucketId().GetBucket()["tenant"] != tc.id["tenant"] {
+			t.Fatalf("%v: answered %v", tc.id, got)
+		}
+		qa := got[0].GetQuotaAssignmentAction()
+		if s := qa.GetAssignmentTimeToLive(); s.GetSeconds() < 1 || s.GetNanos() != 0 {
+			t.Errorf("%v: TTL %v, want whole seconds, at least 1", tc.id, s)
+		}
+		strat := qa.GetRateLimitStrategy()
+		kind := strat.GetBlanketRule().String()
+		if tb := strat.GetTokenBucket(); tb != nil {
+			kind = "token_bucket"
+			if tb.GetTokensPerFill() == nil || tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() != 2 {
+				t.Errorf("%v: token bucket %v: want capacity 2, tokens_per_fill set, a whole-second fill interval", tc.id, tb)
+			}
+		} else if _, ok := strat.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok {
+			t.Errorf("%v: strategy %v, want a blanket rule or a token bucket", tc.id, strat)
+		}
+		if kind != tc.want {
+			t.Errorf("%v: %s, want %s", tc.id, kind, tc.want)
+		}
+	}
+}
+
+// TestIdleBucketsAreAbandoned: a bucket that reports no requests for the
+// idle time is abandoned, and the Envoy forgets it.
+func TestIdleBucketsAreAbandoned(t *testing.T) {
+	conn := serve(t, rlqs.Options{Configs: load(t, fleetConfig), Idle: 2 * time.Second})
+	e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Report: time.Second, NoAssignment: rlqstest.Deny})
+	defer e.Stop()
+	e.Request(map[string]string{"tenant": "a"})
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		for _, a := range e.Actions() {
+			if a.GetAbandonAction() != nil {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("an idle bucket was never abandoned")
+}
+
+var _ = atomic.Int64{}

@@ -1,0 +1,61 @@
+package rlqs
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stats are the service's own series; Collectors hands them to a registry.
+type stats struct {
+	assignments *prometheus.CounterVec
+	reported    *prometheus.CounterVec
+	anomalies   *prometheus.CounterVec
+	refused     *prometheus.CounterVec
+	shadow      prometheus.Counter
+	abandoned   prometheus.Counter
+	storeErrors prometheus.Counter
+	shortfalls  prometheus.Counter
+	dropped     prometheus.Counter
+}
+
+func newStats() *stats {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	v := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+	}
+	return &stats{
+		assignments: v("ratelimit_rlqs_assignments_total", "RLQS bucket actions sent, by kind (token_bucket, allow_all, unmatched, shadow, deny_all, abandon).", "kind"),
+		reported:    v("ratelimit_rlqs_reported_requests_total", "Requests Envoys reported through RLQS, by result (allowed, denied).", "result"),
+		anomalies:   v("ratelimit_rlqs_report_anomalies_total", "RLQS reports taken although they break the API's rules, by kind (empty_report, empty_bucket_id, domain_changed).", "kind"),
+		refused:     v("ratelimit_rlqs_refused_total", "RLQS streams and buckets refused at a bound, by what (streams, buckets, bucket_id_entries, bucket_id_size).", "what"),
+		shadow:      c("ratelimit_rlqs_shadow_requests_total", "Requests reported on buckets whose rule is in shadow or quota mode (answered ALLOW_ALL)."),
+		abandoned:   c("ratelimit_rlqs_abandoned_buckets_total", "RLQS buckets abandoned after reporting no requests for RLQS_IDLE_ABANDON."),
+		storeErrors: c("ratelimit_rlqs_store_errors_total", "RLQS reservations the store failed: no grant was renewed for their buckets."),
+		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants the store could not hold in full (the limit was taken elsewhere): the bucket's next grant is smaller."),
+		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped because the Envoy read slower than renewals were sent."),
+	}
+}
+
+// Collectors returns the service's series, and gauges of its streams and
+// buckets, for a Prometheus registry.
+func (s *Service) Collectors() []prometheus.Collector {
+	st := s.stats
+	gauge := func(name, help string, fn func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
+	}
+	return []prometheus.Collector{st.assignments, st.reported, st.anomalies, st.refused, st.shadow, st.abandoned,
+		st.storeErrors, st.shortfalls, st.dropped,
+		gauge("ratelimit_rlqs_streams", "Open RLQS streams.", func() float64 { n, _ := s.counts(); return float64(n) }),
+		gauge("ratelimit_rlqs_buckets", "RLQS buckets tracked across streams.", func() float64 { _, n := s.counts(); return float64(n) }),
+	}
+}
+
+func (s *Service) counts() (streams, buckets int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		buckets += len(st.buckets)
+	}
+	return len(s.streams), buckets
+}
