@@ -22,6 +22,7 @@ import (
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
+	"github.com/openrls/ratelimit/src/rlqs"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
@@ -96,7 +97,26 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return server.Run(ctx, serverOptions(s, svc, tlsCfg, health, debug, reg, tr.ServerOptions(), log))
+	o := serverOptions(s, svc, tlsCfg, health, debug, reg, tr.ServerOptions(), log)
+	if s.RLQSEnabled {
+		o.Quota = startQuota(ctx, s, tr.Store(store), configs, reg, debug, log)
+	}
+	return server.Run(ctx, o)
+}
+
+// startQuota builds the Rate Limit Quota Service on the RLS store and
+// config, and runs its renewals until ctx is done.
+func startQuota(ctx context.Context, s settings.Settings, store limiter.Store, configs *config.Holder,
+	reg *metrics.Registry, debug map[string]http.Handler, log logrus.FieldLogger) *rlqs.Service {
+	o := s.RLQSOptions()
+	o.Store, o.Configs, o.Logger = store, configs, log
+	q := rlqs.New(o)
+	for _, c := range q.Collectors() {
+		reg.MustRegister(c)
+	}
+	debug["/rlqs"] = q.DebugHandler()
+	go q.Run(ctx)
+	return q
 }
 
 // grpcTLS builds the gRPC server's TLS config, if TLS is on. A rotation to

@@ -97,8 +97,12 @@ func bucketKey(values map[string]string) string {
 
 // classify plans the bucket's request on cfg and says what it gets: its
 // kind and, for a limited bucket, one reservation pool per limit (key and
-// rule). A rule that is not a fixed window gets a counter of its own,
-// counted as a fixed window of its limit per period (docs/rlqs.md).
+// rule). Reservations are counted per window on counters of their own,
+// named by the rule's counter key: the stores keep one window per key, and
+// a reservation made ahead for a later window must not end the current
+// one. So an RLS client and an RLQS fleet on one rule each get the full
+// limit (docs/rlqs.md); every rule is counted as a fixed window of its
+// limit per period.
 func classify(cfg *config.Config, domain string, values map[string]string) (kind, []poolSpec) {
 	p, err := cfg.PlanBucket(domain, values)
 	if err != nil {
@@ -125,12 +129,8 @@ func classify(cfg *config.Config, domain string, values map[string]string) (kind
 		if h.Rule.Limit == 0 {
 			return kindDeny, nil
 		}
-		spec := poolSpec{key: h.Key, metric: p.Refs[i].Limit.MetricKey,
-			rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: h.Rule.Limit, Period: h.Rule.Period}}
-		if h.Rule.Algorithm != limiter.FixedWindow {
-			spec.key += "\x00rlqs"
-		}
-		specs = append(specs, spec)
+		specs = append(specs, poolSpec{key: h.Key + "\x00rlqs", metric: p.Refs[i].Limit.MetricKey,
+			rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: h.Rule.Limit, Period: h.Rule.Period}})
 	}
 	return kindLimited, specs
 }

@@ -24,7 +24,7 @@ import (
 // rate frees nothing before the higher one's horizon has passed.
 type ledger struct {
 	period time.Duration
-	segs   []seg            // the envelope from the present on, sorted, disjoint
+	segs   []seg             // the envelope from the present on, sorted, disjoint
 	past   map[int64]float64 // window → the envelope's integral before the present
 	resets map[int64]uint64
 	held   map[int64]uint64 // window → tokens the store holds for this bucket

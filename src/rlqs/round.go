@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -203,7 +204,7 @@ func (s *Service) reserve(ctx context.Context, jobs []*job) {
 	for at, asks := range byAt {
 		hits := make([]limiter.Hit, len(asks))
 		for i, a := range asks {
-			hits[i] = limiter.Hit{Key: a.key, Rule: rules[a.key], Cost: a.n}
+			hits[i] = limiter.Hit{Key: a.key + "\x00" + strconv.FormatInt(a.w, 10), Rule: rules[a.key], Cost: a.n}
 		}
 		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -46,6 +47,9 @@ type Options struct {
 	// instead of GRPCAddr (GRPC_UDS).
 	GRPCUnixSocket string
 	Service        Service
+	// Quota, when not nil, serves the Rate Limit Quota Service (RLQS) on
+	// the same gRPC listener.
+	Quota rlqsv3.RateLimitQuotaServiceServer
 	// JSON serves POST /json on the HTTP port; nil leaves it unmounted.
 	JSON   http.Handler
 	Health *Health
@@ -179,6 +183,9 @@ func Run(ctx context.Context, o Options) error {
 	lis[0] = gl
 	gs := grpc.NewServer(grpcOptions(o, gl)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, o.Service)
+	if o.Quota != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(gs, o.Quota)
+	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)

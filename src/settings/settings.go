@@ -28,6 +28,7 @@ type Settings struct {
 	Decisions
 	Store
 	Observability
+	RLQS
 }
 
 // Load reads the environment and validates it. The error names every bad
@@ -221,6 +222,7 @@ func (s Settings) Validate() error {
 	s.validateStore(bad)
 	s.validateLease(bad)
 	s.validateRequestBounds(bad)
+	s.validateRLQS(bad)
 	return errors.Join(errs...)
 }
 
