@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 	"sync"
 	"testing"
@@ -96,4 +97,62 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 		t.Errorf("settled seconds admitted %d in %d s, under 60%% of 30 per second: %v", settled, secs, per)
 	}
 	t.Logf("settled: %.0f%% of the limit", 100*float64(settled)/float64(30*secs))
+}
+
+// TestRLQSReplicasOnRedisThroughFailures: two replicas on one Redis, two
+// fake Envoys on each (demands of 15 per second), one tenant limited to
+// 30 per second. Midway the Redis pauses for 5 s (no grant is renewed;
+// assignments run out to the Envoys' DENY_ALL), then the first replica
+// is killed (its Envoys' streams break). No second admits more than 30,
+// and both replicas' Envoys are served before the failures.
+func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
+	srv := redistest.Start(t)
+	env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
+	env["REDIS_URL"], env["BACKEND_TYPE"], env["REDIS_TIMEOUT"] = srv.Addr, "redis", "200ms"
+	a, b := start(t, env), start(t, env)
+	defer a.stop(t)
+	defer b.stop(t)
+	var all, onA, onB perSecond
+	id := map[string]string{"tenant": "acme"}
+	begin := time.Now()
+	end := begin.Add(32 * time.Second)
+	var wg sync.WaitGroup
+	for i, p := range []*proc{a, a, b, b} {
+		mine := &onA
+		if i >= 2 {
+			mine = &onB
+		}
+		e := rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", Report: 5 * time.Second, NoAssignment: rlqstest.Deny,
+			OnAdmit: func(_ string, at time.Time) { all.add(at); mine.add(at) }})
+		defer e.Stop()
+		wg.Add(1)
+		go func() { defer wg.Done(); paced(15, end, func() { e.Request(id) }) }()
+	}
+	// The failures come at set points of the run; what is checked does
+	// not depend on when they land.
+	time.Sleep(14 * time.Second)
+	srv.Pause()
+	time.Sleep(5 * time.Second)
+	srv.Resume()
+	time.Sleep(4 * time.Second)
+	a.stop(t)
+	wg.Wait()
+	per := all.snapshot()
+	for sec, n := range per {
+		if n > 30 {
+			t.Errorf("second %d admitted %d across two replicas, past 30: %v", sec-begin.Unix(), n, per)
+		}
+	}
+	sum := func(p *perSecond) (n int) {
+		for sec, c := range p.snapshot() {
+			if sec < begin.Unix()+14 {
+				n += c
+			}
+		}
+		return n
+	}
+	if sum(&onA) == 0 || sum(&onB) == 0 {
+		t.Errorf("before the failures, replica A's Envoys were admitted %d and B's %d: one replica's were starved", sum(&onA), sum(&onB))
+	}
+	t.Logf("per second: %v; before the failures A %d, B %d", per, sum(&onA), sum(&onB))
 }

@@ -419,8 +419,13 @@ func legal(k string) bool {
 const maxRelative = 30 * 24 * 60 * 60
 
 // exptime is memcached's expiry for a state that expires at expires, seen
-// at now: a second late rather than early.
+// at now: a second late rather than early. memcached counts from its own
+// clock, so a batch counted ahead of ours (a reservation for a coming
+// window) is measured from ours, or its key would go before its window.
 func (s *Store) exptime(now, expires time.Time) int32 {
+	if real := s.clock(); now.After(real) {
+		now = real
+	}
 	secs := int64(math.Ceil(expires.Sub(now).Seconds())) + 1
 	if secs < 1 {
 		secs = 1

@@ -74,12 +74,24 @@ local function int_str(n)
   return s
 end
 
+-- ttl_now is the instant TTLs are measured from: a call's now, or Redis's
+-- TIME when a call counts at a later instant than that (a reservation
+-- made ahead for a coming window), so that a key set ahead still lives
+-- until its window has ended by Redis's clock. Set per call by batch.
+local ttl_now = 0
+
+-- ttl_ms is the TTL, in whole milliseconds (at least 1), of a key that
+-- must live until exp µs.
+local function ttl_ms(exp)
+  return math.max(1, math.ceil((exp - ttl_now) / 1000))
+end
+
 -- new_window follows a fixed window's first count, window w's, ending in
--- reset µs: the key expires with the window, and the window before it (a
+-- at exp µs: the key expires with the window, and the window before it (a
 -- key can outlive its window by the TTL's rounding up to a millisecond)
 -- goes, so a busy key holds one or two fields, never more.
-local function new_window(key, w, reset)
-  redis.call('PEXPIRE', key, int_str(math.max(1, math.ceil(reset / 1000))))
+local function new_window(key, w, exp)
+  redis.call('PEXPIRE', key, int_str(ttl_ms(exp)))
   redis.call('HDEL', key, int_str(w - 1))
 end
 
@@ -221,7 +233,7 @@ local function store_held(key, w, hc, hp, g, exp, now)
   elseif hc == 0 and hp == 0 then
     redis.call('DEL', hk)
   elseif exp then
-    redis.call('SET', hk, struct.pack('<dddd', w, hc, hp, g), 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    redis.call('SET', hk, struct.pack('<dddd', w, hc, hp, g), 'PX', ttl_ms(exp))
   else
     redis.call('SET', hk, struct.pack('<dddd', w, hc, hp, g), 'KEEPTTL')
   end
@@ -299,7 +311,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   if alg == 0 then
     redis.call('HSET', key, int_str(s1), int_str(s2))
     if not found then
-      new_window(key, s1, exp - now)
+      new_window(key, s1, exp)
     end
     return
   elseif alg == 3 then
@@ -310,7 +322,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
       end
       return
     end
-    redis.call('SET', key, s1, 'PX', math.max(1, math.ceil((exp - now) / 1000)))
+    redis.call('SET', key, s1, 'PX', ttl_ms(exp))
     return
   end
   if alg == 2 then
@@ -319,7 +331,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
       return
     end
     local untl = exp + math.max(exp - now, 1000000)
-    redis.call('SET', key, struct.pack('<ddd', s1, untl, 0), 'PX', int_str(math.ceil((untl - now) / 1000)))
+    redis.call('SET', key, struct.pack('<ddd', s1, untl, 0), 'PX', int_str(ttl_ms(untl)))
     return
   end
   local v = struct.pack('<ddd', s1, s2, s3)
@@ -327,8 +339,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
     redis.call('SET', key, v, 'KEEPTTL')
     return
   end
-  local ttl = math.max(1, math.ceil((exp - now) / 1000))
-  redis.call('SET', key, v, 'PX', ttl)
+  redis.call('SET', key, v, 'PX', ttl_ms(exp))
 end
 
 -- fixed_incr is fixed_window for the common hit of a rule that drops
@@ -346,7 +357,7 @@ local function fixed_incr(key, now, limit, p, cost)
   if limit > 0 and c <= limit then
     if c == cost then
       -- The window's first count (or its count was refunded to 0).
-      new_window(key, w, reset)
+      new_window(key, w, (w + 1) * p)
     end
     return struct.pack('<dddd', 1, limit - c, reset, 0)
   end
@@ -375,7 +386,7 @@ local function fixed_count(key, now, limit, p, cost)
   if cost > 0 then
     c = redis.call('HINCRBY', key, field, int_str(cost))
     if c == cost then
-      new_window(key, w, reset)
+      new_window(key, w, (w + 1) * p)
     end
     if c > MAX_COUNT then
       redis.call('HSET', key, field, int_str(MAX_COUNT))
@@ -583,13 +594,14 @@ local function batch(keys, args)
   for d = 1, #args do
     local blob = args[d]
     local now, mode, n, pos = struct.unpack('<ddd', blob)
+    if redis_now == nil then
+      local t = redis.call('TIME')
+      redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
     if now < 0 then
-      if redis_now == nil then
-        local t = redis.call('TIME')
-        redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      end
       now = redis_now
     end
+    ttl_now = math.min(now, redis_now)
     if mode == 0 then
       apply_each(keys, now, k, n, blob, pos, results)
     else

@@ -444,7 +444,9 @@ func fill(reply any, g *group, outs []limiter.Outcome) error {
 
 // remember puts fresh rejections into the local cache.
 func (s *Store) remember(hits []limiter.Hit, outs []limiter.Outcome, now time.Time) {
-	if s.cache == nil {
+	if s.cache == nil || now.After(s.clock()) {
+		// A batch counted ahead (a reservation for a coming window) says
+		// nothing of the window in force now.
 		return
 	}
 	for i := range hits {

@@ -529,7 +529,9 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 func TestTTLFollowsTheWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{})
-	hour := time.Unix(1_800_000_000/3600*3600, 0)
+	// An instant behind Redis's clock: TTLs are measured from it (a batch
+	// counted ahead of Redis's clock is TestTTLOfABatchCountedAhead's).
+	hour := time.Unix(1_700_000_000/3600*3600, 0)
 	steps := []time.Duration{50 * time.Minute, 55 * time.Minute, 65 * time.Minute, 125 * time.Minute}
 	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
 		for _, aon := range []bool{false, true} {
@@ -564,6 +566,30 @@ func TestTTLFollowsTheWindow(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestTTLOfABatchCountedAhead: a batch counted at an instant ahead of
+// Redis's clock (an RLQS reservation for a coming window) keeps its key
+// until that window ends by Redis's clock, not for one window from now.
+func TestTTLOfABatchCountedAhead(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, single(t, srv), Options{})
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog} {
+		key := "{ahead}:" + alg.String()
+		r := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Second}
+		ahead := time.Now().Add(30 * time.Second).Truncate(time.Second)
+		if _, err := s.Apply(context.Background(), limiter.Batch{Now: ahead, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 3}}}); err != nil {
+			t.Fatal(err)
+		}
+		pttl, err := srv.Do("PTTL", keyVersion+key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// At least until 30 s from now, less what this test took since.
+		if got, _ := strconv.Atoi(pttl); got < 25_000 {
+			t.Errorf("%s: PTTL = %s ms after counting 30 s ahead, want the key to outlive that window", alg, pttl)
 		}
 	}
 }

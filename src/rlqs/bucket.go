@@ -53,10 +53,6 @@ type bucket struct {
 	// lapsed is set when an assignment may not have arrived: the next token
 	// bucket may find the Envoy's bucket expired, and so start full.
 	lapsed bool
-	// capRate bounds the grants until capUntil after the store refused
-	// one; +Inf when nothing bounds them.
-	capRate  float64
-	capUntil time.Time
 }
 
 // member is a bucket's share of one limit.
@@ -74,6 +70,9 @@ type pool struct {
 	rule    limiter.Rule // a fixed window, as reservations count
 	metric  string
 	members map[*member]struct{}
+	// frac is this replica's part of the limit, by its part of the demand
+	// all replicas published (exchangeDemand); 1 until known.
+	frac float64
 }
 
 // bucketKey is a canonical string of an unordered bucket id.

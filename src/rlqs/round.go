@@ -27,7 +27,10 @@ type job struct {
 	// Set by reserve.
 	refused bool
 	failed  bool
-	frac    float64 // of the rate the store could still hold
+	// left is, by member and window, what the check found the store could
+	// still hold for this bucket where the grant fell short.
+	left     []map[int64]uint64
+	credited bool
 }
 
 // ask is a job's request to the store for one member and window.
@@ -47,13 +50,81 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	s.grant.Lock()
 	defer s.grant.Unlock()
 	now := s.o.Clock()
+	if only == nil {
+		s.exchangeDemand(ctx, now)
+	}
 	s.mu.Lock()
 	jobs := s.plan(now, only)
 	s.mu.Unlock()
-	s.reserve(ctx, jobs)
+	// Check first, so that a grant the store cannot hold in full is cut
+	// to what it can before anything is counted: counting a part of it
+	// would hold tokens nobody is sent.
+	s.reserve(ctx, jobs, true)
+	s.mu.Lock()
+	for i, j := range jobs {
+		if j.failed && !j.refused && !j.b.gone {
+			jobs[i] = s.cut(j, now)
+		}
+	}
+	s.mu.Unlock()
+	s.reserve(ctx, jobs, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.commit(now, jobs)
+}
+
+// cut returns the job of the largest grant below j's that fits what the
+// check found left in each window it fell short in, or the bucket's job
+// without a share.
+func (s *Service) cut(j *job, now time.Time) *job {
+	s.stats.shortfalls.Inc()
+	fits := func(q uint32) *job {
+		c := s.limitedJob(j.b, now, q, j.f)
+		for i, t := range c.trials {
+			for w, left := range j.left[i] {
+				if t.need(w) > left {
+					return nil
+				}
+			}
+		}
+		return c
+	}
+	lo, hi := uint32(0), j.q // fits(lo) or lo == 0; !fits(hi)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) != nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo > 0 {
+		if c := fits(lo); c != nil {
+			return c
+		}
+	}
+	if hb := s.holdBack(j.b, now); hb != nil {
+		return hb
+	}
+	return &job{b: j.b} // nothing to send: what is in force runs out
+}
+
+// credit records what the store granted for a job's asks: in its trial
+// ledgers, and, when the job did not succeed, in the buckets' own (the
+// store holds it either way).
+func (s *Service) credit(j *job) {
+	if j.credited {
+		return
+	}
+	j.credited = true
+	for _, a := range j.asks {
+		if a.ok {
+			j.trials[a.m].held[a.w] += a.n
+			if j.refused || j.failed {
+				j.b.members[a.m].l.held[a.w] += a.n
+			}
+		}
+	}
 }
 
 // plan decides what each bucket should get and what the store must hold
@@ -100,8 +171,8 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 	return jobs
 }
 
-// fill sets every member's target: max-min fair shares of what the limit
-// leaves once each bucket's window-start tokens are set aside (a reset's
+// fill sets every member's target: max-min fair shares of this replica's
+// part of the limit (see exchangeDemand), of what it leaves once each bucket's window-start tokens are set aside (a reset's
 // are not: the store refuses what no longer fits, and that bucket's next
 // grant is smaller). When the limit cannot give every busy bucket a
 // token per period besides, the least busy get nothing until it can.
@@ -114,7 +185,7 @@ func (p *pool) fill() {
 		}
 	}
 	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
-	limit := float64(p.rule.Limit)
+	limit := float64(p.rule.Limit) * p.frac
 	n := len(busy)
 	for n > 0 && limit-burst*float64(n) < float64(n) {
 		n--
@@ -125,8 +196,36 @@ func (p *pool) fill() {
 		wants[i] = m.want()
 	}
 	per := p.rule.Period.Seconds()
-	for i, t := range fill((limit-burst*float64(n))/per, wants) {
-		busy[i].target = t
+	tokens := math.Floor(limit - burst*float64(n))
+	shares := fill(tokens/per, wants)
+	// Grants are whole tokens per period, so that a window's need is a
+	// whole number too: floor each share, then hand the tokens the floors
+	// left to the largest remainders.
+	units := make([]float64, n)
+	left := tokens
+	for i, t := range shares {
+		units[i] = math.Floor(t*per + 1e-9)
+		left -= units[i]
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ra, rb := shares[order[a]]*per-units[order[a]], shares[order[b]]*per-units[order[b]]
+		return ra > rb
+	})
+	for _, i := range order {
+		if left < 1 {
+			break
+		}
+		if shares[i]*per-units[i] > 1e-9 {
+			units[i]++
+			left--
+		}
+	}
+	for i, m := range busy {
+		m.target = units[i] / per
 	}
 }
 
@@ -138,22 +237,24 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 		}
 		return &job{b: b, kind: b.kind}
 	}
-	if now.After(b.capUntil) {
-		b.capRate = math.Inf(1)
-	}
-	rate, f := b.capRate, int64(0)
+	rate, f := math.Inf(1), int64(0)
 	for _, m := range b.members {
-		if m.target < rate || f == 0 {
-			rate = math.Min(rate, m.target)
-			f = fillInterval(m.p.rule.Period)
+		if m.target < rate {
+			rate, f = m.target, int64(m.p.rule.Period/time.Second)
 		}
 	}
 	q := math.Floor(rate*float64(f) + 1e-9)
 	if q < 1 {
 		return s.holdBack(b, now)
 	}
-	j := &job{b: b, kind: kindLimited, q: uint32(min(q, math.MaxUint32)), f: f}
-	r := float64(j.q) / float64(f)
+	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
+}
+
+// limitedJob is the job of granting b q tokens every f seconds: each
+// member's ledger with the grant in it, and what the store must add.
+func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
+	j := &job{b: b, kind: kindLimited, q: q, f: f}
+	r := float64(q) / float64(f)
 	reset := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
 	for i, m := range b.members {
 		m.l.advance(now)
@@ -190,7 +291,7 @@ func (s *Service) holdBack(b *bucket, now time.Time) *job {
 
 // reserve asks the store for every job's shortfall, one batch per
 // instant, and notes what it refused.
-func (s *Service) reserve(ctx context.Context, jobs []*job) {
+func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
 	byAt := map[time.Time][]*ask{}
 	rules := map[string]limiter.Rule{}
 	s.mu.Lock()
@@ -206,26 +307,31 @@ func (s *Service) reserve(ctx context.Context, jobs []*job) {
 		for i, a := range asks {
 			hits[i] = limiter.Hit{Key: a.key + "\x00" + strconv.FormatInt(a.w, 10), Rule: rules[a.key], Cost: a.n}
 		}
-		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
+		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
 		if err != nil {
-			s.stats.storeErrors.Inc()
+			s.storeError(err)
 			for _, a := range asks {
 				a.j.refused = true
 			}
 			continue
 		}
 		for i, a := range asks {
-			if outs[i].Allowed {
-				a.ok = true
-				continue
-			}
 			j := a.j
-			need := j.trials[a.m].need(a.w)
-			frac := float64(j.trials[a.m].held[a.w]+outs[i].Remaining) / float64(need)
-			if !j.failed || frac < j.frac {
-				j.frac = frac
+			switch {
+			case outs[i].Allowed:
+				a.ok = !dry
+			case dry:
+				if j.left == nil {
+					j.left = make([]map[int64]uint64, len(j.trials))
+				}
+				if j.left[a.m] == nil {
+					j.left[a.m] = map[int64]uint64{}
+				}
+				j.left[a.m][a.w] = j.trials[a.m].held[a.w] + outs[i].Remaining
+				j.failed = true
+			default:
+				j.failed = true
 			}
-			j.failed = true
 		}
 	}
 }
@@ -236,14 +342,7 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 	sent := map[*stream][]*bucket{}
 	for _, j := range jobs {
 		b := j.b
-		for _, a := range j.asks {
-			if a.ok {
-				j.trials[a.m].held[a.w] += a.n
-				if j.refused || j.failed {
-					b.members[a.m].l.held[a.w] += a.n
-				}
-			}
-		}
+		s.credit(j)
 		if b.gone && !j.abandon {
 			continue
 		}
@@ -281,13 +380,13 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
 	}
 	switch {
+	case j.kind == kindNone:
+		return nil
 	case j.refused:
 		return nil // the store is away: what is in force lapses to the Envoy's fallback
 	case j.failed:
+		// Another replica counted between the check and the count.
 		s.stats.shortfalls.Inc()
-		// Until what others hold now has passed, ask for what was left.
-		b.capRate = float64(j.q) / float64(j.f) * math.Max(0, math.Min(1, j.frac))
-		b.capUntil = now.Add(s.o.TTL + s.o.Delivery)
 		if hb := s.holdBack(b, now); hb == nil {
 			return nil
 		}
@@ -310,9 +409,9 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 	case kindLimited:
 		// One capacity for every grant: a rate change rescales what the
 		// Envoy holds by new/old capacity, which is then 1, so no change
-		// ever adds tokens; fill_interval in whole seconds, tokens_per_fill always
-		// set (Envoy 1.40 divides by the whole seconds and reads an unset
-		// tokens_per_fill as 0).
+		// ever adds tokens. fill_interval is the limit's period (whole
+		// seconds: Envoy 1.40 divides by its whole seconds) and
+		// tokens_per_fill is always set (1.40 reads an unset one as 0).
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(j.q), FillInterval: durationpb.New(time.Duration(j.f) * time.Second)}}
 	case kindDeny:
@@ -324,12 +423,4 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: durationpb.New(s.o.TTL), RateLimitStrategy: strategy}}}
-}
-
-// fillInterval is the fill interval for a limit of period p: at least a
-// minute, so that a rate is granted in steps of a 60th of a token per
-// second rather than whole tokens, and a whole number of periods.
-func fillInterval(p time.Duration) int64 {
-	secs := int64(p / time.Second)
-	return secs * max(1, (60+secs-1)/secs)
 }

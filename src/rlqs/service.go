@@ -116,6 +116,9 @@ type Service struct {
 	nextID  uint64
 
 	stats *stats
+
+	logMu   sync.Mutex
+	lastLog time.Time
 }
 
 // New returns a Service; Run drives its renewals.
@@ -292,7 +295,7 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 		own[k] = v
 	}
 	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, demand: math.Inf(1),
-		lastReport: now, lastTraffic: now, capRate: math.Inf(1)}
+		lastReport: now, lastTraffic: now}
 	st.buckets[bucketKey(own)] = b
 	return b
 }
@@ -315,7 +318,7 @@ func (s *Service) reclassify(b *bucket, cfg *config.Config) {
 			// A limit changed under one key: a new pool. The buckets
 			// still in the old one join this one as this round
 			// reclassifies them.
-			p = &pool{key: sp.key, rule: sp.rule, metric: sp.metric, members: map[*member]struct{}{}}
+			p = &pool{key: sp.key, rule: sp.rule, metric: sp.metric, members: map[*member]struct{}{}, frac: 1}
 			s.pools[sp.key] = p
 		}
 		m := old[sp.key]

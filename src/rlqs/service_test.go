@@ -64,6 +64,7 @@ func serve(t *testing.T, o rlqs.Options) *grpc.ClientConn {
 	}
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
+	log.SetOutput(testWriter{t})
 	o.Logger = log
 	svc := rlqs.New(o)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -162,7 +163,7 @@ func TestFleetSharesOneLimitExactly(t *testing.T) {
 	if settled < 18*seconds {
 		t.Errorf("settled seconds admitted %d in %d s, under 60%% of 30 per second (all: %v)", settled, seconds, per)
 	}
-	t.Logf("settled utilisation: %.0f%% of the limit", 100*float64(settled)/float64(30*seconds))
+	t.Logf("settled utilisation: %.0f%% of the limit (per second: %v)", 100*float64(settled)/float64(30*seconds), per)
 }
 
 // TestBucketKinds checks what each kind of rule is answered, and that
@@ -249,3 +250,8 @@ func TestIdleBucketsAreAbandoned(t *testing.T) {
 }
 
 var _ = atomic.Int64{}
+
+// testWriter sends the service's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -1,6 +1,8 @@
 package rlqs
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,7 +34,7 @@ func newStats() *stats {
 		shadow:      c("ratelimit_rlqs_shadow_requests_total", "Requests reported on buckets whose rule is in shadow or quota mode (answered ALLOW_ALL)."),
 		abandoned:   c("ratelimit_rlqs_abandoned_buckets_total", "RLQS buckets abandoned after reporting no requests for RLQS_IDLE_ABANDON."),
 		storeErrors: c("ratelimit_rlqs_store_errors_total", "RLQS reservations the store failed: no grant was renewed for their buckets."),
-		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants the store could not hold in full (the limit was taken elsewhere): the bucket's next grant is smaller."),
+		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants cut to what the store could still hold (the limit was held for other buckets, or for this one's earlier, higher grants)."),
 		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped because the Envoy read slower than renewals were sent."),
 	}
 }
@@ -59,3 +61,22 @@ func (s *Service) counts() (streams, buckets int) {
 	}
 	return len(s.streams), buckets
 }
+
+// storeError counts a failed store call and logs it, at most once per
+// logEvery.
+func (s *Service) storeError(err error) {
+	s.stats.storeErrors.Inc()
+	now := time.Now()
+	s.logMu.Lock()
+	due := now.Sub(s.lastLog) >= logEvery
+	if due {
+		s.lastLog = now
+	}
+	s.logMu.Unlock()
+	if due {
+		s.o.Logger.WithError(err).Warn("rlqs: the store failed; no grant is renewed while it does (assignments run out to each Envoy's fallback)")
+	}
+}
+
+// logEvery spaces the service's repeated warnings.
+const logEvery = 10 * time.Second
