@@ -13,6 +13,7 @@ import (
 // TestReplicasShareOneLimit: two services on one store, a fake Envoy on
 // each, demands of 25 per second each against 30: no second over 30.
 func TestReplicasShareOneLimit(t *testing.T) {
+	t.Parallel()
 	store := limiter.NewMemoryStore(limiter.MemoryOptions{})
 	cfg := load(t, fleetConfig)
 	var adm admissions

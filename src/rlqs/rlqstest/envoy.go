@@ -69,9 +69,10 @@ type Envoy struct {
 	sentOne bool
 	buckets map[string]*bucket
 	last    time.Time
-	// Streams counts the streams opened; Received the responses.
-	streams, received int
-	actions           []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	// streams counts the streams opened; received the responses; skipped
+	// the actions Envoy would ignore (an empty or unknown bucket id).
+	streams, received, skipped int
+	actions                    []*rlqsv3.RateLimitQuotaResponse_BucketAction
 }
 
 type bucket struct {
@@ -121,6 +122,14 @@ func (e *Envoy) Streams() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.streams
+}
+
+// Skipped is how many actions the fake ignored as Envoy does: for an
+// empty bucket id or one it does not hold.
+func (e *Envoy) Skipped() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.skipped
 }
 
 // Actions returns every bucket action received so far.
@@ -283,11 +292,9 @@ func (e *Envoy) recvLoop(st grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageR
 // enforce (RequestsPerTimeUnit, none) is dropped.
 func (e *Envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Time) {
 	id := a.GetBucketId().GetBucket()
-	if len(id) == 0 {
-		return
-	}
 	b := e.buckets[keyOf(id)]
-	if b == nil {
+	if len(id) == 0 || b == nil {
+		e.skipped++
 		return
 	}
 	if a.GetAbandonAction() != nil {
