@@ -51,4 +51,3 @@ descriptors:
 		t.Errorf("PlanBucket reached %v, want the /login rule's limit of 5", p.Hits)
 	}
 }
-
