@@ -57,6 +57,12 @@ func load(t *testing.T, yaml string) holder {
 
 // serve runs a Service on a loopback port and returns a connection to it.
 func serve(t *testing.T, o rlqs.Options) *grpc.ClientConn {
+	conn, _ := serveService(t, o)
+	return conn
+}
+
+// serveService is serve, also returning the Service.
+func serveService(t *testing.T, o rlqs.Options) (*grpc.ClientConn, *rlqs.Service) {
 	t.Helper()
 	if o.Store == nil {
 		o.Store = limiter.NewMemoryStore(limiter.MemoryOptions{})
@@ -84,7 +90,7 @@ func serve(t *testing.T, o rlqs.Options) *grpc.ClientConn {
 		conn.Close()
 		gs.Stop()
 	})
-	return conn
+	return conn, svc
 }
 
 // admissions counts allowed requests per wall-clock second.

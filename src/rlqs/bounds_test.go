@@ -1,0 +1,94 @@
+package rlqs_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/openrls/ratelimit/src/rlqs"
+)
+
+// TestHostileClientsAreBounded: a stream that reports more buckets than
+// RLQS_MAX_BUCKETS_PER_STREAM, bucket ids past the size bounds, and more
+// streams than RLQS_MAX_STREAMS: the excess is refused and counted, what
+// is tracked stays within the bounds, and the stream stays open.
+func TestHostileClientsAreBounded(t *testing.T) {
+	t.Parallel()
+	conn, svc := serveService(t, rlqs.Options{Configs: load(t, fleetConfig), MaxBuckets: 50, MaxStreams: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	st, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet"}
+	for i := range 5000 {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "t" + strconv.Itoa(i)}}, NumRequestsAllowed: 1})
+	}
+	wide := map[string]string{}
+	for i := range 100 {
+		wide["k"+strconv.Itoa(i)] = "v"
+	}
+	m.BucketQuotaUsages = append(m.BucketQuotaUsages,
+		&rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: wide}},
+		&rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": strings.Repeat("x", 5000)}}})
+	if err := st.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv() // the new buckets' answer: the stream is alive
+	if err != nil {
+		t.Fatalf("the stream closed: %v", err)
+	}
+	if n := len(resp.GetBucketAction()); n != 50 {
+		t.Errorf("answered %d buckets, want the 50 the bound allows", n)
+	}
+	var view struct {
+		Buckets int `json:"buckets"`
+	}
+	rec := httptest.NewRecorder()
+	svc.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/rlqs", nil))
+	if err := json.Unmarshal(rec.Body.Bytes(), &view); err != nil {
+		t.Fatal(err)
+	}
+	if view.Buckets != 50 {
+		t.Errorf("tracking %d buckets, want 50", view.Buckets)
+	}
+	// Two more streams, each opened by a report: the second of them is
+	// past RLQS_MAX_STREAMS.
+	hello := &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet"}
+	second, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Send(hello); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second stream to be served", func() bool {
+		rec := httptest.NewRecorder()
+		svc.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/rlqs", nil))
+		var v struct {
+			Streams int `json:"streams"`
+		}
+		return json.Unmarshal(rec.Body.Bytes(), &v) == nil && v.Streams == 2
+	})
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer tcancel()
+	third, err := client.StreamRateLimitQuotas(tctx)
+	if err == nil {
+		_ = third.Send(hello)
+		_, err = third.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a third stream: %v, want ResourceExhausted", err)
+	}
+}
