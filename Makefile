@@ -89,7 +89,7 @@ BENCHFLAGS ?=
 bench:
 	scripts/ensure-servers.sh
 	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost' -benchtime 1x -timeout 30m
-	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset|RLQS' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/release.pgo (profile-guided optimisation of the
 # image's server build) from the load benchmark's CPU profiles.

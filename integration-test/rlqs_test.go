@@ -1,11 +1,14 @@
 package integration
 
 import (
-	"github.com/openrls/ratelimit/src/redis/redistest"
-	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 	"sync"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
+	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 )
 
 const rlqsConfig = `
@@ -155,4 +158,48 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 		t.Errorf("before the failures, replica A's Envoys were admitted %d and B's %d: one replica's were starved", sum(&onA), sum(&onB))
 	}
 	t.Logf("per second: %v; before the failures A %d, B %d", per, sum(&onA), sum(&onB))
+}
+
+// TestRLQSAndRLSShareOneCount: with RLQS_SHARED_COUNTERS, a fake Envoy
+// asking 25 a second and an RLS client asking 10 a second on one tenant
+// limited to 30 per second count on one counter: no second admits more
+// than 30 between them, on the embedded store and on Redis.
+func TestRLQSAndRLSShareOneCount(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
+			env["RLQS_SHARED_COUNTERS"] = "true"
+			if store == "redis" {
+				env["REDIS_URL"], env["BACKEND_TYPE"] = redistest.Start(t).Addr, "redis"
+			}
+			p := start(t, env)
+			defer p.stop(t)
+			var adm, rls perSecond
+			begin := time.Now()
+			end := begin.Add(15 * time.Second)
+			e := fakeEnvoy(p, &adm)
+			defer e.Stop()
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); paced(25, end, func() { e.Request(map[string]string{"tenant": "acme"}) }) }()
+			go func() {
+				defer wg.Done()
+				paced(10, end, func() {
+					if p.should(t, "quota", desc("tenant=acme")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+						at := time.Now()
+						adm.add(at)
+						rls.add(at)
+					}
+				})
+			}()
+			wg.Wait()
+			per := adm.snapshot()
+			for sec, n := range per {
+				if n > 30 {
+					t.Errorf("second %d admitted %d between RLS and RLQS, past 30: %v", sec-begin.Unix(), n, per)
+				}
+			}
+			t.Logf("all: %v; RLS alone: %v", per, rls.snapshot())
+		})
+	}
 }

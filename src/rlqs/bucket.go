@@ -66,7 +66,7 @@ type member struct {
 // pool is one limit's counter, shared by every bucket (of every stream on
 // this replica) that maps onto it.
 type pool struct {
-	key     string
+	key     string       // the rule's counter key; limiter.WindowKey names its windows
 	rule    limiter.Rule // a fixed window, as reservations count
 	metric  string
 	members map[*member]struct{}
@@ -95,13 +95,12 @@ func bucketKey(values map[string]string) string {
 }
 
 // classify plans the bucket's request on cfg and says what it gets: its
-// kind and, for a limited bucket, one reservation pool per limit (key and
-// rule). Reservations are counted per window on counters of their own,
-// named by the rule's counter key: the stores keep one window per key, and
-// a reservation made ahead for a later window must not end the current
-// one. So an RLS client and an RLQS fleet on one rule each get the full
-// limit (docs/rlqs.md); every rule is counted as a fixed window of its
-// limit per period.
+// kind and, for a limited bucket, one reservation pool per limit (the
+// rule's counter key, and the rule as a fixed window of its limit per
+// period). Reservations are counted window by window, on
+// limiter.WindowKey's names: a reservation made ahead for a later window
+// must not end the current one, which a key holding one window would. RLS
+// hits share those counters only under RLQS_SHARED_COUNTERS.
 func classify(cfg *config.Config, domain string, values map[string]string) (kind, []poolSpec) {
 	p, err := cfg.PlanBucket(domain, values)
 	if err != nil {
@@ -128,7 +127,7 @@ func classify(cfg *config.Config, domain string, values map[string]string) (kind
 		if h.Rule.Limit == 0 {
 			return kindDeny, nil
 		}
-		specs = append(specs, poolSpec{key: h.Key + "\x00rlqs", metric: p.Refs[i].Limit.MetricKey,
+		specs = append(specs, poolSpec{key: h.Key, metric: p.Refs[i].Limit.MetricKey,
 			rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: h.Rule.Limit, Period: h.Rule.Period}})
 	}
 	return kindLimited, specs
@@ -159,7 +158,10 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 // grow by a tenth and by one request per period, so a bucket whose
 // traffic rises shows it (as denials) and gets more on the next fill.
 func (m *member) want() float64 {
-	if math.IsInf(m.b.demand, 1) {
+	if math.IsInf(m.b.demand, 1) || m.b.demand == 0 {
+		// Unmeasured: an even share. Idle: nothing, so that its
+		// window-start tokens go to the busy; a request it then denies
+		// shows in its next report.
 		return m.b.demand
 	}
 	return m.b.demand*1.1 + 1/m.p.rule.Period.Seconds()

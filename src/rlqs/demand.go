@@ -39,7 +39,7 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 		for m := range p.members {
 			d += math.Min(m.want(), perSecond)
 		}
-		pubs = append(pubs, pub{p: p, key: p.key + "\x00demand", mine: uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))})
+		pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))})
 	}
 	s.mu.Unlock()
 	if len(pubs) == 0 {

@@ -3,12 +3,14 @@ package rlqs
 import (
 	"math"
 	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // ledger is what one Envoy's bucket may admit against one limit, window by
 // window, and how much of each window the store holds for it.
 //
-// An assignment is a token bucket of capacity burst refilled at a rate; it may
+// An assignment is a token bucket of a small capacity refilled at a rate; it may
 // be in force from the moment it is sent until it is replaced or its TTL
 // runs out on the Envoy, which starts counting when the message arrives:
 // no later than the send plus the delivery bound. So the ledger keeps the
@@ -32,14 +34,26 @@ type ledger struct {
 	// may open with the token the bucket kept. (A bucket whose assignment
 	// lapsed since starts again full: that is a reset, counted apart.)
 	began time.Time
+	// burst is the largest capacity that may be in force, until
+	// burstUntil; sent is the capacity last sent, which burst falls back
+	// to after that.
+	burst, sent uint64
+	burstUntil  time.Time
 }
 
-// burst is every assignment's token-bucket capacity. One token would
-// waste refill: Envoy caps the bucket at its capacity, so a token that
-// comes due while one is waiting is lost (paced traffic at twice the rate
-// is admitted at well under it). Two keep all of the refill for traffic
-// that uses it, at a cost of two tokens per bucket per window.
-const burst = 2
+// capacity is the token-bucket capacity of a grant of q tokens per
+// period. Envoy caps a bucket at its capacity, so with one token a refill
+// that comes due while a token waits is lost (paced traffic at twice the
+// rate used 61% of a limit); two keep the refill for traffic that uses
+// it. But every bucket costs its capacity in every window (the tokens it
+// may carry in), which a limit shared by many buckets cannot spare: a
+// grant of few tokens per period gets one.
+func capacity(q uint32) uint64 {
+	if q >= 8 {
+		return 2
+	}
+	return 1
+}
 
 // seg is a stretch of the envelope at one rate, in tokens per second.
 type seg struct {
@@ -48,12 +62,27 @@ type seg struct {
 }
 
 func newLedger(period time.Duration) *ledger {
-	return &ledger{period: period, past: map[int64]float64{}, resets: map[int64]uint64{}, held: map[int64]uint64{}}
+	return &ledger{period: period, past: map[int64]float64{}, resets: map[int64]uint64{}, held: map[int64]uint64{}, burst: 1, sent: 1}
+}
+
+// grant notes a grant of capacity c sent at now, in force until until at
+// the latest, and reports whether it grows the capacity in force (which
+// counts as a reset: the bucket gains tokens).
+func (l *ledger) grant(c uint64, now, until time.Time) (grows bool) {
+	if now.After(l.burstUntil) {
+		l.burst = l.sent
+	}
+	grows = c > l.sent
+	l.sent = c
+	if c >= l.burst {
+		l.burst, l.burstUntil = c, until
+	}
+	return grows
 }
 
 // window is the index of the fixed window holding t (windows are aligned
 // to multiples of the period since the Unix epoch, as the stores count).
-func (l *ledger) window(t time.Time) int64 { return t.UnixNano() / int64(l.period) }
+func (l *ledger) window(t time.Time) int64 { return limiter.WindowOf(t, l.period) }
 
 func (l *ledger) start(w int64) time.Time { return time.Unix(0, w*int64(l.period)) }
 
@@ -154,11 +183,11 @@ func (l *ledger) need(w int64) uint64 {
 	}
 	var kept uint64
 	if touched && !l.began.IsZero() && l.began.Before(ws) {
-		kept = burst
+		kept = l.burst
 	}
 	// A hair below a whole number is that number: float sums of a rate
 	// that is a whole number of tokens per period must not round up.
-	return kept + burst*l.resets[w] + uint64(math.Ceil(sum-1e-6))
+	return kept + l.burst*l.resets[w] + uint64(math.Ceil(sum-1e-6))
 }
 
 // shortfall lists, for every window from now's to the envelope's end, what
@@ -182,7 +211,7 @@ func (l *ledger) shortfall(now time.Time) map[int64]uint64 {
 
 // clone copies l, to try a rate without committing it.
 func (l *ledger) clone() *ledger {
-	c := &ledger{period: l.period, began: l.began, segs: append([]seg(nil), l.segs...),
+	c := &ledger{period: l.period, began: l.began, burst: l.burst, sent: l.sent, burstUntil: l.burstUntil, segs: append([]seg(nil), l.segs...),
 		past: make(map[int64]float64, len(l.past)), resets: make(map[int64]uint64, len(l.resets)), held: make(map[int64]uint64, len(l.held))}
 	for k, v := range l.past {
 		c.past[k] = v

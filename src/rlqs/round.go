@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"sort"
-	"strconv"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -17,13 +16,14 @@ import (
 
 // job is one bucket's part of a round.
 type job struct {
-	b       *bucket
-	kind    kind // what to send; kindNone sends nothing
-	abandon bool
-	q       uint32 // tokens per fill interval
-	f       int64  // the fill interval, seconds
-	trials  []*ledger
-	asks    []*ask
+	b        *bucket
+	kind     kind // what to send; kindNone sends nothing
+	abandon  bool
+	q        uint32 // tokens per fill interval
+	f        int64  // the fill interval, seconds
+	capacity uint64
+	trials   []*ledger
+	asks     []*ask
 	// Set by reserve.
 	refused bool
 	failed  bool
@@ -172,7 +172,8 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 }
 
 // fill sets every member's target: max-min fair shares of this replica's
-// part of the limit (see exchangeDemand), of what it leaves once each bucket's window-start tokens are set aside (a reset's
+// part of the limit (see exchangeDemand), of what it leaves once each
+// bucket's window-start tokens (its capacity) are set aside (a reset's
 // are not: the store refuses what no longer fits, and that bucket's next
 // grant is smaller). When the limit cannot give every busy bucket a
 // token per period besides, the least busy get nothing until it can.
@@ -186,9 +187,13 @@ func (p *pool) fill() {
 	}
 	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
 	limit := float64(p.rule.Limit) * p.frac
-	n := len(busy)
-	for n > 0 && limit-burst*float64(n) < float64(n) {
+	n, kept := len(busy), 0.0
+	for _, m := range busy {
+		kept += float64(m.l.burst)
+	}
+	for n > 0 && limit-kept < float64(n) {
 		n--
+		kept -= float64(busy[n].l.burst)
 	}
 	busy = busy[:n]
 	wants := make([]float64, n)
@@ -196,7 +201,7 @@ func (p *pool) fill() {
 		wants[i] = m.want()
 	}
 	per := p.rule.Period.Seconds()
-	tokens := math.Floor(limit - burst*float64(n))
+	tokens := math.Floor(limit - kept)
 	shares := fill(tokens/per, wants)
 	// Grants are whole tokens per period, so that a window's need is a
 	// whole number too: floor each share, then hand the tokens the floors
@@ -253,12 +258,14 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 // limitedJob is the job of granting b q tokens every f seconds: each
 // member's ledger with the grant in it, and what the store must add.
 func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
-	j := &job{b: b, kind: kindLimited, q: q, f: f}
+	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacity(q)}
 	r := float64(q) / float64(f)
-	reset := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
 	for i, m := range b.members {
 		m.l.advance(now)
 		t := m.l.clone()
+		grows := t.grant(j.capacity, now, now.Add(s.o.TTL+s.o.Delivery))
+		reset := lapsed || grows
 		switch {
 		case reset && t.began.IsZero():
 			// A first assignment starts full once, in whichever window it
@@ -305,7 +312,7 @@ func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
 	for at, asks := range byAt {
 		hits := make([]limiter.Hit, len(asks))
 		for i, a := range asks {
-			hits[i] = limiter.Hit{Key: a.key + "\x00" + strconv.FormatInt(a.w, 10), Rule: rules[a.key], Cost: a.n}
+			hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: rules[a.key], Cost: a.n}
 		}
 		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
 		if err != nil {
@@ -407,13 +414,13 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 	strategy := &typev3.RateLimitStrategy{}
 	switch j.kind {
 	case kindLimited:
-		// One capacity for every grant: a rate change rescales what the
-		// Envoy holds by new/old capacity, which is then 1, so no change
-		// ever adds tokens. fill_interval is the limit's period (whole
-		// seconds: Envoy 1.40 divides by its whole seconds) and
+		// A rate change rescales what the Envoy holds by new/old
+		// capacity: 1 while the capacity stays, and a capacity that grows
+		// is counted as a reset. fill_interval is the limit's period
+		// (whole seconds: Envoy 1.40 divides by its whole seconds) and
 		// tokens_per_fill is always set (1.40 reads an unset one as 0).
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(j.q), FillInterval: durationpb.New(time.Duration(j.f) * time.Second)}}
+			MaxTokens: uint32(j.capacity), TokensPerFill: wrapperspb.UInt32(j.q), FillInterval: durationpb.New(time.Duration(j.f) * time.Second)}}
 	case kindDeny:
 		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
 	default:

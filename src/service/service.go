@@ -35,6 +35,12 @@ type Options struct {
 	// whose clocks disagree still share one window; the process clock for
 	// the memory store. Tests set it to count at named instants.
 	Now func() time.Time
+	// SharedWindows counts fixed-window hits on the per-window counters
+	// the Rate Limit Quota Service reserves its grants on
+	// (RLQS_SHARED_COUNTERS), so that RLS clients and RLQS fleets share
+	// one count. Windows are then named by the process clock (Now, or
+	// time.Now), not the store's.
+	SharedWindows bool
 	// ShadowMode answers an overall OK whatever the outcome (SHADOW_MODE),
 	// still counting; each descriptor's status says what was decided.
 	ShadowMode bool
@@ -195,8 +201,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				plan.Hits[i].Advisory = true
 			}
 		}
+		now := s.now()
+		if s.opts.SharedWindows {
+			now = windowKeys(plan.Hits, now)
+		}
 		began := time.Now()
-		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: s.now(), Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: now, Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
 		s.opts.Metrics.Backend(time.Since(began), err)
 		if err != nil {
 			s.noteStoreError(err)
@@ -225,6 +235,24 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.DynamicMetadata = dynamicMetadata(req, plan, outcomes, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
 	}
 	return resp, nil
+}
+
+// windowKeys moves each fixed-window hit (not overdraft, not leased) onto
+// its window's own counter, the one RLQS reserves its grants on, and
+// returns the instant the windows are named by: now, or the process
+// clock when now is zero, since a key's window is fixed before the store
+// sees it.
+func windowKeys(hits []limiter.Hit, now time.Time) time.Time {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	for i := range hits {
+		h := &hits[i]
+		if h.Rule.Algorithm == limiter.FixedWindow && !h.Rule.Overdraft && h.Rule.Lease == "" {
+			h.Key = limiter.WindowKey(h.Key, limiter.WindowOf(now, h.Rule.Period))
+		}
+	}
+	return now
 }
 
 // now is the instant handed to the store: zero (the store's own clock)

@@ -39,6 +39,7 @@ func (s Settings) ServiceOptions() service.Options {
 		ShadowMode:                 s.ShadowMode,
 		QuotaMode:                  s.QuotaMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
+		SharedWindows:              s.RLQSShared && s.RLQSEnabled,
 		Headers: service.Headers{Enabled: s.LimitResponseHeadersEnabled, Limit: s.LimitLimitHeader,
 			Remaining: s.LimitRemainingHeader, Reset: s.LimitResetHeader},
 		DynamicMetadata:      s.ResponseDynamicMetadata,

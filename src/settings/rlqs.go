@@ -15,6 +15,7 @@ type RLQS struct {
 	RLQSIdle     time.Duration `envconfig:"RLQS_IDLE_ABANDON" default:"60s"`
 	RLQSStreams  int           `envconfig:"RLQS_MAX_STREAMS" default:"10000"`
 	RLQSBuckets  int           `envconfig:"RLQS_MAX_BUCKETS_PER_STREAM" default:"10000"`
+	RLQSShared   bool          `envconfig:"RLQS_SHARED_COUNTERS" default:"false"`
 }
 
 // RLQSOptions is what the settings say of the quota service; cmd/server
