@@ -107,7 +107,7 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	for _, c := range []struct{ path, want string }{
 		{"/stats", "ratelimit.service.rate_limit.it.user.over_limit: 2\n"}, // alice and bob, once each
 		{"/stats", "ratelimit.service.config_load_success: 1\n"},
-		{"/", "/rlconfig\n/stats\n"},
+		{"/", "/rlconfig\n/rlqs\n/stats\n"},
 	} {
 		path, want := c.path, c.want
 		resp, err := http.Get("http://" + p.debugAddr + path)
