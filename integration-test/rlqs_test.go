@@ -109,6 +109,9 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 // is killed (its Envoys' streams break). No second admits more than 30,
 // and both replicas' Envoys are served before the failures.
 func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
+	// Beside other tests: what it asserts is held by the store, not by
+	// timing.
+	t.Parallel()
 	srv := redistest.Start(t)
 	env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
 	env["REDIS_URL"], env["BACKEND_TYPE"], env["REDIS_TIMEOUT"] = srv.Addr, "redis", "200ms"
@@ -165,6 +168,9 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 // limited to 30 per second count on one counter: no second admits more
 // than 30 between them, on the embedded store and on Redis.
 func TestRLQSAndRLSShareOneCount(t *testing.T) {
+	// Beside other tests: what it asserts is held by the store, not by
+	// timing.
+	t.Parallel()
 	for _, store := range []string{"memory", "redis"} {
 		t.Run(store, func(t *testing.T) {
 			env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
