@@ -75,7 +75,7 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 	var adm perSecond
 	id := map[string]string{"tenant": "acme"}
 	begin := time.Now()
-	end := begin.Add(25 * time.Second)
+	end := begin.Add(22 * time.Second)
 	var wg sync.WaitGroup
 	for _, demand := range []int{20, 20, 5} {
 		e := fakeEnvoy(p, &adm)
@@ -91,9 +91,9 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 		}
 	}
 	// Demand is first measured on the 5 s report; shares settle within a
-	// TTL and a delivery bound of it. Count from 13 s.
+	// TTL and a delivery bound of it. Count from 12 s.
 	settled, secs := 0, 0
-	for sec := begin.Unix() + 13; sec < end.Unix(); sec++ {
+	for sec := begin.Unix() + 12; sec < end.Unix(); sec++ {
 		settled, secs = settled+per[sec], secs+1
 	}
 	if settled < 18*secs {
@@ -104,7 +104,7 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 
 // TestRLQSReplicasOnRedisThroughFailures: two replicas on one Redis, two
 // fake Envoys on each (demands of 15 per second), one tenant limited to
-// 30 per second. Midway the Redis pauses for 5 s (no grant is renewed;
+// 30 per second. Midway the Redis pauses for 4 s (no grant is renewed;
 // assignments run out to the Envoys' DENY_ALL), then the first replica
 // is killed (its Envoys' streams break). No second admits more than 30,
 // and both replicas' Envoys are served before the failures.
@@ -121,7 +121,7 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 	var all, onA, onB perSecond
 	id := map[string]string{"tenant": "acme"}
 	begin := time.Now()
-	end := begin.Add(32 * time.Second)
+	end := begin.Add(25 * time.Second)
 	var wg sync.WaitGroup
 	for i, p := range []*proc{a, a, b, b} {
 		mine := &onA
@@ -136,11 +136,11 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 	}
 	// The failures come at set points of the run; what is checked does
 	// not depend on when they land.
-	time.Sleep(14 * time.Second)
+	time.Sleep(11 * time.Second)
 	srv.Pause()
-	time.Sleep(5 * time.Second)
-	srv.Resume()
 	time.Sleep(4 * time.Second)
+	srv.Resume()
+	time.Sleep(3 * time.Second)
 	a.stop(t)
 	wg.Wait()
 	per := all.snapshot()
@@ -151,7 +151,7 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 	}
 	sum := func(p *perSecond) (n int) {
 		for sec, c := range p.snapshot() {
-			if sec < begin.Unix()+14 {
+			if sec < begin.Unix()+11 {
 				n += c
 			}
 		}
@@ -173,6 +173,7 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 	t.Parallel()
 	for _, store := range []string{"memory", "redis"} {
 		t.Run(store, func(t *testing.T) {
+			t.Parallel()
 			env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
 			env["RLQS_SHARED_COUNTERS"] = "true"
 			if store == "redis" {
@@ -182,7 +183,7 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 			defer p.stop(t)
 			var adm, rls perSecond
 			begin := time.Now()
-			end := begin.Add(15 * time.Second)
+			end := begin.Add(10 * time.Second)
 			e := fakeEnvoy(p, &adm)
 			defer e.Stop()
 			var wg sync.WaitGroup
