@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"sync"
 	"time"
@@ -179,13 +180,17 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 		if err != nil {
 			cancel()
 			<-sendErr
-			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil
+			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+				return nil // the Envoy closed its side, or went away
 			}
 			return err
 		}
 		if fresh := s.report(st, msg); len(fresh) > 0 {
-			s.round(ctx, fresh) // the initial report is answered at once
+			// The initial report is answered at once. The round runs to
+			// its end even if the stream goes meanwhile: what it reserves
+			// is then held for nobody, which is safe; cut short, it would
+			// count as a store error.
+			s.round(context.WithoutCancel(ctx), fresh)
 		}
 	}
 }

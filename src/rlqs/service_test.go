@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -232,6 +233,20 @@ func TestBucketKinds(t *testing.T) {
 		}
 		if kind != tc.want {
 			t.Errorf("%v: %s, want %s", tc.id, kind, tc.want)
+		}
+	}
+	// The Envoy closes its side: the stream ends cleanly (OK, not an error
+	// status), after whatever renewals were on their way.
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; ; n++ {
+		_, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil || n > 1000 {
+			t.Fatalf("after CloseSend: %v, want the stream to end with OK", err)
 		}
 	}
 }
