@@ -19,31 +19,6 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 30}
 `
 
-// perSecond counts admissions per wall-clock second, whoever admits them.
-type perSecond struct {
-	mu sync.Mutex
-	n  map[int64]int
-}
-
-func (p *perSecond) add(at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n == nil {
-		p.n = map[int64]int{}
-	}
-	p.n[at.Unix()]++
-}
-
-func (p *perSecond) snapshot() map[int64]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[int64]int, len(p.n))
-	for k, v := range p.n {
-		out[k] = v
-	}
-	return out
-}
-
 // paced calls fn rate times a second until end, at most rate × the span
 // plus one second's worth.
 func paced(rate int, end time.Time, fn func()) {
@@ -58,9 +33,8 @@ func paced(rate int, end time.Time, fn func()) {
 	}
 }
 
-func fakeEnvoy(p *proc, adm *perSecond) *rlqstest.Envoy {
-	return rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny,
-		OnAdmit: func(_ string, at time.Time) { adm.add(at) }})
+func fakeEnvoy(p *proc, adm *rlqstest.Admissions) *rlqstest.Envoy {
+	return rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny, OnAdmit: adm.Add})
 }
 
 // TestRLQSFleetThroughBinary: three fake Envoys (Envoy 1.40's client:
@@ -72,7 +46,7 @@ func fakeEnvoy(p *proc, adm *perSecond) *rlqstest.Envoy {
 func TestRLQSFleetThroughBinary(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"quota.yaml": rlqsConfig}))
 	defer p.stop(t)
-	var adm perSecond
+	var adm rlqstest.Admissions
 	id := map[string]string{"tenant": "acme"}
 	begin := time.Now()
 	end := begin.Add(22 * time.Second)
@@ -84,7 +58,7 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 		go func() { defer wg.Done(); paced(demand, end, func() { e.Request(id) }) }()
 	}
 	wg.Wait()
-	per := adm.snapshot()
+	per := adm.Snapshot()
 	for sec, n := range per {
 		if n > 30 {
 			t.Errorf("second %d admitted %d, past the limit of 30: %v", sec-begin.Unix(), n, per)
@@ -118,7 +92,7 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 	a, b := start(t, env), start(t, env)
 	defer a.stop(t)
 	defer b.stop(t)
-	var all, onA, onB perSecond
+	var all, onA, onB rlqstest.Admissions
 	id := map[string]string{"tenant": "acme"}
 	begin := time.Now()
 	end := begin.Add(25 * time.Second)
@@ -129,7 +103,7 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 			mine = &onB
 		}
 		e := rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", Report: 5 * time.Second, NoAssignment: rlqstest.Deny,
-			OnAdmit: func(_ string, at time.Time) { all.add(at); mine.add(at) }})
+			OnAdmit: func(b string, at time.Time) { all.Add(b, at); mine.Add(b, at) }})
 		defer e.Stop()
 		wg.Add(1)
 		go func() { defer wg.Done(); paced(15, end, func() { e.Request(id) }) }()
@@ -143,14 +117,14 @@ func TestRLQSReplicasOnRedisThroughFailures(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	a.stop(t)
 	wg.Wait()
-	per := all.snapshot()
+	per := all.Snapshot()
 	for sec, n := range per {
 		if n > 30 {
 			t.Errorf("second %d admitted %d across two replicas, past 30: %v", sec-begin.Unix(), n, per)
 		}
 	}
-	sum := func(p *perSecond) (n int) {
-		for sec, c := range p.snapshot() {
+	sum := func(p *rlqstest.Admissions) (n int) {
+		for sec, c := range p.Snapshot() {
 			if sec < begin.Unix()+11 {
 				n += c
 			}
@@ -181,7 +155,7 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 			}
 			p := start(t, env)
 			defer p.stop(t)
-			var adm, rls perSecond
+			var adm, rls rlqstest.Admissions
 			begin := time.Now()
 			end := begin.Add(10 * time.Second)
 			e := fakeEnvoy(p, &adm)
@@ -194,19 +168,19 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 				paced(10, end, func() {
 					if p.should(t, "quota", desc("tenant=acme")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
 						at := time.Now()
-						adm.add(at)
-						rls.add(at)
+						adm.Add("", at)
+						rls.Add("", at)
 					}
 				})
 			}()
 			wg.Wait()
-			per := adm.snapshot()
+			per := adm.Snapshot()
 			for sec, n := range per {
 				if n > 30 {
 					t.Errorf("second %d admitted %d between RLS and RLQS, past 30: %v", sec-begin.Unix(), n, per)
 				}
 			}
-			t.Logf("all: %v; RLS alone: %v", per, rls.snapshot())
+			t.Logf("all: %v; RLS alone: %v", per, rls.Snapshot())
 		})
 	}
 }

@@ -94,31 +94,6 @@ func serveService(t *testing.T, o rlqs.Options) (*grpc.ClientConn, *rlqs.Service
 	return conn, svc
 }
 
-// admissions counts allowed requests per wall-clock second.
-type admissions struct {
-	mu  sync.Mutex
-	per map[int64]int
-}
-
-func (a *admissions) note(_ string, at time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.per == nil {
-		a.per = map[int64]int{}
-	}
-	a.per[at.Unix()]++
-}
-
-func (a *admissions) snapshot() map[int64]int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := map[int64]int{}
-	for k, v := range a.per {
-		out[k] = v
-	}
-	return out
-}
-
 // drive sends rate requests per second on id for d, paced, and returns
 // how many were allowed.
 func drive(e *rlqstest.Envoy, id map[string]string, rate int, d time.Duration) int {
@@ -141,20 +116,20 @@ func drive(e *rlqstest.Envoy, id map[string]string, rate int, d time.Duration) i
 func TestFleetSharesOneLimitExactly(t *testing.T) {
 	t.Parallel()
 	conn := serve(t, rlqs.Options{Configs: load(t, fleetConfig)})
-	var adm admissions
+	var adm rlqstest.Admissions
 	id := map[string]string{"tenant": "a"}
 	var wg sync.WaitGroup
 	start := time.Now()
 	const run = 14 * time.Second
 	for _, demand := range []int{20, 20, 5} {
 		e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Report: time.Second,
-			NoAssignment: rlqstest.Deny, OnAdmit: adm.note})
+			NoAssignment: rlqstest.Deny, OnAdmit: adm.Add})
 		defer e.Stop()
 		wg.Add(1)
 		go func() { defer wg.Done(); drive(e, id, demand, run) }()
 	}
 	wg.Wait()
-	per := adm.snapshot()
+	per := adm.Snapshot()
 	settled, seconds := 0, 0
 	for sec, n := range per {
 		if n > 30 {

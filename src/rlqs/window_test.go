@@ -24,8 +24,7 @@ descriptors:
     rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 100}
 `)
 	conn := serve(t, rlqs.Options{Configs: cfg})
-	var mu sync.Mutex
-	per := map[int64]int{}
+	adm := rlqstest.Admissions{Window: 10 * time.Second}
 	id := map[string]string{"tenant": "a"}
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -34,18 +33,13 @@ descriptors:
 			profile = rlqstest.API
 		}
 		e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Profile: profile, Report: time.Second,
-			NoAssignment: rlqstest.Deny, OnAdmit: func(_ string, at time.Time) {
-				mu.Lock()
-				per[at.Unix()/10]++
-				mu.Unlock()
-			}})
+			NoAssignment: rlqstest.Deny, OnAdmit: adm.Add})
 		defer e.Stop()
 		wg.Add(1)
 		go func() { defer wg.Done(); drive(e, id, 3, 22*time.Second) }()
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	per := adm.Snapshot()
 	total := 0
 	for w, n := range per {
 		total += n
