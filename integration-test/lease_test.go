@@ -28,22 +28,16 @@ func route(value string) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs(desc("route=" + value))}
 }
 
-var scriptCallsRE = regexp.MustCompile(`cmdstat_(?:fcall|evalsha|eval):calls=(\d+)`)
-
 // scriptCalls counts the calls of the service's Lua code Redis has run: as
 // a function (FCALL) or a script (EVALSHA, EVAL).
 func scriptCalls(t *testing.T, srv *redistest.Server) int {
 	t.Helper()
-	info, err := srv.Do("INFO", "commandstats")
+	st, err := srv.CommandStats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, m := range scriptCallsRE.FindAllStringSubmatch(info, -1) {
-		c, _ := strconv.Atoi(m[1])
-		n += c
-	}
-	return n
+	calls, _ := redistest.ScriptCalls(st)
+	return calls
 }
 
 // TestLeaseThroughTheBinary runs two service processes on one Redis with

@@ -195,7 +195,6 @@ func requests(spec loadSpec) []*rlsv3.RateLimitRequest {
 	return out
 }
 
-var callsRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+),usec=(\d+)`)
 var cpuRE = regexp.MustCompile(`used_cpu_(?:sys|user):([0-9.]+)`)
 
 // processCPU is the CPU time pid has used so far (utime + stime from
@@ -240,20 +239,11 @@ func redisCalls(b testing.TB, srv *redistest.Server) (n int, busy time.Duration)
 	if srv == nil {
 		return 0, 0
 	}
-	info, err := srv.Do("INFO", "commandstats")
+	st, err := srv.CommandStats()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, m := range callsRE.FindAllStringSubmatch(info, -1) {
-		if m[1] == "fcall" || m[1] == "evalsha" || m[1] == "eval" {
-			var c, us int
-			fmt.Sscan(m[2], &c)
-			fmt.Sscan(m[3], &us)
-			n += c
-			busy += time.Duration(us) * time.Microsecond
-		}
-	}
-	return n, busy
+	return redistest.ScriptCalls(st)
 }
 
 // sample is what one or more measured slices of load on one target saw.

@@ -297,15 +297,17 @@ func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
 					t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
 				}
 			}
-			stats, err := srv.Do("INFO", "commandstats")
+			stats, err := srv.CommandStats()
 			if err != nil {
 				t.Fatal(err)
 			}
-			fcalls := strings.Contains(stats, "cmdstat_fcall:")
-			scripts := strings.Contains(stats, "cmdstat_evalsha:") || strings.Contains(stats, "cmdstat_eval:")
+			_, fcalls := stats["fcall"]
+			_, evalsha := stats["evalsha"]
+			_, eval := stats["eval"]
+			scripts := evalsha || eval
 			said := strings.Contains(p.stderr.String(), "redis refuses Lua functions")
 			if fcalls == refused || scripts != refused || said != refused {
-				t.Errorf("FCALL %v, EVALSHA or EVAL %v, refusal logged %v: want the function unless refused, the script and the log line if so\n%s",
+				t.Errorf("FCALL %v, EVALSHA or EVAL %v, refusal logged %v: want the function unless refused, the script and the log line if so\n%v",
 					fcalls, scripts, said, stats)
 			}
 		})

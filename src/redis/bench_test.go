@@ -38,8 +38,8 @@ func BenchmarkApply(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			// Redis's own time per call of batch.lua, its cost inside Redis.
-			if st := commandStats(b, srv)["fcall"]; st.calls > 0 {
-				b.ReportMetric(float64(st.usec.Microseconds())/float64(st.calls), "redis-µs/script")
+			if st := commandStats(b, srv)["fcall"]; st.Calls > 0 {
+				b.ReportMetric(float64(st.Busy.Microseconds())/float64(st.Calls), "redis-µs/script")
 			}
 			_, _ = srv.Do("CONFIG", "RESETSTAT")
 		})

@@ -155,11 +155,11 @@ func costRun(b *testing.B, s *Store, nodes []*redistest.Server, alg limiter.Algo
 		for name, c := range st {
 			switch name {
 			case "fcall", "evalsha", "eval":
-				calls += c.calls
-				script += c.usec
-				commands += c.calls
+				calls += c.Calls
+				script += c.Busy
+				commands += c.Calls
 			case "get", "set", "hget", "hset", "hincrby", "hdel", "pexpire", "del", "time":
-				commands += c.calls
+				commands += c.Calls
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,27 +105,14 @@ func TestConformanceSentinel(t *testing.T) {
 	})
 }
 
-var statRE = regexp.MustCompile(`cmdstat_(\w+):calls=(\d+),usec=(\d+)`)
-
-type commandStat struct {
-	calls int
-	usec  time.Duration
-}
-
 // commandStats reads a node's INFO commandstats, by lower-case command.
-func commandStats(t testing.TB, n *redistest.Server) map[string]commandStat {
+func commandStats(t testing.TB, n *redistest.Server) map[string]redistest.CommandStat {
 	t.Helper()
-	info, err := n.Do("INFO", "commandstats")
+	st, err := n.CommandStats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]commandStat{}
-	for _, m := range statRE.FindAllStringSubmatch(info, -1) {
-		calls, _ := strconv.Atoi(m[2])
-		us, _ := strconv.Atoi(m[3])
-		out[m[1]] = commandStat{calls: calls, usec: time.Duration(us) * time.Microsecond}
-	}
-	return out
+	return st
 }
 
 // commandCalls returns Redis's per-command call counts.
@@ -134,7 +120,7 @@ func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for name, st := range commandStats(t, srv) {
-		out[name] = st.calls
+		out[name] = st.Calls
 	}
 	return out
 }
@@ -143,10 +129,9 @@ func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 // (FCALL) or as a script (EVALSHA, EVAL).
 func scriptCalls(t testing.TB, srv *redistest.Server) int {
 	t.Helper()
-	return callsOf(commandCalls(t, srv))
+	calls, _ := redistest.ScriptCalls(commandStats(t, srv))
+	return calls
 }
-
-func callsOf(stats map[string]int) int { return stats["fcall"] + stats["evalsha"] + stats["eval"] }
 
 func hits(prefix string, n int, r limiter.Rule) []limiter.Hit {
 	out := make([]limiter.Hit, n)
@@ -177,7 +162,7 @@ func TestFiveDescriptorsOneRoundTrip(t *testing.T) {
 			total += n - before[cmd]
 		}
 	}
-	if calls := callsOf(after) - callsOf(before); total != 1 || calls != 1 {
+	if calls := after["fcall"] + after["evalsha"] + after["eval"] - before["fcall"] - before["evalsha"] - before["eval"]; total != 1 || calls != 1 {
 		t.Logf("before %v\nafter %v", before, after)
 		t.Errorf("5 descriptors cost %d commands (%d calls of the script), want exactly one call", total, calls)
 	}

@@ -346,3 +346,49 @@ func StartSentinel(tb testing.TB) *Sentinel {
 	}
 	return st
 }
+
+// CommandStat is one command's line of INFO commandstats.
+type CommandStat struct {
+	Calls int
+	Busy  time.Duration // the time Redis spent running it (usec)
+}
+
+// CommandStats reads the server's INFO commandstats, by lower-case command
+// name (fcall, evalsha, hincrby, ...).
+func (s *Server) CommandStats() (map[string]CommandStat, error) {
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]CommandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		var st CommandStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.Atoi(v)
+			switch k {
+			case "calls":
+				st.Calls = n
+			case "usec":
+				st.Busy = time.Duration(n) * time.Microsecond
+			}
+		}
+		out[name] = st
+	}
+	return out, nil
+}
+
+// ScriptCalls sums stats' calls of Lua code: as a function (FCALL) or a
+// script (EVALSHA, EVAL).
+func ScriptCalls(stats map[string]CommandStat) (calls int, busy time.Duration) {
+	for _, c := range []string{"fcall", "evalsha", "eval"} {
+		calls += stats[c].Calls
+		busy += stats[c].Busy
+	}
+	return calls, busy
+}
