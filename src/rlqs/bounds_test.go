@@ -17,12 +17,13 @@ import (
 )
 
 // TestHostileClientsAreBounded: a stream that reports more buckets than
-// RLQS_MAX_BUCKETS_PER_STREAM, bucket ids past the size bounds, and more
-// streams than RLQS_MAX_STREAMS: the excess is refused and counted, what
-// is tracked stays within the bounds, and the stream stays open.
+// RLQS_MAX_BUCKETS_PER_STREAM, bucket ids past the size bounds, streams
+// whose buckets together pass the service's bound, and more streams than
+// RLQS_MAX_STREAMS: the excess is refused and counted, what is tracked
+// stays within the bounds, and the stream stays open.
 func TestHostileClientsAreBounded(t *testing.T) {
 	t.Parallel()
-	conn, svc := serveService(t, rlqs.Options{Configs: load(t, fleetConfig), MaxBuckets: 50, MaxStreams: 2})
+	conn, svc := serveService(t, rlqs.Options{Configs: load(t, fleetConfig), MaxBuckets: 50, MaxStreams: 2, MaxTotalBuckets: 70})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
@@ -63,9 +64,14 @@ func TestHostileClientsAreBounded(t *testing.T) {
 	if view.Buckets != 50 {
 		t.Errorf("tracking %d buckets, want 50", view.Buckets)
 	}
-	// Two more streams, each opened by a report: the second of them is
-	// past RLQS_MAX_STREAMS.
+	// Two more streams, each opened by a report: the first may add only
+	// 20 buckets before all streams together hold 70; the second is past
+	// RLQS_MAX_STREAMS.
 	hello := &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet"}
+	for i := range 30 {
+		hello.BucketQuotaUsages = append(hello.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "u" + strconv.Itoa(i)}}, NumRequestsAllowed: 1})
+	}
 	second, err := client.StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +87,15 @@ func TestHostileClientsAreBounded(t *testing.T) {
 		}
 		return json.Unmarshal(rec.Body.Bytes(), &v) == nil && v.Streams == 2
 	})
+	waitFor(t, "the second stream's buckets, up to 70 in all", func() bool {
+		rec := httptest.NewRecorder()
+		svc.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/rlqs", nil))
+		var v struct {
+			Buckets int `json:"buckets"`
+		}
+		return json.Unmarshal(rec.Body.Bytes(), &v) == nil && v.Buckets == 70
+	})
+	hello.BucketQuotaUsages = nil
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
 	third, err := client.StreamRateLimitQuotas(tctx)

@@ -259,6 +259,19 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 // member's ledger with the grant in it, and what the store must add.
 func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacity(q)}
+	if b.sentKind == kindLimited && f != b.sentF && q == b.sentQ {
+		// Envoy 1.40 takes a token bucket with the same capacity and
+		// tokens_per_fill, and a fill interval differing only in whole
+		// seconds, for the one it holds, and keeps refilling at the old
+		// rate. Make the grant differ: a token less, or for a single
+		// token a larger capacity (a growth, counted as a reset below).
+		if q > 1 {
+			j.q--
+		} else {
+			j.capacity = capacity(q) + 1
+		}
+	}
+	q = j.q
 	r := float64(q) / float64(f)
 	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
 	for i, m := range b.members {

@@ -47,7 +47,11 @@ type Options struct {
 	// buckets one stream may hold (RLQS_MAX_STREAMS 10,000,
 	// RLQS_MAX_BUCKETS_PER_STREAM 10,000).
 	MaxStreams, MaxBuckets int
-	Logger                 logrus.FieldLogger
+	// MaxTotalBuckets bounds the buckets of all streams together
+	// (DefaultMaxTotalBuckets): the per-stream bound times the stream
+	// bound is far more than one process can hold.
+	MaxTotalBuckets int
+	Logger          logrus.FieldLogger
 }
 
 // Defaults.
@@ -58,6 +62,9 @@ const (
 	DefaultIdle       = time.Minute
 	DefaultMaxStreams = 10_000
 	DefaultMaxBuckets = 10_000
+	// DefaultMaxTotalBuckets keeps a full service's buckets to a few
+	// hundred MB.
+	DefaultMaxTotalBuckets = 200_000
 
 	// maxEntries and maxField bound a bucket id: past them it is refused
 	// (not tracked, counted), as an RLS descriptor past its limits is.
@@ -83,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = DefaultMaxBuckets
+	}
+	if o.MaxTotalBuckets <= 0 {
+		o.MaxTotalBuckets = DefaultMaxTotalBuckets
 	}
 	if o.Logger == nil {
 		o.Logger = logrus.New()
@@ -115,6 +125,7 @@ type Service struct {
 	streams map[*stream]struct{}
 	pools   map[string]*pool
 	nextID  uint64
+	buckets int // across streams
 
 	stats *stats
 
@@ -224,6 +235,7 @@ func (s *Service) drop(b *bucket) {
 	b.gone = true
 	s.leave(b)
 	delete(b.s.buckets, bucketKey(b.values))
+	s.buckets--
 }
 
 // leave takes the bucket out of its pools.
@@ -285,6 +297,10 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 		s.stats.refused.WithLabelValues("buckets").Inc()
 		return nil
 	}
+	if s.buckets >= s.o.MaxTotalBuckets {
+		s.stats.refused.WithLabelValues("total_buckets").Inc()
+		return nil
+	}
 	if len(values) > maxEntries {
 		s.stats.refused.WithLabelValues("bucket_id_entries").Inc()
 		return nil
@@ -302,6 +318,7 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, demand: math.Inf(1),
 		lastReport: now, lastTraffic: now}
 	st.buckets[bucketKey(own)] = b
+	s.buckets++
 	return b
 }
 

@@ -1,0 +1,44 @@
+package rlqs
+
+import (
+	"testing"
+	"time"
+)
+
+// TestGrantsDifferWhenOnlyTheFillIntervalDoes: Envoy 1.40 compares token
+// buckets by capacity, tokens_per_fill and the fill interval's nanos
+// only, so a grant that differs from the one in force in whole seconds of
+// fill interval alone would leave the old rate refilling. Such a grant is
+// made to differ, never by granting more.
+func TestGrantsDifferWhenOnlyTheFillIntervalDoes(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name          string
+		sentQ         uint32
+		sentF         int64
+		q             uint32
+		f             int64
+		wantQ         uint32
+		wantCapacity  uint64
+		sameAsInForce bool
+	}{
+		{"same rate and interval: unchanged", 5, 1, 5, 1, 5, 1, true},
+		{"same tokens, another interval: a token less", 5, 1, 5, 60, 4, 1, false},
+		{"one token, another interval: a larger capacity", 1, 1, 1, 60, 1, 2, false},
+		{"other tokens: unchanged, and seen as new", 5, 1, 6, 60, 6, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{})
+			b := &bucket{sentKind: kindLimited, sentQ: tc.sentQ, sentF: tc.sentF, sent: now,
+				members: []*member{{l: newLedger(time.Second), p: &pool{key: "k"}}}}
+			j := s.limitedJob(b, now, tc.q, tc.f)
+			if j.q != tc.wantQ || j.capacity != tc.wantCapacity {
+				t.Errorf("granted %d per %d s, capacity %d; want %d, capacity %d", j.q, j.f, j.capacity, tc.wantQ, tc.wantCapacity)
+			}
+			envoySame := j.q == tc.sentQ && j.capacity == capacity(tc.sentQ)
+			if envoySame != tc.sameAsInForce {
+				t.Errorf("Envoy would see the grant as the one in force: %v, want %v", envoySame, tc.sameAsInForce)
+			}
+		})
+	}
+}
