@@ -1,11 +1,15 @@
 package integration
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
@@ -186,5 +190,28 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 			}
 			t.Logf("all: %v; RLS alone: %v", per, rls.Snapshot())
 		})
+	}
+}
+
+// TestRLQSCanBeTurnedOff: with RLQS_ENABLED=false the gRPC port answers
+// the quota service Unimplemented, as envoyproxy/ratelimit does, and RLS
+// still decides.
+func TestRLQSCanBeTurnedOff(t *testing.T) {
+	env := writeConfig(t, map[string]string{"quota.yaml": rlqsConfig})
+	env["RLQS_ENABLED"] = "false"
+	p := start(t, env)
+	defer p.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(ctx)
+	if err == nil {
+		_ = st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"})
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("RLQS with RLQS_ENABLED=false: %v, want Unimplemented", err)
+	}
+	if got := p.should(t, "quota", desc("tenant=acme")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("RLS: %v, want OK", got)
 	}
 }

@@ -113,6 +113,16 @@ func TestLoad(t *testing.T) {
 			func(s Settings) bool { return s.ServerOptions().MaxRequestBytesInFlight == 1000 }},
 		{"every unparsable variable at once", map[string]string{"PORT": "eighty", "GRPC_PORT": "x", "REDIS_TIMEOUT": "soon", "SHADOW_MODE": "maybe"},
 			"PORT: invalid value \"eighty\": want int\nGRPC_PORT: invalid value \"x\": want int\nSHADOW_MODE: invalid value \"maybe\": want bool\nREDIS_TIMEOUT: invalid value \"soon\": want a duration such as 500ms, 10s or 1h", nil},
+		{"RLQS TTL in whole seconds", map[string]string{"RLQS_ASSIGNMENT_TTL": "4500ms"},
+			"RLQS_ASSIGNMENT_TTL: must be a whole number of seconds, at least 1s (Envoy reads whole seconds only), got 4.5s", nil},
+		{"RLQS TTL past a renewal", map[string]string{"RLQS_ASSIGNMENT_TTL": "2s"},
+			"RLQS_ASSIGNMENT_TTL: must exceed RLQS_PUSH_INTERVAL plus RLQS_DELIVERY_BOUND (2s)", nil},
+		{"RLQS bounds", map[string]string{"RLQS_MAX_STREAMS": "0", "RLQS_IDLE_ABANDON": "-1s"},
+			"RLQS_IDLE_ABANDON: must be positive, got -1s\nRLQS_MAX_STREAMS: must be at least 1, got 0", nil},
+		{"RLQS settings reach the service", map[string]string{"RLQS_ASSIGNMENT_TTL": "10s", "RLQS_SHARED_COUNTERS": "true"}, "",
+			func(s Settings) bool { return s.RLQSOptions().TTL == 10*time.Second && s.ServiceOptions().SharedWindows }},
+		{"shared counters need RLQS", map[string]string{"RLQS_SHARED_COUNTERS": "true", "RLQS_ENABLED": "false"}, "",
+			func(s Settings) bool { return !s.ServiceOptions().SharedWindows }},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
 	}
 	for _, tc := range tests {
