@@ -120,7 +120,9 @@ func TestLoad(t *testing.T) {
 		{"RLQS bounds", map[string]string{"RLQS_MAX_STREAMS": "0", "RLQS_IDLE_ABANDON": "-1s"},
 			"RLQS_IDLE_ABANDON: must be positive, got -1s\nRLQS_MAX_STREAMS: must be at least 1, got 0", nil},
 		{"RLQS settings reach the service", map[string]string{"RLQS_ASSIGNMENT_TTL": "10s", "RLQS_SHARED_COUNTERS": "true"}, "",
-			func(s Settings) bool { return s.RLQSOptions().TTL == 10*time.Second && s.ServiceOptions().SharedWindows }},
+			func(s Settings) bool {
+				return s.RLQSOptions().TTL == 10*time.Second && s.ServiceOptions().SharedWindows
+			}},
 		{"shared counters need RLQS", map[string]string{"RLQS_SHARED_COUNTERS": "true", "RLQS_ENABLED": "false"}, "",
 			func(s Settings) bool { return !s.ServiceOptions().SharedWindows }},
 		{"two problems at once", map[string]string{"LOG_FORMAT": "xml", "MEMORY_MAX_KEYS": "0"}, "LOG_FORMAT: unknown format \"xml\" (want text or json)\nMEMORY_MAX_KEYS: must be at least 1", nil},
