@@ -20,11 +20,11 @@ import (
 // BenchmarkRapidResetAttack measures what HTTP/2 rapid reset costs
 // well-behaved clients: their throughput (10 callers, closed loop) alone
 // and while four attackers open and reset streams as fast as they can,
-// each redialling whenever the service closes its connection (and so held
-// in its tarpit while its address cools down), on plaintext gRPC and on
+// each redialling whenever the service closes its connection (and so
+// waiting in its address's line while it cools down), on plaintext gRPC and on
 // gRPC over TLS. Reported: both rates, their ratio, and the service's peak
 // resident memory. Loopback only; every loop ends with -load.duration
-// (attackers held by the tarpit, with the cooldown).
+// (attackers waiting in line, with the cooldown).
 //
 //	go test ./integration-test -run '^$' -bench RapidReset -benchtime 1x -args -load.duration=5s
 func BenchmarkRapidResetAttack(b *testing.B) {
@@ -101,7 +101,7 @@ func rapidResetAttack(b *testing.B, useTLS bool) {
 					if useTLS {
 						var err error
 						if c, frames, err = tryDialH2TLS(b, addr, tlsCfg); err != nil {
-							continue // held by the tarpit until the handshake timed out
+							continue // waited in line until the handshake timed out
 						}
 					} else {
 						c, frames = dialH2(b, addr)

@@ -54,8 +54,8 @@ func dialH2TLS(t testing.TB, addr string, cfg *tls.Config, settings ...http2.Set
 	return c, frames
 }
 
-// tryDialH2TLS is dialH2TLS returning the dial's error: a handshake held
-// by the service's tarpit fails after 5 s.
+// tryDialH2TLS is dialH2TLS returning the dial's error: a handshake left
+// waiting in its address's line fails after 5 s.
 func tryDialH2TLS(t testing.TB, addr string, cfg *tls.Config, settings ...http2.Setting) (*h2, <-chan http2.Frame, error) {
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"}
@@ -208,8 +208,8 @@ func TestRapidResetIsCutOff(t *testing.T) {
 // resetting from an address keeps it cooling down, and each of its
 // connections is cut; meanwhile a well-behaved client sharing the address
 // (behind one NAT) opens new connections and every one of them is served:
-// places on probation go to connections that do not reset, not to whoever
-// dials most.
+// places on probation go in the order dials came, and stay with
+// connections that do not reset, not with whoever dials most.
 func TestProbationLetsNeighboursIn(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
 	stop := make(chan struct{})
@@ -222,29 +222,43 @@ func TestProbationLetsNeighboursIn(t *testing.T) {
 	}
 	defer func() { close(stop); attackers.Wait() }()
 	waitMetric(t, p, `ratelimit_grpc_guard_total{event="rapid_reset"}`, 2)
+	// Each cut, and each dial dropped from the line for a reset, renews
+	// the address's cooldown.
+	abuse := func(m string) float64 {
+		return metricValue(m, `ratelimit_grpc_guard_total{event="rapid_reset"}`) + metricValue(m, `ratelimit_grpc_guard_total{event="reset_in_line"}`)
+	}
+	before := abuse(metricsBody(t, p))
 	const neighbours = 10
 	for i := range neighbours {
 		c, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// WaitForReady: a dial that finds every place taken by connections
-		// that just came is held, and gRPC dials again, as Envoy does.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a held dial costs gRPC a 20 s connect timeout; a starved machine may need a few
+		// WaitForReady: a dial pushed out of a full line is closed, and
+		// gRPC dials again, as Envoy does.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // gRPC waits a second or more between dials; a starved machine may need a few
 		_, err = rlsv3.NewRateLimitServiceClient(c).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
 			Descriptors: descs(desc("user=neighbour"))}, grpc.WaitForReady(true))
 		cancel()
 		c.Close()
 		if err != nil {
-			t.Fatalf("new connection %d of %d of a neighbour during the attack: %v", i+1, neighbours, err)
+			t.Fatalf("new connection %d of %d of a neighbour during the attack: %v\n%s", i+1, neighbours, err, metricsBody(t, p))
 		}
 	}
+	// The attack went on while the neighbours connected (so the address
+	// cooled down throughout), and its connections contended for the
+	// places: more of them than places.
 	m := metricsBody(t, p)
-	for _, series := range []string{`ratelimit_grpc_guard_total{event="rapid_reset"}`, `ratelimit_grpc_guard_total{event="probation_replaced"}`} {
-		if metricValue(m, series) < 1 {
-			t.Errorf("no %s during the attack: the test did not attack\n%s", series, m)
-		}
+	if after := abuse(m); after <= before {
+		t.Errorf("no abuse seen while the neighbours connected (%v before, %v after): the attack had stopped\n%s", before, after, m)
 	}
+	contended := metricValue(m, `ratelimit_grpc_guard_total{event="connection_held"}`) + metricValue(m, `ratelimit_grpc_guard_total{event="probation_replaced"}`)
+	if contended < 1 {
+		t.Errorf("no connection held in line or replaced on probation: the places were not contended\n%s", m)
+	}
+	event := func(e string) float64 { return metricValue(m, `ratelimit_grpc_guard_total{event="`+e+`"}`) }
+	t.Logf("guard events: %v rapid resets, %v held, %v reset in line, %v replaced, %v refused", event("rapid_reset"),
+		event("connection_held"), event("reset_in_line"), event("probation_replaced"), event("connection_refused"))
 }
 
 // attack redials and resets streams as fast as it can until stop closes,

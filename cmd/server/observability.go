@@ -26,17 +26,17 @@ import (
 // must not flood the log either).
 func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Event) {
 	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers,
-		h2guard.EventProbationReplaced}
+		h2guard.EventProbationReplaced, h2guard.EventConnectionHeld, h2guard.EventResetInLine}
 	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
 	logged := make(map[h2guard.Event]*atomic.Int64, len(events))
 	for _, e := range events {
 		counts[e], logged[e] = new(atomic.Uint64), new(atomic.Int64)
-		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed or refused and calls refused by the listener's guards, by event.",
+		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed, refused or held in line and calls refused by the listener's guards, by event.",
 			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
 	}
 	return func(e h2guard.Event) {
 		counts[e].Add(1)
-		if e != h2guard.EventRapidReset && e != h2guard.EventUnreadAnswers {
+		if e != h2guard.EventRapidReset && e != h2guard.EventUnreadAnswers && e != h2guard.EventResetInLine {
 			return
 		}
 		now := time.Now().UnixNano()

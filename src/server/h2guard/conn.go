@@ -1,0 +1,332 @@
+package h2guard
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// clientPreface is what an HTTP/2 client sends before its first frame.
+const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// HTTP/2 frame types and flags the guard reads.
+const (
+	frameData     = 0x0
+	frameHeaders  = 0x1
+	frameRST      = 0x3
+	frameGoAway   = 0x7
+	flagEndStream = 0x1
+	frameHeader   = 9
+	errCalm       = 0xb // ENHANCE_YOUR_CALM
+)
+
+// frameReader follows frame boundaries in one direction of a connection.
+type frameReader struct {
+	preface int // preface bytes still to skip
+	hdr     [frameHeader]byte
+	have    int    // bytes of hdr read
+	skip    uint32 // payload bytes of the current frame still to pass
+}
+
+// feed passes b through, calling frame for each complete frame header,
+// and returns how many bytes it passed: all of them, unless frame returns
+// true (stop), which ends the pass right after that frame's header.
+func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) (stop bool)) int {
+	total := len(b)
+	for len(b) > 0 {
+		switch {
+		case f.preface > 0:
+			n := min(f.preface, len(b))
+			f.preface -= n
+			b = b[n:]
+		case f.skip > 0:
+			n := min(int(f.skip), len(b))
+			f.skip -= uint32(n)
+			b = b[n:]
+		default:
+			n := copy(f.hdr[f.have:], b)
+			f.have += n
+			b = b[n:]
+			if f.have == frameHeader {
+				f.have = 0
+				f.skip = uint32(f.hdr[0])<<16 | uint32(f.hdr[1])<<8 | uint32(f.hdr[2])
+				if frame(f.hdr[3], f.hdr[4], binary.BigEndian.Uint32(f.hdr[5:9])&0x7fffffff) {
+					return total - len(b)
+				}
+			}
+		}
+	}
+	return total
+}
+
+// atBoundary reports whether the stream of frames is between two frames.
+func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 && f.have == 0 }
+
+// startWatching makes gc parse its frames, and the sweeper look at it.
+func (gl *Listener) startWatching(gc *guardedConn) {
+	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
+	gc.done = make(chan struct{})
+	gl.conns.Store(gc, struct{}{})
+}
+
+// Creds wraps TLS transport credentials so that the connections gl
+// accepts are watched after the handshake, on their decrypted HTTP/2.
+func (gl *Listener) Creds(tls credentials.TransportCredentials) credentials.TransportCredentials {
+	return creds{TransportCredentials: tls, gl: gl}
+}
+
+// creds are TLS transport credentials whose connections are watched
+// after the handshake, on their decrypted HTTP/2 (see the note above).
+type creds struct {
+	credentials.TransportCredentials
+	gl *Listener
+}
+
+func (g creds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := g.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	// raw, a guardedConn of the listener, stays counted until conn closes
+	// it; this one only watches.
+	gc := &guardedConn{Conn: conn, gl: g.gl, host: Host(raw.RemoteAddr())}
+	if r, ok := raw.(*guardedConn); ok {
+		gc.probation = r.probation // its thresholds; raw counts it
+		r.watcher.Store(gc)
+	}
+	g.gl.startWatching(gc)
+	return gc, info, nil
+}
+
+func (g creds) Clone() credentials.TransportCredentials {
+	return creds{TransportCredentials: g.TransportCredentials.Clone(), gl: g.gl}
+}
+
+// guardedConn is one gRPC connection as the guards see it: counted toward
+// the caps (counted: it was accepted by the listener), and, when watch is
+// set, with its frames watched; see the package note above.
+type guardedConn struct {
+	net.Conn
+	gl        *Listener
+	host      string // the client's address (IP); empty for a Unix socket
+	counted   bool
+	watch     bool
+	probation bool // admitted while its address cooled down
+	// admittedAt is when a probation connection was admitted (ns, the
+	// listener's clock); watcher is the connection whose frames are
+	// watched: itself in plaintext, the decrypted one under TLS (nil until
+	// the handshake ends). On the watched one, lastReset and lastStream are
+	// when the client last reset and opened a stream (ns, the clock).
+	// vacatesAt is when the place on probation of one closed for abuse
+	// frees (ns, the clock; guarded by the listener's hostMu).
+	admittedAt, vacatesAt int64
+	watcher               atomic.Pointer[guardedConn]
+	lastReset, lastStream atomic.Int64
+	closed                atomic.Bool
+	done                  chan struct{} // closed by Close (watched connections)
+
+	in frameReader // the client's frames; touched by grpc-go's reader only
+
+	// wmu orders the socket writes (grpc-go's and a GOAWAY): only a
+	// writer holds it, while its write may block on a peer that does not
+	// read. mu guards the state below and is never held across a socket
+	// write, so the sweeper and the read path never wait on a peer.
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	out     frameReader      // the server's frames, as written
+	waiting map[uint32]int64 // streams whose answer's headers went out, but no message yet → when (ns)
+	last    uint32           // highest client stream seen
+	resets  int              // client resets in the current second
+	opened  int              // client streams opened in it
+	second  int64            // that second (unix)
+	cut     atomic.Bool      // reads end: a guard tripped
+	pending Event            // a GOAWAY to write at the next frame boundary
+}
+
+func (c *guardedConn) Read(b []byte) (int, error) {
+	if c.cut.Load() {
+		// grpc-go closes the connection on this error: not before the
+		// GOAWAY is out (or the connection closed a second later anyway).
+		<-c.done
+		return 0, net.ErrClosed
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.watch {
+		// Bytes past the frame that tripped a guard never reach grpc-go:
+		// a read carries hundreds of an attacker's frames, each a stream
+		// it would otherwise still start.
+		n = c.in.feed(b[:n], c.inbound)
+	}
+	return n, err
+}
+
+// inbound follows the client's streams and resets; it reports true when
+// the connection is to be cut.
+func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
+	if stream == 0 || stream%2 == 0 || (typ != frameHeaders && typ != frameRST) {
+		return false
+	}
+	c.mu.Lock()
+	var event Event
+	if s := c.gl.now.Load() / int64(time.Second); s != c.second {
+		c.second, c.resets, c.opened = s, 0, 0
+	}
+	switch typ {
+	case frameHeaders:
+		if stream > c.last {
+			c.last = stream
+			c.opened++
+			c.lastStream.Store(c.gl.now.Load())
+		}
+	case frameRST:
+		delete(c.waiting, stream)
+		c.lastReset.Store(c.gl.now.Load())
+		// Many resets, and most of the streams opened: a client that
+		// cancels what it asks as a habit, not now and then.
+		allowed := c.gl.o.ResetsPerSecond
+		if c.probation {
+			allowed = min(allowed, probationResets)
+		}
+		if c.resets++; c.resets > allowed && 2*c.resets > c.opened {
+			event = EventRapidReset
+		}
+	}
+	c.mu.Unlock()
+	if event == "" {
+		return false
+	}
+	c.cut.Store(true)
+	c.goAway(event, true)
+	return true
+}
+
+func (c *guardedConn) Write(b []byte) (int, error) {
+	if !c.watch {
+		return c.Conn.Write(b)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, err := c.Conn.Write(b)
+	c.mu.Lock()
+	c.out.feed(b[:n], c.outbound)
+	goAway := c.pending != "" && err == nil && c.out.atBoundary()
+	c.mu.Unlock()
+	if goAway {
+		c.writeGoAway()
+	}
+	return n, err
+}
+
+// outbound starts waiting for a stream's message when its answer's headers
+// go out, and stops when a message does, or the stream ends.
+func (c *guardedConn) outbound(typ, flags byte, stream uint32) bool {
+	switch {
+	case typ == frameHeaders && flags&flagEndStream == 0:
+		if _, ok := c.waiting[stream]; !ok {
+			c.waiting[stream] = c.gl.now.Load()
+		}
+	case typ == frameHeaders, typ == frameData, typ == frameRST:
+		delete(c.waiting, stream)
+	}
+	return false
+}
+
+// oldestWaiting is when the longest-waiting answer's headers went out (ns),
+// or the maximum when none waits.
+func (c *guardedConn) oldestWaiting() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	oldest := int64(1<<63 - 1)
+	for _, t := range c.waiting {
+		oldest = min(oldest, t)
+	}
+	return oldest
+}
+
+// cutForAbuse reports whether a guard cut c for abuse (not for giving
+// its place on probation).
+func (c *guardedConn) cutForAbuse() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending != "" && c.pending != EventProbationReplaced
+}
+
+// goAway ends the connection for event: with a GOAWAY as soon as the
+// server's frames are between two frames, and closed a second later in any
+// case, which ends a write blocked on a peer that does not read. It never
+// waits for grpc-go's write: if one is in progress, the GOAWAY follows it
+// (Write sends it), or a goroutine waits for it. The read path (now) cuts
+// the connection right after (grpc-go closes it on the read error), so
+// when no write is in progress the GOAWAY is written at once, bounded by a
+// second's write deadline; the sweeper always leaves it to a goroutine.
+func (c *guardedConn) goAway(event Event, now bool) {
+	c.mu.Lock()
+	if c.closed.Load() || c.pending != "" {
+		c.mu.Unlock()
+		return
+	}
+	c.pending = event
+	c.mu.Unlock()
+	c.gl.note(event)
+	if event != EventProbationReplaced { // an abuse: its address cools down
+		c.gl.ban(c.RemoteAddr())
+	}
+	time.AfterFunc(time.Second, func() { _ = c.Close() })
+	if now && c.wmu.TryLock() {
+		c.goAwayIfBetweenFrames()
+		c.wmu.Unlock()
+		return
+	}
+	go func() {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		c.goAwayIfBetweenFrames()
+	}()
+}
+
+// goAwayIfBetweenFrames writes the GOAWAY if the server's frames are
+// between two frames (the caller holds wmu).
+func (c *guardedConn) goAwayIfBetweenFrames() {
+	c.mu.Lock()
+	atBoundary := c.out.atBoundary()
+	c.mu.Unlock()
+	if atBoundary && !c.closed.Load() {
+		c.writeGoAway()
+	}
+}
+
+// writeGoAway writes GOAWAY(ENHANCE_YOUR_CALM) naming the last client
+// stream seen, and closes the connection. The caller holds wmu, with the
+// server's frames at a boundary.
+func (c *guardedConn) writeGoAway() {
+	var f [frameHeader + 8]byte
+	f[2] = 8
+	f[3] = frameGoAway
+	c.mu.Lock()
+	binary.BigEndian.PutUint32(f[9:], c.last)
+	c.mu.Unlock()
+	binary.BigEndian.PutUint32(f[13:], errCalm)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Conn.Write(f[:])
+	_ = c.Close()
+}
+
+func (c *guardedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		if c.done != nil {
+			close(c.done)
+		}
+		if c.counted {
+			c.gl.release(c.host)
+		}
+		if c.counted && c.probation {
+			c.gl.leaveProbation(c)
+		}
+		c.gl.conns.Delete(c)
+	}
+	return c.Conn.Close()
+}
