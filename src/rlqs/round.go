@@ -137,6 +137,11 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 			for _, b := range st.buckets {
 				buckets = append(buckets, b)
 			}
+			for key, at := range st.abandoned {
+				if now.Sub(at) >= abandonedFor {
+					delete(st.abandoned, key)
+				}
+			}
 		}
 	}
 	var jobs []*job
@@ -146,6 +151,9 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 			continue
 		}
 		if only == nil && now.Sub(b.lastTraffic) >= s.o.Idle {
+			if len(b.s.abandoned) < s.o.MaxBuckets {
+				b.s.abandoned[bucketKey(b.values)] = now
+			}
 			s.drop(b)
 			s.stats.abandoned.Inc()
 			jobs = append(jobs, &job{b: b, abandon: true})

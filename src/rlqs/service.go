@@ -158,8 +158,16 @@ type stream struct {
 	id      uint64
 	domain  string
 	buckets map[string]*bucket
-	out     chan *rlqsv3.RateLimitQuotaResponse
+	// abandoned holds, by bucket key, when each bucket was abandoned
+	// (for abandonedFor): see report.
+	abandoned map[string]time.Time
+	out       chan *rlqsv3.RateLimitQuotaResponse
 }
+
+// abandonedFor is how long an abandoned bucket's key is remembered: past
+// a report interval (Envoy's is 5 s) and its delivery, a report that was
+// on its way when the abandon went out has arrived.
+const abandonedFor = 30 * time.Second
 
 // StreamRateLimitQuotas serves one Envoy: reports in, assignments out.
 func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
@@ -214,7 +222,8 @@ func (s *Service) open() (*stream, error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "this service already serves %d RLQS streams (RLQS_MAX_STREAMS)", s.o.MaxStreams)
 	}
 	s.nextID++
-	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, out: make(chan *rlqsv3.RateLimitQuotaResponse, 8)}
+	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
+		out: make(chan *rlqsv3.RateLimitQuotaResponse, 8)}
 	s.streams[st] = struct{}{}
 	return st, nil
 }
@@ -278,6 +287,20 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 		key := bucketKey(values)
 		b := st.buckets[key]
 		if b == nil {
+			// A bucket abandoned a moment ago, reported idle: the report
+			// was on its way when the abandon went out, and the Envoy has
+			// dropped the bucket since. Made anew from it, the bucket would
+			// be assigned (an action the Envoy ignores), and the Envoy's
+			// own new bucket, when a request makes it, would find it
+			// existing and go unanswered until a round. With requests, the
+			// Envoy made it anew.
+			if at, ok := st.abandoned[key]; ok {
+				if now.Sub(at) < abandonedFor && u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
+					s.stats.anomalies.WithLabelValues("report_after_abandon").Inc()
+					continue
+				}
+				delete(st.abandoned, key)
+			}
 			if b = s.newBucket(st, u, now); b == nil {
 				continue
 			}

@@ -247,16 +247,75 @@ func TestIdleBucketsAreAbandoned(t *testing.T) {
 		return -1
 	}
 	waitFor(t, "an idle bucket to be abandoned", func() bool { return abandoned() >= 0 })
+	waitFor(t, "the Envoy to drop the bucket", func() bool { _, held := e.Strategy(id); return !held })
 	e.Request(id)
-	waitFor(t, "an assignment of the bucket made anew", func() bool {
-		acts := e.Actions()
-		for _, a := range acts[abandoned()+1:] {
-			if a.GetQuotaAssignmentAction() != nil {
-				return true
-			}
+	// Assigned in the Envoy, not only sent: an action for a bucket the
+	// Envoy no longer holds is skipped.
+	assigned(t, e, id)
+	if n := e.Skipped(); n > 0 {
+		t.Errorf("%d actions named a bucket the Envoy had dropped", n)
+	}
+}
+
+// TestAReportOnItsWayWhenABucketIsAbandoned: a report that crossed the
+// abandon (the bucket idle in it) does not make the bucket anew, since
+// the Envoy dropped it; a report with requests does (the Envoy made it
+// anew), and is answered at once.
+func TestAReportOnItsWayWhenABucketIsAbandoned(t *testing.T) {
+	t.Parallel()
+	conn := serve(t, rlqs.Options{Configs: load(t, fleetConfig), Idle: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(tenant string, allowed uint64) {
+		t.Helper()
+		if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": tenant}}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: allowed}}}); err != nil {
+			t.Fatal(err)
 		}
-		return false
-	})
+	}
+	// recv returns the next message's actions by tenant.
+	recv := func() map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction {
+		t.Helper()
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{}
+		for _, a := range m.GetBucketAction() {
+			got[a.GetBucketId().GetBucket()["tenant"]] = a
+		}
+		return got
+	}
+	report("free", 1)
+	for {
+		if a := recv()["free"]; a.GetAbandonAction() != nil {
+			break
+		}
+	}
+	report("free", 0) // sent before the abandon arrived
+	report("a", 1)    // a new bucket: answered at once
+	for {
+		got := recv()
+		if a, ok := got["free"]; ok {
+			t.Fatalf("an idle report that crossed the abandon was answered: %v", a)
+		}
+		if got["a"] != nil {
+			break
+		}
+	}
+	report("free", 1) // a request made the bucket anew
+	for {
+		if a := recv()["free"]; a != nil {
+			if a.GetQuotaAssignmentAction() == nil {
+				t.Fatalf("the bucket made anew was answered %v, want an assignment", a)
+			}
+			break
+		}
+	}
 }
 
 // TestEveryActionNamesABucketTheEnvoyHolds: five buckets on one Envoy,

@@ -66,13 +66,16 @@ type Envoy struct {
 
 	mu      sync.Mutex
 	stream  grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	end     context.CancelFunc // ends the current stream
 	sentOne bool
 	buckets map[string]*bucket
 	last    time.Time
 	// streams counts the streams opened; received the responses; skipped
-	// the actions Envoy would ignore (an empty or unknown bucket id).
-	streams, received, skipped int
-	actions                    []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	// the actions Envoy would ignore (an empty or unknown bucket id);
+	// expiries the assignments that expired.
+	streams, received, skipped, expiries int
+	actions                              []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	sent                                 []*rlqsv3.RateLimitQuotaUsageReports
 }
 
 type bucket struct {
@@ -137,6 +140,45 @@ func (e *Envoy) Actions() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]*rlqsv3.RateLimitQuotaResponse_BucketAction(nil), e.actions...)
+}
+
+// Sent returns every report sent so far.
+func (e *Envoy) Sent() []*rlqsv3.RateLimitQuotaUsageReports {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*rlqsv3.RateLimitQuotaUsageReports(nil), e.sent...)
+}
+
+// Expiries is how many assignments expired (to the fallback, or to the
+// default).
+func (e *Envoy) Expiries() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.expiries
+}
+
+// Strategy is what bucket id enforces now: its assignment, its fallback
+// after one expired, or nil for the default (no assignment); held
+// reports whether the Envoy holds the bucket at all.
+func (e *Envoy) Strategy(id map[string]string) (s *typev3.RateLimitStrategy, held bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := e.buckets[keyOf(id)]
+	if b == nil {
+		return nil, false
+	}
+	return b.action, true
+}
+
+// Break ends the current stream as a broken connection would; like
+// Envoy, the fake opens a new one on its next report tick.
+func (e *Envoy) Break() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.end != nil {
+		e.end()
+	}
+	e.stream = nil
 }
 
 // Request runs one request through the filter and reports whether it was
@@ -217,6 +259,7 @@ func (e *Envoy) send(m *rlqsv3.RateLimitQuotaUsageReports) {
 		e.stream = nil
 		return
 	}
+	e.sent = append(e.sent, m)
 	e.sentOne = true
 }
 
@@ -231,12 +274,14 @@ func (e *Envoy) startLocked() {
 }
 
 func (e *Envoy) open() {
-	st, err := rlqsv3.NewRateLimitQuotaServiceClient(e.o.Conn).StreamRateLimitQuotas(e.ctx)
+	ctx, end := context.WithCancel(e.ctx)
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(e.o.Conn).StreamRateLimitQuotas(ctx)
 	e.streams++
 	if err != nil {
+		end()
 		return
 	}
-	e.stream, e.sentOne = st, false
+	e.stream, e.end, e.sentOne = st, end, false
 	go e.recvLoop(st)
 }
 
@@ -353,6 +398,7 @@ func (e *Envoy) expire(b *bucket, epoch int) {
 	if b.epoch != epoch {
 		return
 	}
+	e.expiries++
 	if e.o.Expired == nil {
 		b.action = nil
 		return
