@@ -84,6 +84,53 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 	t.Logf("settled: %.0f%% of the limit", 100*float64(settled)/float64(30*secs))
 }
 
+// TestRLQSPerMinuteFleetThroughBinary: ten fake Envoys (Envoy 1.40's
+// client) asking 16 a second together of one tenant limited to 300 a
+// minute, through the built binary: no wall-clock minute (aligned, as the
+// service's windows are) admits more than 300 across them, and in the
+// first whole minute that begins after shares settle they are granted.
+// It runs into that minute's end: 75 to 135 s, beside other tests.
+func TestRLQSPerMinuteFleetThroughBinary(t *testing.T) {
+	t.Parallel()
+	p := start(t, writeConfig(t, map[string]string{"quota.yaml": `
+domain: quota
+descriptors:
+  - key: tenant
+    value: minutely
+    rate_limit: {unit: minute, requests_per_unit: 300}
+`}))
+	defer p.stop(t)
+	adm := rlqstest.Admissions{Window: time.Minute}
+	id := map[string]string{"tenant": "minutely"}
+	begin := time.Now()
+	// Demand is first measured on the 5 s report; count from the first
+	// whole minute that begins 15 s in.
+	settled := begin.Add(15 * time.Second).Truncate(time.Minute)
+	if settled.Before(begin.Add(15 * time.Second)) {
+		settled = settled.Add(time.Minute)
+	}
+	end := settled.Add(time.Minute)
+	var wg sync.WaitGroup
+	for _, demand := range []int{1, 1, 1, 1, 1, 1, 1, 1, 4, 4} {
+		e := fakeEnvoy(p, &adm)
+		defer e.Stop()
+		wg.Add(1)
+		go func() { defer wg.Done(); paced(demand, end, func() { e.Request(id) }) }()
+	}
+	wg.Wait()
+	per := adm.Snapshot()
+	for w, n := range per {
+		if n > 300 {
+			t.Errorf("the minute from %s admitted %d, past the limit of 300: %v", time.Unix(w*60, 0).UTC().Format(time.TimeOnly), n, per)
+		}
+	}
+	got := per[settled.Unix()/60]
+	if got < 100 {
+		t.Errorf("the settled minute admitted %d, under a third of 300: shares are not being granted: %v", got, per)
+	}
+	t.Logf("settled minute: %d of 300 (%.0f%%); all minutes: %v", got, 100*float64(got)/300, per)
+}
+
 // TestRLQSReplicasOnRedisThroughFailures: two replicas on one Redis, two
 // fake Envoys on each (demands of 15 per second), one tenant limited to
 // 30 per second. Midway the Redis pauses for 4 s (no grant is renewed;
