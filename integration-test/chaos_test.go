@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -30,7 +31,7 @@ func probe(t *testing.T, p *proc, n int, key string) []answer {
 	for i := range out {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
-		resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=" + key))})
+		resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=" + key))})
 		cancel()
 		out[i] = answer{code: status.Code(err), overall: resp.GetOverallCode(), took: time.Since(start)}
 	}

@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -22,7 +23,7 @@ func TestRedisScriptsReadRedisClock(t *testing.T) {
 			srv := redistest.Start(t)
 			mon := srv.Monitor(t)
 			p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_PIPELINE_WINDOW": batching}))
-			if got := p.should(t, "shared", desc("k=clock")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+			if got := p.should(t, "shared", configtest.Desc("k=clock")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("first hit: %v, want OK", got)
 			}
 			var scripts, clockReads int

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -40,7 +41,7 @@ func TestGRPCUnixSocket(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=a"))})
 	if err != nil {
 		t.Fatalf("ShouldRateLimit over %s: %v\n%s", sock, err, p.stderr)
 	}
@@ -56,11 +57,11 @@ func TestGlobalQuotaMode(t *testing.T) {
 	env["QUOTA_MODE"] = "true"
 	p := start(t, env)
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		if got := p.should(t, "it", desc("user=a")).GetOverallCode(); got != want {
+		if got := p.should(t, "it", configtest.Desc("user=a")).GetOverallCode(); got != want {
 			t.Errorf("call %d with user=a alone: %v, want %v", i+1, got, want)
 		}
 	}
-	resp := p.should(t, "it", desc("user=a"), desc("user=b"))
+	resp := p.should(t, "it", configtest.Desc("user=a"), configtest.Desc("user=b"))
 	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("user=a spent, user=b not: %v, want OK overall with user=a OVER_LIMIT", resp)
 	}
@@ -98,7 +99,7 @@ func TestReferencePrometheusSeries(t *testing.T) {
 				env[k] = v
 			}
 			p := start(t, env)
-			p.should(t, "it", desc("user=a"))
+			p.should(t, "it", configtest.Desc("user=a"))
 			resp, err := http.Get("http://" + addr + "/metrics")
 			if err != nil {
 				t.Fatal(err)
@@ -168,7 +169,7 @@ func TestReferenceVariablesNotHonouredAreNamed(t *testing.T) {
 	env["USE_DOG_STATSD"] = "true"
 	env["REDIS_STARTUP_MAX_ELAPSED_TIME"] = "5"
 	p := start(t, env)
-	p.should(t, "it", desc("user=a"))
+	p.should(t, "it", configtest.Desc("user=a"))
 	for _, want := range []string{"USE_DOG_STATSD: ignored: DogStatsD is not supported", "REDIS_STARTUP_MAX_ELAPSED_TIME: ignored:"} {
 		if !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("start-up log lacks %q:\n%s", want, p.stderr)
@@ -183,7 +184,7 @@ func TestDebugLogNamesEachDecision(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["LOG_LEVEL"] = "debug"
 	p := start(t, env)
-	p.should(t, "it", desc("user=dbg"))
+	p.should(t, "it", configtest.Desc("user=dbg"))
 	eventually(t, "a decision line", func() bool {
 		out := p.stderr.String()
 		return strings.Contains(out, `descriptor="user=dbg"`) && strings.Contains(out, `rule="user (`) &&
@@ -208,7 +209,7 @@ func TestExplainOverTheWire(t *testing.T) {
 			}
 		}
 	}
-	if got := p.should(t, "it", desc("user=wire")).GetStatuses()[0].GetLimitRemaining(); got != 1 {
+	if got := p.should(t, "it", configtest.Desc("user=wire")).GetStatuses()[0].GetLimitRemaining(); got != 1 {
 		t.Errorf("first real call after three explanations: %d remaining, want 1 (nothing counted)", got)
 	}
 	resp, err := http.Get("http://" + p.debugAddr + "/explain?domain=it")
@@ -235,7 +236,7 @@ descriptors:
     hash_value: true
     rate_limit: {unit: hour, requests_per_unit: 0}
 `}))
-	p.should(t, "it", desc("token=s3cret-token"))
+	p.should(t, "it", configtest.Desc("token=s3cret-token"))
 	resp, err := http.Get("http://" + p.debugAddr + "/limited?format=table")
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +255,7 @@ descriptors:
 					if i%10 == 0 {
 						v = []string{"hot-a", "hot-b", "hot-c"}[(i/10)%3]
 					}
-					p.should(t, "it", desc("user="+v))
+					p.should(t, "it", configtest.Desc("user="+v))
 				}
 			}()
 		}
@@ -305,7 +306,7 @@ func TestTopLimitedSeries(t *testing.T) {
 		if i%2 == 0 {
 			v = "hot"
 		}
-		p.should(t, "it", desc("user="+v))
+		p.should(t, "it", configtest.Desc("user="+v))
 	}
 	m := metricsBody(t, p)
 	if n := strings.Count(m, "\nratelimit_limited_top{"); n != 2 {
@@ -324,7 +325,7 @@ func TestDynamicMetadataNamesTheRule(t *testing.T) {
 	env["RESPONSE_DYNAMIC_METADATA"] = "true"
 	env["RESPONSE_DYNAMIC_METADATA_RULES"] = "true"
 	p := start(t, env)
-	st := p.should(t, "it", desc("user=md")).GetDynamicMetadata().AsMap()["statuses"].([]any)[0].(map[string]any)
+	st := p.should(t, "it", configtest.Desc("user=md")).GetDynamicMetadata().AsMap()["statuses"].([]any)[0].(map[string]any)
 	limit, _ := st["limit"].(map[string]any)
 	if st["rule"] != "user" || st["match"] != "key_only" || !strings.HasSuffix(st["source"].(string), "it.yaml:4") ||
 		limit["window"] != "1h0m0s" || limit["requestsPerUnit"] != 2.0 {
@@ -352,7 +353,7 @@ descriptors:
 		env := writeConfig(t, map[string]string{"w.yaml": cfg})
 		env["WILDCARD_PRECEDENCE"] = tc.precedence
 		p := start(t, env)
-		if got := p.should(t, "w", desc("path=/api/upload/x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.want {
+		if got := p.should(t, "w", configtest.Desc("path=/api/upload/x")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.want {
 			t.Errorf("WILDCARD_PRECEDENCE=%q: /api/upload/x limited at %d per minute, want %d", tc.precedence, got, tc.want)
 		}
 		p.stop(t)
@@ -379,8 +380,8 @@ descriptors:
 `})
 	env["REDIS_URL"] = r.Addr
 	p := start(t, env)
-	p.should(t, "nope", desc("a=1"), desc("b=2"))
-	p.should(t, "edge", desc("remote_address=10.1.2.3"))
+	p.should(t, "nope", configtest.Desc("a=1"), configtest.Desc("b=2"))
+	p.should(t, "edge", configtest.Desc("remote_address=10.1.2.3"))
 	stats := debugStats(t, p)
 	for name, want := range map[string]uint64{
 		"ratelimit.service.rate_limit.nope.domain_not_found":                   2,

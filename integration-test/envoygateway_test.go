@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
@@ -181,7 +182,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	try := func(entries ...string) (*rlsv3.RateLimitResponse, error) {
 		rule := "httproute/default/http-ratelimit/rule/0/match/-1"
-		d := desc(append([]string{rule + "=" + rule}, entries...)...)
+		d := configtest.Desc(append([]string{rule + "=" + rule}, entries...)...)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: []*rlv3.RateLimitDescriptor{d}})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
@@ -66,7 +67,7 @@ func rapidResetAttack(b *testing.B, useTLS bool) {
 				defer wg.Done()
 				for i := 0; time.Now().Before(end); i++ {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit", "n="+string(rune('a'+g))))})
+					_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=legit", "n="+string(rune('a'+g))))})
 					cancel()
 					if err == nil {
 						n.Add(1)
@@ -85,7 +86,7 @@ func rapidResetAttack(b *testing.B, useTLS bool) {
 		stop := make(chan struct{})
 		var attacks sync.WaitGroup
 		var goaways atomic.Int64
-		req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+		req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=attacker"))}
 		for range 4 {
 			attacks.Add(1)
 			go func() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
@@ -155,7 +156,7 @@ func goAway(t *testing.T, frames <-chan http2.Frame) (code http2.ErrCode, ok boo
 // the service's GOAWAY (ENHANCE_YOUR_CALM).
 func rapidReset(t *testing.T, c *h2, frames <-chan http2.Frame) {
 	t.Helper()
-	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=attacker"))}
 	go func() {
 		for i := uint32(0); i < 5000; i++ {
 			id := 2*i + 1
@@ -176,10 +177,10 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["GRPC_ABUSE_COOLDOWN"] = "2s"
 	p := start(t, env)
-	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the attack
+	p.should(t, "it", configtest.Desc("user=legit")) // a well-behaved client's connection, open before the attack
 	c, frames := dialH2(t, p.grpcAddr)
 	rapidReset(t, c, frames)
-	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+	if got := p.should(t, "it", configtest.Desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved client after the attack: %v", got)
 	}
 	// The attacker's address cools down, on probation: a well-behaved
@@ -193,7 +194,7 @@ func TestRapidResetIsCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := rlsv3.NewRateLimitServiceClient(fresh).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
-		Descriptors: descs(desc("user=neighbour"))}); err != nil {
+		Descriptors: descs(configtest.Desc("user=neighbour"))}); err != nil {
 		t.Errorf("a new connection of a well-behaved client sharing the cooling address: %v", err)
 	}
 	m := metricsBody(t, p)
@@ -238,7 +239,7 @@ func TestProbationLetsNeighboursIn(t *testing.T) {
 		// gRPC dials again, as Envoy does.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // gRPC waits a second or more between dials; a starved machine may need a few
 		_, err = rlsv3.NewRateLimitServiceClient(c).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
-			Descriptors: descs(desc("user=neighbour"))}, grpc.WaitForReady(true))
+			Descriptors: descs(configtest.Desc("user=neighbour"))}, grpc.WaitForReady(true))
 		cancel()
 		c.Close()
 		if err != nil {
@@ -265,7 +266,7 @@ func TestProbationLetsNeighboursIn(t *testing.T) {
 // two minutes at most, then calls done.
 func attack(t *testing.T, p *proc, stop <-chan struct{}, done func()) {
 	defer done()
-	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=attacker"))}
+	req := &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=attacker"))}
 	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); {
 		select {
 		case <-stop:
@@ -294,17 +295,17 @@ func TestUnreadAnswersAreDropped(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
 	env["GRPC_STREAM_WRITE_TIMEOUT"] = "2s"
 	p := start(t, env)
-	p.should(t, "it", desc("user=legit")) // a well-behaved client's connection, open before the abuse
+	p.should(t, "it", configtest.Desc("user=legit")) // a well-behaved client's connection, open before the abuse
 	c, frames := dialH2(t, p.grpcAddr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	for i := uint32(0); i < 50; i++ {
-		if err := c.call(2*i+1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + strconv.Itoa(int(i))))}); err != nil {
+		if err := c.call(2*i+1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=" + strconv.Itoa(int(i))))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if code, ok := goAway(t, frames); !ok || code != http2.ErrCodeEnhanceYourCalm {
 		t.Errorf("a client that reads no answer: GOAWAY %v (received: %v), want ENHANCE_YOUR_CALM", code, ok)
 	}
-	if got := p.should(t, "it", desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+	if got := p.should(t, "it", configtest.Desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved client meanwhile: %v", got)
 	}
 }
@@ -335,7 +336,7 @@ func testConnectionCap(t *testing.T, cap string) {
 	held[0].conn.Close()
 	eventually(t, "a connection is served once another went", func() bool {
 		c, frames := dialH2(t, p.grpcAddr)
-		if err := c.call(1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=x"))}); err != nil {
+		if err := c.call(1, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=x"))}); err != nil {
 			return false
 		}
 		timeout := time.After(5 * time.Second)

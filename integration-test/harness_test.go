@@ -256,15 +256,6 @@ func (p *proc) should(t testing.TB, domain string, descs ...*rlv3.RateLimitDescr
 	return resp
 }
 
-func desc(kvs ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for _, kv := range kvs {
-		k, v, _ := strings.Cut(kv, "=")
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return d
-}
-
 func descs(ds ...*rlv3.RateLimitDescriptor) []*rlv3.RateLimitDescriptor { return ds }
 
 // readBody reads and closes an HTTP response body.

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -92,7 +93,7 @@ func flood(t *testing.T, p *proc, n, conns, size int) map[codes.Code]int {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			_, err := rlsv3.NewRateLimitServiceClient(cs[i%conns]).ShouldRateLimit(ctx,
-				&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + big))})
+				&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=" + big))})
 			mu.Lock()
 			if got[status.Code(err)]++; err != nil && got[status.Code(err)] == 1 {
 				t.Logf("first %v: %v", status.Code(err), err)
@@ -128,7 +129,7 @@ func TestRequestFloodStaysBounded(t *testing.T) {
 			// whether small requests are served, not how fast on a
 			// machine that other work may be starving.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=small" + strconv.Itoa(i)))})
+			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=small" + strconv.Itoa(i)))})
 			cancel()
 			if err != nil {
 				if failed.Add(1) == 1 {
@@ -171,7 +172,7 @@ func TestRequestFloodStaysBounded(t *testing.T) {
 	if peak > 384<<10 {
 		t.Errorf("peak resident memory %d MiB, want under 384 MiB", peak>>10)
 	}
-	if _, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=after"))}); err != nil {
+	if _, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=after"))}); err != nil {
 		t.Errorf("a small request after the floods: %v", err)
 	}
 
@@ -257,7 +258,7 @@ descriptors:
 	env["STATSD_FLUSH_INTERVAL"] = "100ms"
 	p := start(t, env)
 	const evil = "evil:5|c\nratelimit.injected:999999|c"
-	p.should(t, "it", desc("user="+evil))
+	p.should(t, "it", configtest.Desc("user="+evil))
 
 	_ = pc.SetReadDeadline(time.Now().Add(15 * time.Second))
 	buf := make([]byte, 64<<10)
@@ -325,7 +326,7 @@ func TestStoreErrorsStayInTheLog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.env["REDIS_TIMEOUT"] = "200ms"
 			p := start(t, redisEnv(t, tc.env))
-			_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=a"))})
+			_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=a"))})
 			if status.Code(err) != codes.Unavailable {
 				t.Fatalf("error = %v, want Unavailable", err)
 			}
@@ -371,7 +372,7 @@ func TestMemoryFullKeepsLimits(t *testing.T) {
 			ask := func(user string) (rlsv3.RateLimitResponse_Code, codes.Code) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=" + user))})
+				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=" + user))})
 				return resp.GetOverallCode(), status.Code(err)
 			}
 			// 200 clients spend their budget of 2.
@@ -401,7 +402,7 @@ func TestMemoryFullKeepsLimits(t *testing.T) {
 			for c := range 200 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
-					Descriptors: descs(desc("user=client"+strconv.Itoa(c)), desc("user=fresh"+strconv.Itoa(c)))})
+					Descriptors: descs(configtest.Desc("user=client"+strconv.Itoa(c)), configtest.Desc("user=fresh"+strconv.Itoa(c)))})
 				cancel()
 				if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 					t.Fatalf("client %d with a new value beside: %v %v, want OVER_LIMIT", c, resp.GetOverallCode(), err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -74,7 +75,7 @@ type hotRun struct {
 // drive sends requests for key=value from callers spread over the
 // target's connections, closed loop or at a fixed total rate, for d.
 func (h *hotTarget) drive(b testing.TB, key, value string, callers int, rate int, d time.Duration) hotRun {
-	req := &rlsv3.RateLimitRequest{Domain: "hot", Descriptors: descs(desc(key + "=" + value))}
+	req := &rlsv3.RateLimitRequest{Domain: "hot", Descriptors: descs(configtest.Desc(key + "=" + value))}
 	startCalls, _ := redisCalls(b, h.redis)
 	startRedis, startSvc := redisCPU(b, h.redis), h.cpu()
 	var mu sync.Mutex

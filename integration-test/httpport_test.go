@@ -18,6 +18,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -88,7 +89,7 @@ func TestHTTPPortFloodLeavesGRPCAndHealth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
-		Descriptors: descs(desc("user=after-flood"))}); err != nil {
+		Descriptors: descs(configtest.Desc("user=after-flood"))}); err != nil {
 		t.Errorf("a new gRPC connection after the flood: %v", err)
 	}
 	grpcTook := time.Since(began)

@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -25,7 +26,7 @@ descriptors:
 
 // route is a request for route=value in the api domain.
 func route(value string) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs(desc("route=" + value))}
+	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs(configtest.Desc("route=" + value))}
 }
 
 // scriptCalls counts the calls of the service's Lua code Redis has run: as

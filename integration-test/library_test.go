@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -22,7 +23,7 @@ func TestFunctionFlushCostsNoDecision(t *testing.T) {
 			srv := redistest.Start(t)
 			env := redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "BACKEND_FAILURE_POLICY": policy})
 			procs := []*proc{start(t, env), start(t, env), start(t, env)}
-			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=flushed"))}
+			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=flushed"))}
 			stop := make(chan struct{})
 			var flushes atomic.Int64
 			go func() { // bounded: at most 200 flushes, every 5 ms

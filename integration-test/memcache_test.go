@@ -8,6 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
@@ -25,7 +26,7 @@ func TestMemcacheTwoReplicasExact(t *testing.T) {
 			}
 			env := redisEnv(t, map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr, "REJECTED_HITS": rejected})
 			procs := []*proc{start(t, env), start(t, env)}
-			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=hot"))}
+			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=hot"))}
 			if got := send(t, procs, req, 10, 10); got != 40 {
 				t.Errorf("200 concurrent calls through two replicas on a limit of 40: %d admitted, want exactly 40", got)
 			}
@@ -75,7 +76,7 @@ func TestMemcacheTLS(t *testing.T) {
 		"MEMCACHE_TLS_CACERT": caFile, "MEMCACHE_TLS_CLIENT_CERT": ccertFile, "MEMCACHE_TLS_CLIENT_KEY": ckeyFile})
 	p := start(t, env)
 	for i := range 41 {
-		resp := p.should(t, "shared", desc("k=tls"))
+		resp := p.should(t, "shared", configtest.Desc("k=tls"))
 		if want := i < 40; (resp.GetOverallCode() == rlsv3.RateLimitResponse_OK) != want {
 			t.Fatalf("call %d over TLS: %v, want OK %v", i+1, resp, want)
 		}
@@ -84,7 +85,7 @@ func TestMemcacheTLS(t *testing.T) {
 	delete(env, "MEMCACHE_TLS_CLIENT_KEY")
 	env["BACKEND_FAILURE_POLICY"] = "deny"
 	q := start(t, env)
-	if resp := q.should(t, "shared", desc("k=notls")); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+	if resp := q.should(t, "shared", configtest.Desc("k=notls")); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("without a client certificate: %v, want the failure policy's OVER_LIMIT", resp)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -56,7 +57,7 @@ type alertRules struct {
 func TestMonitoringExamplesMatchMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}))
-	p.should(t, "shared", desc("k=dashboard"))
+	p.should(t, "shared", configtest.Desc("k=dashboard"))
 	names := exported(metricsBody(t, p))
 
 	exprs := map[string][]string{} // file → expressions

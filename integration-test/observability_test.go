@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 )
 
 const obsConfig = `
@@ -46,10 +47,10 @@ func countSeries(body, prefix string) int {
 func TestMetricsAfterKnownTraffic(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"obs.yaml": obsConfig}))
 	for range 3 {
-		p.should(t, "obs", desc("fixed=a"))
+		p.should(t, "obs", configtest.Desc("fixed=a"))
 	}
 	for range 2 {
-		p.should(t, "obs", desc("shadow=a"))
+		p.should(t, "obs", configtest.Desc("shadow=a"))
 	}
 	body := metricsBody(t, p)
 	for _, want := range []string{
@@ -70,7 +71,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 
 	before := countSeries(body, "ratelimit_")
 	for i := range 10_000 {
-		p.should(t, "obs", desc(fmt.Sprintf("fixed=user-%d", i)), desc(fmt.Sprintf("unknown=%d", i)))
+		p.should(t, "obs", configtest.Desc(fmt.Sprintf("fixed=user-%d", i)), configtest.Desc(fmt.Sprintf("unknown=%d", i)))
 	}
 	after := countSeries(metricsBody(t, p), "ratelimit_")
 	if after != before {
@@ -86,7 +87,7 @@ func TestHeadersAndDynamicMetadataPerAlgorithm(t *testing.T) {
 		t.Run(key, func(t *testing.T) {
 			var resp *rlsv3.RateLimitResponse
 			for i, wantLeft := range []string{"1", "0", "0"} {
-				resp = p.should(t, "obs", desc(key+"=x"))
+				resp = p.should(t, "obs", configtest.Desc(key+"=x"))
 				h := headers(resp)
 				if h["RateLimit-Limit"] != "2" || h["X-Left"] != wantLeft || h["RateLimit-Reset"] == "" {
 					t.Errorf("call %d headers = %v, want limit 2, X-Left %s and a reset", i, h, wantLeft)
@@ -103,7 +104,7 @@ func TestHeadersAndDynamicMetadataPerAlgorithm(t *testing.T) {
 			}
 		})
 	}
-	md := p.should(t, "obs", desc("shadow=m")).GetDynamicMetadata().AsMap()
+	md := p.should(t, "obs", configtest.Desc("shadow=m")).GetDynamicMetadata().AsMap()
 	if md["descriptors"].([]any)[0].(map[string]any)["metadata"].(map[string]any)["tier"] != "trial" {
 		t.Errorf("dynamic_metadata of a passing descriptor lacks its config metadata: %v", md)
 	}

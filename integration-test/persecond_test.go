@@ -7,6 +7,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -79,17 +80,17 @@ func TestRedisPerSecond(t *testing.T) {
 				if i == 3 {
 					want = rlsv3.RateLimitResponse_OVER_LIMIT
 				}
-				resp := p.should(t, "ps", desc("fast=a"), desc("slow=b"))
+				resp := p.should(t, "ps", configtest.Desc("fast=a"), configtest.Desc("slow=b"))
 				if got := resp.GetOverallCode(); got != want {
 					t.Errorf("call %d: %v, want %v (%v)", i+1, got, want, resp)
 				}
 			}
 			// Then each limit alone: three per-second calls, two hourly.
 			for range 3 {
-				p.should(t, "ps", desc("fast=a"))
+				p.should(t, "ps", configtest.Desc("fast=a"))
 			}
 			for range 2 {
-				p.should(t, "ps", desc("slow=c"))
+				p.should(t, "ps", configtest.Desc("slow=c"))
 			}
 			// Each call with a limit of a side is one script call on that
 			// side's Redis (on a Cluster, spread over its masters). The

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -38,7 +39,7 @@ func redisEnv(t *testing.T, extra map[string]string) map[string]string {
 // how many were allowed.
 func hammer(t *testing.T, procs []*proc, perProc int) int {
 	t.Helper()
-	req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=hot"))}
+	req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=hot"))}
 	return int(send(t, procs, req, 4, perProc/4))
 }
 
@@ -93,14 +94,14 @@ func TestRedisClusterTwoProcessesShareOneLimit(t *testing.T) {
 func TestRedisKilledThenRestarted(t *testing.T) {
 	srv := redistest.Start(t)
 	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_TIMEOUT": "200ms", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}))
-	if got := p.should(t, "shared", desc("k=a")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+	if got := p.should(t, "shared", configtest.Desc("k=a")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("before the fault: %v", got)
 	}
 	srv.Stop()
 	var lat []time.Duration
 	for range 20 {
 		start := time.Now()
-		_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=a"))})
+		_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=a"))})
 		lat = append(lat, time.Since(start))
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("with Redis down: error = %v, want Unavailable", err)
@@ -115,7 +116,7 @@ func TestRedisKilledThenRestarted(t *testing.T) {
 	// The circuit breaker closes on its next probe; until then the policy
 	// (error) answers. The first answer from Redis counts the first hit.
 	eventually(t, "answers from the restarted Redis", func() bool {
-		resp, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(desc("k=a"))})
+		resp, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=a"))})
 		if err != nil {
 			return false
 		}
@@ -202,7 +203,7 @@ func usageFlow(t *testing.T, p *proc) {
 		{"refund 150", 150, true, rlsv3.RateLimitResponse_OK, 50},
 		{"check under the limit again", 0, false, rlsv3.RateLimitResponse_OK, 50},
 	} {
-		d := desc("tenant=t")
+		d := configtest.Desc("tenant=t")
 		d.HitsAddend = wrapperspb.UInt64(st.hits)
 		d.IsNegativeHits = st.refund
 		resp := p.should(t, "ai", d)
@@ -232,18 +233,18 @@ descriptors:
 				env["REDIS_URL"] = redistest.Start(t).Addr
 			}
 			p := start(t, env)
-			weighted := desc("login=alice")
+			weighted := configtest.Desc("login=alice")
 			weighted.HitsAddend = wrapperspb.UInt64(3)
 			for i, want := range []struct {
 				d    *rlv3.RateLimitDescriptor
 				code rlsv3.RateLimitResponse_Code
 				left uint32
 			}{
-				{desc("login=alice"), rlsv3.RateLimitResponse_OK, 4},
+				{configtest.Desc("login=alice"), rlsv3.RateLimitResponse_OK, 4},
 				{weighted, rlsv3.RateLimitResponse_OK, 1},
 				{weighted, rlsv3.RateLimitResponse_OVER_LIMIT, 1},
-				{desc("login=alice"), rlsv3.RateLimitResponse_OK, 0},
-				{desc("login=alice"), rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+				{configtest.Desc("login=alice"), rlsv3.RateLimitResponse_OK, 0},
+				{configtest.Desc("login=alice"), rlsv3.RateLimitResponse_OVER_LIMIT, 0},
 			} {
 				st := p.should(t, "log", want.d).GetStatuses()[0]
 				if st.GetCode() != want.code || st.GetLimitRemaining() != want.left {
@@ -293,7 +294,7 @@ func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
 				if i == 40 {
 					want = rlsv3.RateLimitResponse_OVER_LIMIT
 				}
-				if got := p.should(t, "shared", desc("k=fn")).GetOverallCode(); got != want {
+				if got := p.should(t, "shared", configtest.Desc("k=fn")).GetOverallCode(); got != want {
 					t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
 				}
 			}

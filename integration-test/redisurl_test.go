@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/tlstest"
@@ -35,7 +36,7 @@ func TestRedisURL(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := start(t, redisEnv(t, map[string]string{"REDIS_URL": tc.url, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}))
-			resp := p.should(t, "shared", desc("k="+tc.name))
+			resp := p.should(t, "shared", configtest.Desc("k="+tc.name))
 			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 39 {
 				t.Fatalf("first call: %v, want OK with 39 remaining", resp)
 			}
@@ -109,7 +110,7 @@ func TestRedisURLTLS(t *testing.T) {
 	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": "rediss://" + srv.Addr + "/1",
 		"REDIS_TLS_CACERT": caFile, "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile}))
 	for i := range 41 {
-		resp := p.should(t, "shared", desc("k=rediss"))
+		resp := p.should(t, "shared", configtest.Desc("k=rediss"))
 		if want := i < 40; (resp.GetOverallCode() == rlsv3.RateLimitResponse_OK) != want {
 			t.Fatalf("call %d over rediss://: %v, want OK %v", i+1, resp, want)
 		}

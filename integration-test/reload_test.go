@@ -19,6 +19,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"google.golang.org/grpc"
 )
 
@@ -30,24 +31,12 @@ func limitYAML(domain string, rpu int) string {
 // 0 when nothing matches (unknown domain).
 func limitOf(t *testing.T, p *proc, domain string) uint32 {
 	t.Helper()
-	return p.should(t, domain, desc("k=v")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	return p.should(t, domain, configtest.Desc("k=v")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 }
 
 func waitLimit(t *testing.T, p *proc, domain string, want uint32) {
 	t.Helper()
 	eventually(t, domain+" served with limit "+strconv.Itoa(int(want)), func() bool { return limitOf(t, p, domain) == want })
-}
-
-func swapLink(t *testing.T, target, link string) {
-	t.Helper()
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestReloadInPlaceEditsBrokenFilesAndDomains(t *testing.T) {
@@ -88,12 +77,12 @@ func TestReloadRootSymlinkSwap(t *testing.T) {
 	base := t.TempDir()
 	writeFiles(t, filepath.Join(base, "v1", "ratelimit", "config"), map[string]string{"a.yaml": limitYAML("a", 1)})
 	writeFiles(t, filepath.Join(base, "v2", "ratelimit", "config"), map[string]string{"a.yaml": limitYAML("a", 2)})
-	swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+	configtest.SwapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
 	p := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(base, "current"), "RUNTIME_SUBDIRECTORY": "ratelimit"})
 	waitLimit(t, p, "a", 1)
-	swapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
+	configtest.SwapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
 	waitLimit(t, p, "a", 2)
-	swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+	configtest.SwapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
 	waitLimit(t, p, "a", 1)
 }
 
@@ -102,7 +91,7 @@ func TestReloadRootSymlinkSwap(t *testing.T) {
 func configMapUpdate(t *testing.T, dir, stamp string, files map[string]string) {
 	t.Helper()
 	writeFiles(t, filepath.Join(dir, stamp), files)
-	swapLink(t, stamp, filepath.Join(dir, "..data"))
+	configtest.SwapLink(t, stamp, filepath.Join(dir, "..data"))
 	for name := range files {
 		link := filepath.Join(dir, name)
 		if _, err := os.Lstat(link); err != nil {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
@@ -214,7 +215,7 @@ func (r *replayRun) ask(what, domain string, entries [][2]string, want func(*rls
 	}
 	var descriptors = descs()
 	for _, d := range ds {
-		descriptors = append(descriptors, desc(d))
+		descriptors = append(descriptors, configtest.Desc(d))
 	}
 	resp := r.p.should(r.t, domain, descriptors...)
 	for i, st := range resp.GetStatuses() {
@@ -503,7 +504,7 @@ func TestReplayShareThreshold(t *testing.T) {
 	replayed(t, redis, redis.env(t, false, 0, nil), func(r *replayRun) {
 		const domain = "share-threshold-test"
 		for i := range 10 {
-			resp := r.p.should(t, domain, desc("files=files/a.pdf"))
+			resp := r.p.should(t, domain, configtest.Desc("files=files/a.pdf"))
 			if c := resp.GetOverallCode(); c != rlsv3.RateLimitResponse_OK && c != rlsv3.RateLimitResponse_OVER_LIMIT {
 				r.errorf("files/a.pdf call %d: %v", i+1, c)
 			}
@@ -537,7 +538,7 @@ func TestReplayExtraTags(t *testing.T) {
 		"STATSD_PORT": strconv.Itoa(port), "EXTRA_TAGS": "foo:bar,a:b", "STATS_FLUSH_INTERVAL": "100ms"})
 	redis.flush(t)
 	p := start(t, env)
-	p.should(t, "basic", desc("key1=foo"))
+	p.should(t, "basic", configtest.Desc("key1=foo"))
 	for _, want := range []string{"ratelimit.service.rate_limit.basic.key1.total_hits.__a=b.__foo=bar:1|c",
 		"ratelimit.service.config_load_success.__a=b.__foo=bar:1|c"} {
 		eventually(t, "statsd gets "+want, func() bool {
@@ -583,7 +584,7 @@ descriptors:
 // quotaDesc is one descriptor as Envoy sends a rate limit action with
 // hits_addend set: the per-descriptor hits_addend, 0 for a check.
 func quotaDesc(kv string, hits uint64) *rlv3.RateLimitDescriptor {
-	d := desc(kv)
+	d := configtest.Desc(kv)
 	d.HitsAddend = wrapperspb.UInt64(hits)
 	return d
 }

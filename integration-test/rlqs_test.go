@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 )
@@ -221,7 +222,7 @@ func TestRLQSAndRLSShareOneCount(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				paced(10, end, func() {
-					if p.should(t, "quota", desc("tenant=acme")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					if p.should(t, "quota", configtest.Desc("tenant=acme")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
 						at := time.Now()
 						adm.Add("", at)
 						rls.Add("", at)
@@ -258,7 +259,7 @@ func TestRLQSCanBeTurnedOff(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("RLQS with RLQS_ENABLED=false: %v, want Unimplemented", err)
 	}
-	if got := p.should(t, "quota", desc("tenant=acme")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+	if got := p.should(t, "quota", configtest.Desc("tenant=acme")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("RLS: %v, want OK", got)
 	}
 }

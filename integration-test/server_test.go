@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -45,7 +46,7 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
 
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		resp := p.should(t, "it", desc("user=alice"))
+		resp := p.should(t, "it", configtest.Desc("user=alice"))
 		if resp.GetOverallCode() != want {
 			t.Errorf("call %d: overall_code = %v, want %v", i, resp.GetOverallCode(), want)
 		}
@@ -57,7 +58,7 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 			t.Errorf("call %d: duration_until_reset = %v, want within the hour", i, d)
 		}
 	}
-	if got := p.should(t, "it", desc("bucket=b")).GetStatuses()[0].GetLimitRemaining(); got != 2 {
+	if got := p.should(t, "it", configtest.Desc("bucket=b")).GetStatuses()[0].GetLimitRemaining(); got != 2 {
 		t.Errorf("token bucket limit_remaining after 1 of 3 = %d, want 2", got)
 	}
 
@@ -185,7 +186,7 @@ func TestForceStartWithoutConfig(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("bad request without config: %v, want InvalidArgument", err)
 	}
-	_, err = p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
+	_, err = p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=a"))})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no rate limit configuration") {
 		t.Errorf("request without config: %v, want Unavailable", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -47,7 +48,7 @@ func TestHeavyClientsDoNotFailLightOnes(t *testing.T) {
 	many := func(key string, n int) []*rlv3.RateLimitDescriptor {
 		out := make([]*rlv3.RateLimitDescriptor, n)
 		for i := range out {
-			out[i] = desc(fmt.Sprintf("%s=v%d", key, i))
+			out[i] = configtest.Desc(fmt.Sprintf("%s=v%d", key, i))
 		}
 		return out
 	}
@@ -86,7 +87,7 @@ func TestHeavyClientsDoNotFailLightOnes(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 2000 && ctx.Err() == nil; i++ {
 				c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, err := p.client().ShouldRateLimit(c, &rlsv3.RateLimitRequest{Domain: "fate", Descriptors: descs(desc(fmt.Sprintf("light=%d-%d", g, i)))})
+				_, err := p.client().ShouldRateLimit(c, &rlsv3.RateLimitRequest{Domain: "fate", Descriptors: descs(configtest.Desc(fmt.Sprintf("light=%d-%d", g, i)))})
 				cancel()
 				if err != nil {
 					lightErrs.Store(status.Code(err).String()+": "+status.Convert(err).Message(), true)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
@@ -63,7 +64,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=a"))})
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=a"))})
 		return err
 	}
 	if err := try(nil); err == nil {
@@ -141,7 +142,7 @@ func TestRapidResetIsCutOffOverTLS(t *testing.T) {
 			ask := func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				_, err := rlsv3.NewRateLimitServiceClient(legit).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=legit"))})
+				_, err := rlsv3.NewRateLimitServiceClient(legit).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=legit"))})
 				return err
 			}
 			if err := ask(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -39,7 +40,7 @@ func (rawCodec) Name() string { return "proto" }
 func TestInvalidUTF8DescriptorValueIsCounted(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
 	// Marshal with a placeholder of the same length, then put the bytes in.
-	wire, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=caf#"))})
+	wire, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=caf#"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestEscapedByteAndItsTextCountApart(t *testing.T) {
     value: 'C:\dir'
     rate_limit: {unit: hour, requests_per_unit: 7}
 `}))
-	wire, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(desc("user=#"))})
+	wire, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=#"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +99,10 @@ func TestEscapedByteAndItsTextCountApart(t *testing.T) {
 	if got := callRaw(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("third hit on the byte 0xFF = %v, want OVER_LIMIT", got)
 	}
-	if got := p.should(t, "it", desc(`user=\xff`)).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+	if got := p.should(t, "it", configtest.Desc(`user=\xff`)).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("the text \\xff after the byte 0xFF used its limit = %v, want OK (its own counter)", got)
 	}
-	if got := p.should(t, "it", desc(`path=C:\dir`)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 7 {
+	if got := p.should(t, "it", configtest.Desc(`path=C:\dir`)).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 7 {
 		t.Errorf(`path=C:\dir over gRPC matched a limit of %d, want the config's 7`, got)
 	}
 	resp, err := http.Post("http://"+p.httpAddr+"/json", "application/json",

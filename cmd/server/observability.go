@@ -13,6 +13,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/logthrottle"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/server/h2guard"
@@ -22,26 +23,28 @@ import (
 )
 
 // guardEvents counts what the gRPC guards did, by event, and logs a
-// connection they closed at most once per event and 10 s (an attacker
-// must not flood the log either).
+// connection they closed for abuse at most once per event and 10 s, with
+// how many were held back (an attacker must not flood the log either).
 func guardEvents(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Event) {
 	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers,
 		h2guard.EventProbationReplaced, h2guard.EventConnectionHeld, h2guard.EventResetInLine}
 	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
-	logged := make(map[h2guard.Event]*atomic.Int64, len(events))
 	for _, e := range events {
-		counts[e], logged[e] = new(atomic.Uint64), new(atomic.Int64)
+		counts[e] = new(atomic.Uint64)
 		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed, refused or held in line and calls refused by the listener's guards, by event.",
 			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
 	}
+	logged := map[h2guard.Event]*logthrottle.Throttle{}
+	for _, e := range []h2guard.Event{h2guard.EventRapidReset, h2guard.EventUnreadAnswers, h2guard.EventResetInLine} {
+		logged[e] = &logthrottle.Throttle{Every: 10 * time.Second}
+	}
 	return func(e h2guard.Event) {
 		counts[e].Add(1)
-		if e != h2guard.EventRapidReset && e != h2guard.EventUnreadAnswers && e != h2guard.EventResetInLine {
-			return
-		}
-		now := time.Now().UnixNano()
-		if last := logged[e].Load(); now-last > int64(10*time.Second) && logged[e].CompareAndSwap(last, now) {
-			log.WithField("event", string(e)).Warn("closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)")
+		if th := logged[e]; th != nil {
+			if n, ok := th.Due(time.Now()); ok {
+				log.WithField("event", string(e)).WithField("suppressed", n).
+					Warn("closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)")
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/limiter"
 )
 
@@ -24,16 +25,6 @@ func loadExample(t testing.TB) *Config {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// desc builds a request descriptor from "k=v" pairs.
-func desc(kvs ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for _, kv := range kvs {
-		k, v, _ := strings.Cut(kv, "=")
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return d
 }
 
 func TestDumpGolden(t *testing.T) {
@@ -76,7 +67,7 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n := c.Domain("shop").Match(desc(tc.entries...).Entries)
+			n := c.Domain("shop").Match(configtest.Desc(tc.entries...).Entries)
 			got := ""
 			if n != nil {
 				got = n.path
@@ -152,24 +143,24 @@ func TestPlan(t *testing.T) {
 		addend uint32
 		want   string
 	}{
-		{"unknown domain", "nope", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 0, "-"},
-		{"no match", "shop", []*rlv3.RateLimitDescriptor{desc("nope=1")}, 0, "-"},
-		{"hits_addend 0 means 1", "shop", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 0, "10 per second, fixed_window cost 1"},
-		{"request hits_addend", "shop", []*rlv3.RateLimitDescriptor{desc("remote_address=1")}, 3, "10 per second, fixed_window cost 3"},
-		{"descriptor hits_addend wins", "shop", []*rlv3.RateLimitDescriptor{addend(desc("remote_address=1"), 7)}, 3, "10 per second, fixed_window cost 7"},
-		{"descriptor hits_addend 0 checks only", "shop", []*rlv3.RateLimitDescriptor{addend(desc("remote_address=1"), 0)}, 3, "10 per second, fixed_window cost 0"},
-		{"unlimited", "shop", []*rlv3.RateLimitDescriptor{desc("path=/a/health")}, 0, "unlimited"},
-		{"several limits, shadow is advisory", "shop", []*rlv3.RateLimitDescriptor{desc("user=u")}, 0,
+		{"unknown domain", "nope", []*rlv3.RateLimitDescriptor{configtest.Desc("remote_address=1")}, 0, "-"},
+		{"no match", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("nope=1")}, 0, "-"},
+		{"hits_addend 0 means 1", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("remote_address=1")}, 0, "10 per second, fixed_window cost 1"},
+		{"request hits_addend", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("remote_address=1")}, 3, "10 per second, fixed_window cost 3"},
+		{"descriptor hits_addend wins", "shop", []*rlv3.RateLimitDescriptor{addend(configtest.Desc("remote_address=1"), 7)}, 3, "10 per second, fixed_window cost 7"},
+		{"descriptor hits_addend 0 checks only", "shop", []*rlv3.RateLimitDescriptor{addend(configtest.Desc("remote_address=1"), 0)}, 3, "10 per second, fixed_window cost 0"},
+		{"unlimited", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("path=/a/health")}, 0, "unlimited"},
+		{"several limits, shadow is advisory", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("user=u")}, 0,
 			"10 per second, token_bucket, burst 20 cost 1 advisory & 1000 per hour, sliding_window cost 1 advisory"},
-		{"quota is advisory", "shop", []*rlv3.RateLimitDescriptor{desc("quota=q")}, 0, "3 per 5 minutes, fixed_window cost 1 advisory"},
+		{"quota is advisory", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("quota=q")}, 0, "3 per 5 minutes, fixed_window cost 1 advisory"},
 		{"replaces drops the named limit", "shop", []*rlv3.RateLimitDescriptor{
-			desc("message_type=marketing", "to_number=1"), desc("vip=yes", "to_number=1")}, 0,
+			configtest.Desc("message_type=marketing", "to_number=1"), configtest.Desc("vip=yes", "to_number=1")}, 0,
 			`- | 50 per day, fixed_window, replaces ["marketing"] cost 1`},
-		{"named limit alone stays", "shop", []*rlv3.RateLimitDescriptor{desc("message_type=marketing", "to_number=1")}, 0,
+		{"named limit alone stays", "shop", []*rlv3.RateLimitDescriptor{configtest.Desc("message_type=marketing", "to_number=1")}, 0,
 			`5 per day, fixed_window, name "marketing" cost 1`},
-		{"override without match", "shop", []*rlv3.RateLimitDescriptor{override(desc("nope=1"), 42, typev3.RateLimitUnit_HOUR)}, 0,
+		{"override without match", "shop", []*rlv3.RateLimitDescriptor{override(configtest.Desc("nope=1"), 42, typev3.RateLimitUnit_HOUR)}, 0,
 			"42 per hour, fixed_window cost 1"},
-		{"override keeps matched algorithm", "shop", []*rlv3.RateLimitDescriptor{override(desc("user=u"), 7, typev3.RateLimitUnit_MINUTE)}, 0,
+		{"override keeps matched algorithm", "shop", []*rlv3.RateLimitDescriptor{override(configtest.Desc("user=u"), 7, typev3.RateLimitUnit_MINUTE)}, 0,
 			"7 per minute, token_bucket cost 1 advisory"},
 	}
 	for _, tc := range tests {
@@ -186,7 +177,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPlanOverrideUnknownUnit(t *testing.T) {
-	d := desc("remote_address=1")
+	d := configtest.Desc("remote_address=1")
 	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	if _, err := loadExample(t).Plan("shop", []*rlv3.RateLimitDescriptor{d}, 0); err == nil {
 		t.Errorf("Plan(override with UNKNOWN unit) = nil error, want an error")
@@ -196,7 +187,7 @@ func TestPlanOverrideUnknownUnit(t *testing.T) {
 func TestPlanKeys(t *testing.T) {
 	c := loadExample(t)
 	key := func(kvs ...string) string {
-		p, err := c.Plan("shop", []*rlv3.RateLimitDescriptor{desc(kvs...)}, 0)
+		p, err := c.Plan("shop", []*rlv3.RateLimitDescriptor{configtest.Desc(kvs...)}, 0)
 		if err != nil || len(p.Hits) != 1 {
 			t.Fatalf("Plan(%v) = %v hits, %v", kvs, len(p.Hits), err)
 		}
@@ -222,7 +213,7 @@ func TestPlanKeys(t *testing.T) {
 
 func TestLimitRule(t *testing.T) {
 	c := loadExample(t)
-	n := c.Domain("shop").Match(desc("quota=q").Entries)
+	n := c.Domain("shop").Match(configtest.Desc("quota=q").Entries)
 	// A fixed window counts rejected hits unless told otherwise, as
 	// envoyproxy/ratelimit does (REJECTED_HITS, rejected_hits).
 	want := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 5 * 60 * 1e9, CountRejected: true}
@@ -236,7 +227,7 @@ func TestLimitRule(t *testing.T) {
 
 func BenchmarkPlan(b *testing.B) {
 	c := loadExample(b)
-	descs := []*rlv3.RateLimitDescriptor{desc("remote_address=10.1.2.3"), desc("path=/api/v2/users"), desc("message_type=marketing", "to_number=555")}
+	descs := []*rlv3.RateLimitDescriptor{configtest.Desc("remote_address=10.1.2.3"), configtest.Desc("path=/api/v2/users"), configtest.Desc("message_type=marketing", "to_number=555")}
 	b.ReportAllocs()
 	for b.Loop() {
 		p, err := c.Plan("shop", descs, 1)
@@ -250,7 +241,7 @@ func BenchmarkPlan(b *testing.B) {
 func BenchmarkMatch(b *testing.B) {
 	c := loadExample(b)
 	d := c.Domain("shop")
-	entries := desc("message_type=marketing", "to_number=555").Entries
+	entries := configtest.Desc("message_type=marketing", "to_number=555").Entries
 	b.ReportAllocs()
 	for b.Loop() {
 		if d.Match(entries) == nil {
@@ -262,7 +253,7 @@ func BenchmarkMatch(b *testing.B) {
 func TestHashedValuesInKeys(t *testing.T) {
 	src := "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: user\n    hash_value: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	key := func(c *Config, kv string) string {
-		p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{desc(kv)}, 0)
+		p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{configtest.Desc(kv)}, 0)
 		if err != nil || len(p.Hits) != 1 {
 			t.Fatalf("Plan(%s): %v", kv, err)
 		}
@@ -366,7 +357,7 @@ descriptors:
 		{[]string{"nope=1", "more=2"}, "nope=1,more=2"},
 		{[]string{"a=b,c=d:e"}, "a=b,c=d:e"},
 	} {
-		p, err := c.Plan("v", []*rlv3.RateLimitDescriptor{desc(tc.entries...)}, 0)
+		p, err := c.Plan("v", []*rlv3.RateLimitDescriptor{configtest.Desc(tc.entries...)}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

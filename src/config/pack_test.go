@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"slices"
 	"strings"
 	"testing"
@@ -72,7 +73,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := c.Domain("d").Match(desc("k=v").GetEntries())
+		n := c.Domain("d").Match(configtest.Desc("k=v").GetEntries())
 		if n == nil || len(n.limits) != 2 {
 			t.Fatalf("k=v matched %v", n)
 		}

@@ -11,6 +11,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 )
 
 func TestParseBadFiles(t *testing.T) {
@@ -209,9 +210,9 @@ d.tenant.model: 10 per minute, fixed_window (od.yaml:10)
 	}
 	// A per-request override keeps the matched descriptor's overdraft, as it
 	// keeps its algorithm.
-	override := desc("tenant=a")
+	override := configtest.Desc("tenant=a")
 	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
-	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{override, desc("tenant=a", "model=m")}, 0)
+	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{override, configtest.Desc("tenant=a", "model=m")}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ d.tenant: 100 per second, fixed_window (lease.yaml:9)
 	if got := c.Dump(); got != want {
 		t.Errorf("Dump() =\n%s\nwant\n%s", got, want)
 	}
-	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{desc("api=x"), desc("tenant=t")}, 0)
+	p, err := c.Plan("d", []*rlv3.RateLimitDescriptor{configtest.Desc("api=x"), configtest.Desc("tenant=t")}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ d.tenant: 100 per second, fixed_window (lease.yaml:9)
 	if want := []string{"d.api.fw1", "d.api.sw60", "", ""}; !slices.Equal(got, want) {
 		t.Errorf("Rule.Lease per hit = %q, want %q", got, want)
 	}
-	override := desc("api=x")
+	override := configtest.Desc("api=x")
 	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
 	po, err := c.Plan("d", []*rlv3.RateLimitDescriptor{override}, 0)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/openrls/ratelimit/src/config/configtest"
 )
 
 const rejectedConfig = `domain: d
@@ -72,7 +73,7 @@ func TestRejectedHits(t *testing.T) {
 		for _, k := range tt.keys {
 			kvs = append(kvs, k+"=v")
 		}
-		n := cfg.Domain("d").Match(desc(kvs...).Entries)
+		n := cfg.Domain("d").Match(configtest.Desc(kvs...).Entries)
 		if n == nil || len(n.limits) != len(tt.want) {
 			t.Fatalf("default %q, %v: matched %v, want %d limits", tt.def, tt.keys, n, len(tt.want))
 		}
@@ -107,7 +108,7 @@ func TestRejectedHitsOverride(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := desc(tt.key + "=v")
+		d := configtest.Desc(tt.key + "=v")
 		d.Limit = override
 		p, err := cfg.Plan("d", []*rlv3.RateLimitDescriptor{d}, 1)
 		if err != nil {

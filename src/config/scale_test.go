@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"runtime"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func BenchmarkMatchScale(b *testing.B) {
 		for _, req := range []struct{ name, value string }{
 			{"exact", "t-42"}, {"wildcard", "org-17-user-9"}, {"fallthrough", "nobody-at-all"},
 		} {
-			entries := desc("tenant=" + req.value).GetEntries()
+			entries := configtest.Desc("tenant=" + req.value).GetEntries()
 			b.Run(size.name+"/"+req.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,19 +47,6 @@ func write(t *testing.T, path, body string) {
 	}
 }
 
-// swapLink atomically points link at target, as `ln -sfn` + rename does.
-func swapLink(t *testing.T, target, link string) {
-	t.Helper()
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, link); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // configMap lays out dir as a Kubernetes ConfigMap volume does: files are
 // links into ..data, which links to a timestamped directory.
 func configMap(t *testing.T, dir, stamp string, files map[string]string) {
@@ -66,7 +54,7 @@ func configMap(t *testing.T, dir, stamp string, files map[string]string) {
 	for name, body := range files {
 		write(t, filepath.Join(dir, stamp, name), body)
 	}
-	swapLink(t, stamp, filepath.Join(dir, "..data"))
+	configtest.SwapLink(t, stamp, filepath.Join(dir, "..data"))
 	for name := range files {
 		link := filepath.Join(dir, name)
 		if _, err := os.Lstat(link); err != nil {
@@ -104,12 +92,12 @@ func TestWatchReloads(t *testing.T) {
 		{"root symlink swap", true,
 			func(t *testing.T, base string) (string, string) {
 				write(t, filepath.Join(base, "v1", "config", "a.yaml"), limitConfig("a", 1))
-				swapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
+				configtest.SwapLink(t, filepath.Join(base, "v1"), filepath.Join(base, "current"))
 				return filepath.Join(base, "current"), filepath.Join(base, "current", "config")
 			},
 			func(t *testing.T, base string) {
 				write(t, filepath.Join(base, "v2", "config", "a.yaml"), limitConfig("a", 2))
-				swapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
+				configtest.SwapLink(t, filepath.Join(base, "v2"), filepath.Join(base, "current"))
 			}},
 		{"edit of a linked file's target elsewhere (make run)", false,
 			func(t *testing.T, base string) (string, string) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -112,7 +113,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := c.Domain("w").Match(desc(tc.entries...).GetEntries())
+		n := c.Domain("w").Match(configtest.Desc(tc.entries...).GetEntries())
 		if n == nil || n.limits[0].RequestsPerUnit != tc.want {
 			t.Errorf("precedence %d: Match(%v) = %v, want the rule of %d", tc.prec, tc.entries, n, tc.want)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/logthrottle"
 )
 
 // Logger is what RouteLogs writes to; logrus's loggers and entries are one.
@@ -33,16 +35,11 @@ type logAdapter struct {
 	now func() time.Time
 
 	mu   sync.Mutex
-	seen map[string]*logBurst // by format: go-redis's formats are constants
-}
-
-type logBurst struct {
-	next       time.Time
-	suppressed int
+	seen map[string]*logthrottle.Throttle // by format: go-redis's formats are constants
 }
 
 func newLogAdapter(log Logger, now func() time.Time) *logAdapter {
-	return &logAdapter{log: log, now: now, seen: map[string]*logBurst{}}
+	return &logAdapter{log: log, now: now, seen: map[string]*logthrottle.Throttle{}}
 }
 
 // Printf implements go-redis's logging interface. go-redis has no levels:
@@ -51,20 +48,16 @@ func newLogAdapter(log Logger, now func() time.Time) *logAdapter {
 // says how many there were.
 func (a *logAdapter) Printf(_ context.Context, format string, args ...any) {
 	a.mu.Lock()
-	b := a.seen[format]
-	if b == nil {
-		b = &logBurst{}
-		a.seen[format] = b
+	th := a.seen[format]
+	if th == nil {
+		th = &logthrottle.Throttle{Every: logEvery}
+		a.seen[format] = th
 	}
-	now := a.now()
-	if now.Before(b.next) {
-		b.suppressed++
-		a.mu.Unlock()
+	a.mu.Unlock()
+	suppressed, ok := th.Due(a.now())
+	if !ok {
 		return
 	}
-	suppressed := b.suppressed
-	b.next, b.suppressed = now.Add(logEvery), 0
-	a.mu.Unlock()
 
 	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
 	lower := strings.ToLower(msg)

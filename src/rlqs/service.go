@@ -16,6 +16,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/logthrottle"
 )
 
 // Configs yields the config in force.
@@ -129,14 +130,14 @@ type Service struct {
 
 	stats *stats
 
-	logMu   sync.Mutex
-	lastLog time.Time
+	storeLog *logthrottle.Throttle
 }
 
 // New returns a Service; Run drives its renewals.
 func New(o Options) *Service {
 	o = o.withDefaults()
-	return &Service{o: o, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stats: newStats()}
+	return &Service{o: o, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stats: newStats(),
+		storeLog: &logthrottle.Throttle{Every: logEvery}}
 }
 
 // Run renews and refills every Push until ctx is done.

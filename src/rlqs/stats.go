@@ -63,18 +63,12 @@ func (s *Service) counts() (streams, buckets int) {
 }
 
 // storeError counts a failed store call and logs it, at most once per
-// logEvery.
+// logEvery, with how many were held back.
 func (s *Service) storeError(err error) {
 	s.stats.storeErrors.Inc()
-	now := time.Now()
-	s.logMu.Lock()
-	due := now.Sub(s.lastLog) >= logEvery
-	if due {
-		s.lastLog = now
-	}
-	s.logMu.Unlock()
-	if due {
-		s.o.Logger.WithError(err).Warn("rlqs: the store failed; no grant is renewed while it does (assignments run out to each Envoy's fallback)")
+	if n, ok := s.storeLog.Due(time.Now()); ok {
+		s.o.Logger.WithError(err).WithField("suppressed", n).
+			Warn("rlqs: the store failed; no grant is renewed while it does (assignments run out to each Envoy's fallback)")
 	}
 }
 

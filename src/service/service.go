@@ -16,6 +16,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/logthrottle"
 	"github.com/openrls/ratelimit/src/metrics"
 )
 
@@ -113,11 +114,10 @@ func SplitLimitedKey(k string) (domain, rule, values string, ok bool) {
 // use.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	opts      Options
-	debug     func() bool // whether the logger is at debug level, now
-	storeErrs burstLog
-	fullErrs  burstLog
-	storeDown atomic.Bool
+	opts                Options
+	debug               func() bool // whether the logger is at debug level, now
+	storeErrs, fullErrs *logthrottle.Throttle
+	storeDown           atomic.Bool
 }
 
 // New returns a Server.
@@ -139,7 +139,8 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	opts.Headers = opts.Headers.withDefaults()
-	return &Server{opts: opts, debug: debugEnabled(opts.Logger)}, nil
+	return &Server{opts: opts, debug: debugEnabled(opts.Logger),
+		storeErrs: &logthrottle.Throttle{Every: logEvery}, fullErrs: &logthrottle.Throttle{Every: logEvery}}, nil
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
@@ -343,12 +344,12 @@ func (s *Server) logDecisions(req *rlsv3.RateLimitRequest, p *config.Plan, outs 
 }
 
 // noteStoreError logs a store failure: once when the store starts failing,
-// then at most once per burst.
+// then at most once per logEvery, with how many were held back.
 func (s *Server) noteStoreError(err error) {
 	if errors.Is(err, limiter.ErrFull) {
 		// Not an outage: the embedded store has no room for a new counter
-		// while the others stay live. Logged at most once per burst.
-		if n, ok := s.fullErrs.due(time.Now()); ok {
+		// while the others stay live. Logged at most once per logEvery.
+		if n, ok := s.fullErrs.Due(time.Now()); ok {
 			s.opts.Logger.WithError(err).WithField("suppressed", n).Warn("new counters answered by failure policy")
 		}
 		return
@@ -356,7 +357,7 @@ func (s *Server) noteStoreError(err error) {
 	if s.storeDown.CompareAndSwap(false, true) {
 		s.opts.Logger.WithError(err).Error("rate limit store failing; answering by failure policy")
 	}
-	if n, ok := s.storeErrs.due(time.Now()); ok {
+	if n, ok := s.storeErrs.Due(time.Now()); ok {
 		s.opts.Logger.WithError(err).WithField("suppressed", n).Error("rate limit store failed")
 	}
 }
@@ -410,17 +411,5 @@ func (s *Server) degrade(ctx context.Context, p *config.Plan) ([]limiter.Outcome
 	return outs, nil
 }
 
-// burstLog lets one line through per interval and counts the rest.
-type burstLog struct {
-	next       atomic.Int64
-	suppressed atomic.Int64
-}
-
-func (b *burstLog) due(now time.Time) (suppressed int64, ok bool) {
-	next := b.next.Load()
-	if now.UnixNano() < next || !b.next.CompareAndSwap(next, now.Add(5*time.Second).UnixNano()) {
-		b.suppressed.Add(1)
-		return 0, false
-	}
-	return b.suppressed.Swap(0), true
-}
+// logEvery spaces the repeats of a store failure in the log.
+const logEvery = 5 * time.Second
