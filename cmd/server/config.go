@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/memtrim"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/xds"
@@ -81,9 +82,12 @@ func newLoads(log logrus.FieldLogger) *loads {
 }
 
 // install runs one load, from files or xDS, with the collector tight
-// (tightGC).
+// (memtrim.DuringLoad).
 func (l *loads) install(build func() (*config.Config, error)) error {
-	return l.holder.Install(func() (*config.Config, error) { return tightGC(l.holder.Load() != nil, build) })
+	return l.holder.Install(func() (cfg *config.Config, err error) {
+		memtrim.DuringLoad(l.holder.Load() != nil, func() { cfg, err = build() })
+		return cfg, err
+	})
 }
 
 // startXDS subscribes to the xDS server and, unless

@@ -21,6 +21,7 @@ import (
 	"github.com/openrls/ratelimit/src/buildinfo"
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/memtrim"
 	"github.com/openrls/ratelimit/src/metrics"
 	"github.com/openrls/ratelimit/src/rlqs"
 	"github.com/openrls/ratelimit/src/server"
@@ -58,7 +59,8 @@ func run(ctx context.Context) error {
 	log := newLogger(s)
 	build := buildinfo.Read()
 	log.WithFields(logrus.Fields{"version": build.Version, "revision": build.Revision, "go": build.GoVersion}).Info("starting ratelimit")
-	manageMemory(ctx, log)
+	_, gomemlimit := os.LookupEnv("GOMEMLIMIT")
+	memtrim.Manage(ctx, log, os.DirFS("/"), gomemlimit)
 	for _, w := range settings.Warnings() {
 		log.Warn(w)
 	}

@@ -1,6 +1,7 @@
 // Package memtrim keeps the process's memory in check: it gives memory back
-// to the operating system after a spike (Run), and reads the container's
-// memory limit so that Go's can be set below it (CgroupLimit).
+// to the operating system after a spike (Run), reads the container's
+// memory limit so that Go's can be set below it (CgroupLimit; Manage does
+// both), and tightens the collector while a config loads (DuringLoad).
 //
 // The service runs with a high GOGC (cmd/server), so after a burst of large
 // or many concurrent requests the heap it grew stays resident: with little
