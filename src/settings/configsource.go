@@ -1,7 +1,11 @@
 package settings
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -69,6 +73,26 @@ type ConfigSource struct {
 // ConfigDir is where the config files live.
 func (s Settings) ConfigDir() string {
 	return joinPath(s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory)
+}
+
+// ConfigLoadError is what start-up says when the first load from
+// ConfigDir failed with err: when the directory does not exist, which
+// settings name it and how (the common mistake of a RUNTIME_ROOT that
+// already ends in the app directory pointed out).
+func (s Settings) ConfigLoadError(err error) error {
+	dir := s.ConfigDir()
+	if _, statErr := os.Stat(dir); !errors.Is(statErr, fs.ErrNotExist) {
+		return fmt.Errorf("load config from %s: %w", dir, err)
+	}
+	hint := ""
+	if app := s.RuntimeAppDirectory; app != "" && filepath.Base(filepath.Clean(s.RuntimeRoot)) == app {
+		hint = fmt.Sprintf(" (RUNTIME_ROOT already ends in %q, which RUNTIME_APPDIRECTORY appends again: "+
+			"set RUNTIME_ROOT to its parent)", app)
+	}
+	return fmt.Errorf("the config directory %s does not exist: it is RUNTIME_ROOT (%q), RUNTIME_SUBDIRECTORY (%q) and "+
+		"RUNTIME_APPDIRECTORY (%q) joined; set them so that it names the directory of the YAML files%s, "+
+		"or FORCE_START_WITHOUT_INITIAL_CONFIG=true to start without a config",
+		dir, s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory, hint)
 }
 
 func joinPath(parts ...string) string {
