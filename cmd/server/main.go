@@ -27,6 +27,7 @@ import (
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
+	"github.com/openrls/ratelimit/src/stores"
 	"github.com/openrls/ratelimit/src/tracing"
 )
 
@@ -75,7 +76,8 @@ func run(ctx context.Context) error {
 	}
 	defer func() { _ = tr.Shutdown(context.Background()) }()
 
-	store, closeStore, err := newStore(ctx, s, log, health, reg)
+	deps := stores.Deps{Settings: s, Log: log, Health: health, Metrics: reg}
+	store, closeStore, err := stores.Open(ctx, deps)
 	if err != nil {
 		return err
 	}
@@ -85,11 +87,10 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	exportConfigMetrics(reg, configs, strings.EqualFold(s.ConfigType, "FILE"))
+	configs.ExportMetrics(reg, strings.EqualFold(s.ConfigType, "FILE"))
 
-	fallback := limiter.NewMemoryStore(s.MemoryOptions())
+	fallback := stores.OpenFallback(deps)
 	defer fallback.Close()
-	countFull(reg, "fallback", fallback)
 	debug, limited := debugHandlers(s, reg, configs)
 	svc, err := service.New(serviceOptions(s, tr.Store(store), fallback, configs, reg, limited, log))
 	if err != nil {
@@ -170,7 +171,7 @@ func serverOptions(s settings.Settings, svc *service.Server, tlsCfg *tls.Config,
 	reg *metrics.Registry, grpcOpts []grpc.ServerOption, log logrus.FieldLogger) server.Options {
 	o := s.ServerOptions()
 	o.TLS, o.Service, o.JSON, o.Health, o.Debug, o.GRPCOptions = tlsCfg, svc, jsonEndpoint(s, svc), health, debug, grpcOpts
-	o.OnGuard, o.OnHTTPConn = guardEvents(reg, log), httpConnEvents(reg)
+	o.OnGuard, o.OnHTTPConn = server.GuardMetrics(reg, log), server.HTTPConnMetrics(reg)
 	o.Metrics, o.MetricsAddr, o.MetricsAddrHandler = reg.Handler(), prometheusAddr(s), prometheusHandler(s, reg)
 	o.Logger = log
 	return o

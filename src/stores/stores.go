@@ -1,4 +1,9 @@
-package main
+// Package stores opens the store the settings name: the embedded memory
+// store, Redis (with its per-second Redis when one is set) or memcache,
+// each behind the circuit breaker when one is set, with its metrics, its
+// health check and its log lines. It is where the process's wiring meets
+// the stores, so that main only calls Open.
+package stores
 
 import (
 	"context"
@@ -20,9 +25,28 @@ import (
 	"github.com/openrls/ratelimit/src/settings"
 )
 
-// newStore builds the configured backend and a function that releases it.
-// A Redis store sits behind a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
-func newStore(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health, reg *metrics.Registry) (limiter.Store, func(), error) {
+// Deps is what opening a store needs of the process.
+type Deps struct {
+	Settings settings.Settings
+	Log      logrus.FieldLogger
+	Health   *server.Health // Redis's checks join it (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)
+	Metrics  *metrics.Registry
+}
+
+// OpenFallback opens the embedded store answering hits whose failure
+// policy is local while the main store fails (MEMORY_* sizes it), its
+// metrics labelled store="fallback".
+func OpenFallback(d Deps) *limiter.MemoryStore {
+	m := limiter.NewMemoryStore(d.Settings.MemoryOptions())
+	countFull(d.Metrics, "fallback", m)
+	return m
+}
+
+// Open opens the store the settings name (BACKEND_TYPE) and returns it
+// with a function that releases it. A Redis or memcache store sits behind
+// a circuit breaker unless CIRCUIT_BREAKER_FAILURES=0.
+func Open(ctx context.Context, d Deps) (limiter.Store, func(), error) {
+	s, log, health, reg := d.Settings, d.Log, d.Health, d.Metrics
 	switch s.Backend() {
 	case "memory":
 		mem := limiter.NewMemoryStore(s.MemoryOptions())
@@ -225,4 +249,16 @@ func storeLabel(prefix string) string {
 		return "per_second"
 	}
 	return strings.ToLower(strings.TrimSuffix(prefix, "_"))
+}
+
+// countFull exports how many live counters a memory store dropped
+// because it was full (MEMORY_MAX_KEYS, MEMORY_MAX_BYTES), and the bytes
+// it holds.
+func countFull(reg *metrics.Registry, store string, m *limiter.MemoryStore) {
+	reg.CounterFunc("ratelimit_memory_full_total",
+		"Calls the embedded store refused for want of room for a new counter, every counter it holds being live "+
+			"(MEMORY_MAX_KEYS, MEMORY_MAX_BYTES); they were answered by failure policy.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Refused()) })
+	reg.GaugeFunc("ratelimit_memory_bytes", "Bytes the embedded store's counters are counted as against MEMORY_MAX_BYTES.",
+		prometheus.Labels{"store": store}, func() float64 { return float64(m.Bytes()) })
 }
