@@ -172,7 +172,7 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.reply, c.err = run(ctx, client, fn, c.keys, c.args).Result()
+		c.reply, c.err = invoke(ctx, client, fn, c.keys, c.args).Result()
 		return
 	}
 	if merge {
@@ -207,7 +207,7 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 		keys = append(keys, c.keys...)
 		args = append(args, c.args...)
 	}
-	reply, err := run(ctx, client, fn, keys, args).Result()
+	reply, err := invoke(ctx, client, fn, keys, args).Result()
 	packed, ok := reply.(string)
 	if err == nil && !ok {
 		err = fmt.Errorf("redis: unexpected script reply %T for %d hits", reply, len(keys))
@@ -236,9 +236,9 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 	}
 }
 
-// run sends one call: an FCALL, or an EVALSHA that go-redis turns into an
+// invoke sends one call: an FCALL, or an EVALSHA that go-redis turns into an
 // EVAL on NOSCRIPT.
-func run(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, args []any) *goredis.Cmd {
+func invoke(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, args []any) *goredis.Cmd {
 	if fn {
 		return client.FCall(ctx, fnName, keys, args...)
 	}

@@ -49,9 +49,12 @@ type Options struct {
 // DefaultLeaseIdle is Options.LeaseIdle's default.
 const DefaultLeaseIdle = time.Second
 
-// Store is the Redis limiter.Store. Every Apply is one round trip: a single
+// Store is the Redis limiter.Store. An Apply is one round trip, a single
 // script call over all keys on a single node or Sentinel, one pipeline per
-// node in Cluster mode. It is safe for concurrent use.
+// node in Cluster mode, with two exceptions: an all-or-nothing batch over
+// several Cluster nodes checks every node, then counts (two round trips),
+// and a leased batch first gives back slices it must (leasepath.go). It
+// is safe for concurrent use.
 type Store struct {
 	client    goredis.UniversalClient
 	runner    *runner
@@ -172,9 +175,10 @@ type group struct {
 	idx  []int // positions in the batch
 	keys []string
 	hits []*limiter.Hit
-	// leases and grants, when not nil, hold each hit's lease parameter
-	// (see batch.lua) and the slice its answer granted.
-	leases []uint64
+	// wants and grants, when not nil, hold each hit's lease parameter
+	// (the slice it asks for; see batch.lua) and the slice its answer
+	// granted.
+	wants  []uint64
 	grants []grant
 }
 
@@ -187,9 +191,9 @@ func (s *Store) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, 
 	return outs, err
 }
 
-// apply runs b in Redis. leases, when not nil, holds each hit's lease
+// apply runs b in Redis. wants, when not nil, holds each hit's lease
 // parameter; the slices granted come back in grants, by hit.
-func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (outs []limiter.Outcome, grants []grant, err error) {
+func (s *Store) apply(ctx context.Context, b limiter.Batch, wants []uint64) (outs []limiter.Outcome, grants []grant, err error) {
 	outs = make([]limiter.Outcome, len(b.Hits))
 	now := int64(redisTime)
 	if !b.Now.IsZero() {
@@ -200,7 +204,7 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, leases []uint64) (ou
 		localNow = s.clock()
 	}
 	mode := batchMode(b)
-	groups, cachedReject := s.groups(b, outs, localNow, leases)
+	groups, cachedReject := s.groups(b, outs, localNow, wants)
 	if cachedReject {
 		// A rejection known from the local cache: the request is
 		// rejected anyway, so nothing is counted.
@@ -293,8 +297,8 @@ func collectGrants(groups []*group, n int) []grant {
 // per hash tag in Cluster mode, else one group. cachedReject reports a
 // cached rejection of a blocking hit under AllOrNothing: the request is
 // rejected anyway, and the call is to be a dry run.
-func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, leases []uint64) (gs []*group, cachedReject bool) {
-	if !s.cluster && s.cache == nil && leases == nil {
+func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, wants []uint64) (gs []*group, cachedReject bool) {
+	if !s.cluster && s.cache == nil && wants == nil {
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
 		for i := range b.Hits {
@@ -334,12 +338,12 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, l
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, s.prefix+h.Key)
 		g.hits = append(g.hits, h)
-		if leases != nil {
-			g.leases = append(g.leases, leases[i])
+		if wants != nil {
+			g.wants = append(g.wants, wants[i])
 		}
 	}
 	for _, g := range gs {
-		if g.leases != nil {
+		if g.wants != nil {
 			g.grants = make([]grant, len(g.hits))
 		}
 	}
@@ -381,7 +385,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	}
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits, g.leases)}
+		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits, g.wants)}
 	}
 	s.runner.exec(ctx, false, calls)
 	for i, g := range groups {
@@ -400,7 +404,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
-		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
+		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.wants))
 		if err != nil {
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
 		}
@@ -416,7 +420,7 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.leases))
+			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.wants))
 		}()
 	}
 	wg.Wait()
