@@ -1,0 +1,121 @@
+package rlqs
+
+import (
+	"math"
+	"time"
+)
+
+// What a bucket is granted each round: jobFor decides, limitedJob builds a
+// token bucket's grant with each member's ledger, cut fits it to what the
+// store has room for, holdBack answers a bucket that gets nothing.
+
+// cut returns the job of the largest grant below j's that fits what the
+// check found left in each window it fell short in, or the bucket's job
+// without a share.
+func (s *Service) cut(j *job, now time.Time) *job {
+	s.stats.shortfalls.Inc()
+	fits := func(q uint32) *job {
+		c := s.limitedJob(j.b, now, q, j.f)
+		for i, t := range c.trials {
+			for w, left := range j.left[i] {
+				if t.need(w) > left {
+					return nil
+				}
+			}
+		}
+		return c
+	}
+	lo, hi := uint32(0), j.q // fits(lo) or lo == 0; !fits(hi)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) != nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo > 0 {
+		if c := fits(lo); c != nil {
+			return c
+		}
+	}
+	if hb := s.holdBack(j.b, now); hb != nil {
+		return hb
+	}
+	return &job{b: j.b} // nothing to send: what is in force runs out
+}
+
+// jobFor says what bucket b is sent this round, or nil for nothing.
+func (s *Service) jobFor(b *bucket, now time.Time) *job {
+	if b.kind != kindLimited {
+		if b.sentKind == b.kind && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+			return nil
+		}
+		return &job{b: b, kind: b.kind}
+	}
+	rate, f := math.Inf(1), int64(0)
+	for _, m := range b.members {
+		if m.target < rate {
+			rate, f = m.target, int64(m.p.rule.Period/time.Second)
+		}
+	}
+	q := math.Floor(rate*float64(f) + 1e-9)
+	if q < 1 {
+		return s.holdBack(b, now)
+	}
+	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
+}
+
+// limitedJob is the job of granting b q tokens every f seconds: each
+// member's ledger with the grant in it, and what the store must add.
+func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
+	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacity(q)}
+	if b.sentKind == kindLimited && f != b.sentF && q == b.sentQ {
+		// Envoy 1.40 takes a token bucket with the same capacity and
+		// tokens_per_fill, and a fill interval differing only in whole
+		// seconds, for the one it holds, and keeps refilling at the old
+		// rate. Make the grant differ: a token less, or for a single
+		// token a larger capacity (a growth, counted as a reset below).
+		if q > 1 {
+			j.q--
+		} else {
+			j.capacity = capacity(q) + 1
+		}
+	}
+	q = j.q
+	r := float64(q) / float64(f)
+	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	for i, m := range b.members {
+		m.l.advance(now)
+		t := m.l.clone()
+		grows := t.grant(j.capacity, now, now.Add(s.o.TTL+s.o.Delivery))
+		reset := lapsed || grows
+		switch {
+		case reset && t.began.IsZero():
+			// A first assignment starts full once, in whichever window it
+			// lands: the window it is sent in, or the next, whose kept
+			// tokens (began is before it) already count it.
+			t.reset(now, now)
+		case reset:
+			t.reset(now, now.Add(s.o.Delivery))
+		}
+		t.raise(now, now.Add(s.o.TTL+s.o.Delivery), r)
+		j.trials = append(j.trials, t)
+		for w, n := range t.shortfall(now) {
+			at := maxTime(t.start(w), now)
+			j.asks = append(j.asks, &ask{j: j, m: i, w: w, n: n, at: at, key: m.p.key})
+		}
+	}
+	return j
+}
+
+// holdBack is the job of a limited bucket with no share this round: a token
+// bucket in force runs out its TTL (what the store holds covers it); a
+// bucket with none is denied explicitly, whatever the Envoy's default.
+func (s *Service) holdBack(b *bucket, now time.Time) *job {
+	inForce := b.sentKind == kindLimited && !b.lapsed && now.Before(b.sent.Add(s.o.TTL))
+	if inForce || b.sentKind == kindDeny && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+		return nil
+	}
+	return &job{b: b, kind: kindDeny}
+}
