@@ -171,7 +171,7 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 		}
 		return n.limits, nil
 	}
-	l, err := OverrideLimit(o)
+	l, err := overrideLimit(o)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +197,10 @@ func (p *Plan) limitsFor(n *Node, o *rlv3.RateLimitDescriptor_RateLimitOverride)
 	return p.limits[start : start+1 : start+1], nil
 }
 
-// OverrideLimit turns a per-request override into a Limit. It is built per
+// overrideLimit turns a per-request override into a Limit. It is built per
 // request and never cached, so overrides leave no state behind beyond the
 // store's own expiring counters.
-func OverrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error) {
+func overrideLimit(o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error) {
 	u, ok := unitFromOverride(o.GetUnit())
 	if !ok {
 		return nil, fmt.Errorf("unit %v is not a usable unit", o.GetUnit())

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/openrls/ratelimit/src/config"
-	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // Headers names the RateLimit-* response headers.
@@ -40,8 +39,9 @@ func (h Headers) withDefaults() Headers {
 // when the request could pass. Limits whose window is not exactly one unit
 // use the policy form "10, 10;w=30" (window in seconds). globalQuota is
 // QUOTA_MODE.
-func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse, globalQuota bool) []*corev3.HeaderValue {
-	j := headerHit(p, outs, globalQuota)
+func (h Headers) build(dc *decision, resp *rlsv3.RateLimitResponse, globalQuota bool) []*corev3.HeaderValue {
+	p, outs := dc.p, dc.outs
+	j := headerHit(dc, globalQuota)
 	if j < 0 {
 		return nil
 	}
@@ -82,14 +82,15 @@ func (h Headers) build(p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateL
 // envoyproxy/ratelimit chooses: the last descriptor that rejects the
 // request (neither shadow nor quota mode), else the first with the fewest
 // remaining. -1 when no descriptor has a limit.
-func headerHit(p *config.Plan, outs []limiter.Outcome, globalQuota bool) int {
+func headerHit(dc *decision, globalQuota bool) int {
+	p, outs := dc.p, dc.outs
 	best, fewest := -1, uint64(math.MaxUint64)
 	for i := range p.Descs {
 		d := &p.Descs[i]
-		if d.Count == 0 {
+		j := dc.chosen[i]
+		if j < 0 {
 			continue
 		}
-		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
 		// As the status reports it (at most 2^32-1).
 		rem := min(outs[j].Remaining, math.MaxUint32)
 		if rem < fewest {
@@ -133,8 +134,8 @@ func ceilSeconds(d time.Duration) string {
 //	                     wildcard, key_only, or none), override (the request
 //	                     set the limit), limit {name, algorithm, window,
 //	                     requestsPerUnit} of the limit the status reports
-func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter.Outcome, resp *rlsv3.RateLimitResponse,
-	globalQuota, rules bool) *structpb.Struct {
+func dynamicMetadata(req *rlsv3.RateLimitRequest, dc *decision, resp *rlsv3.RateLimitResponse, globalQuota, rules bool) *structpb.Struct {
+	p := dc.p
 	// Built as structpb values directly: structpb.NewStruct on maps of any
 	// costs twice the CPU of the whole decision.
 	descs := make([]*structpb.Value, len(req.GetDescriptors()))
@@ -166,7 +167,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, p *config.Plan, outs []limiter
 		status := map[string]*structpb.Value{"code": structpb.NewStringValue(st.GetCode().String()),
 			"limitRemaining": structpb.NewNumberValue(float64(st.GetLimitRemaining()))}
 		if rules {
-			describeRule(status, d, &p.Descs[i], p, outs)
+			describeRule(status, d, &p.Descs[i], p, dc.chosen[i])
 		}
 		statuses[i] = object(status)
 	}
@@ -249,7 +250,8 @@ func object(m map[string]*structpb.Value) *structpb.Value {
 }
 
 // describeRule adds to a status what decided it (see dynamicMetadata).
-func describeRule(status map[string]*structpb.Value, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, outs []limiter.Outcome) {
+// j is the hit its status reports (decision.chosen), -1 for none.
+func describeRule(status map[string]*structpb.Value, req *rlv3.RateLimitDescriptor, dp *config.DescPlan, p *config.Plan, j int) {
 	if dp.Rule() != "" {
 		status["rule"] = structpb.NewStringValue(dp.Rule())
 		status["source"] = structpb.NewStringValue(dp.Source())
@@ -258,10 +260,9 @@ func describeRule(status map[string]*structpb.Value, req *rlv3.RateLimitDescript
 	if req.GetLimit() != nil {
 		status["override"] = structpb.NewBoolValue(true)
 	}
-	if dp.Count == 0 {
+	if j < 0 {
 		return
 	}
-	j := pick(p.Hits[dp.First:dp.First+dp.Count], outs[dp.First:dp.First+dp.Count]) + dp.First
 	l := p.Refs[j].Limit
 	limit := map[string]*structpb.Value{"algorithm": structpb.NewStringValue(l.Algorithm.String()),
 		"window": structpb.NewStringValue(l.Window().String()), "requestsPerUnit": structpb.NewNumberValue(float64(l.RequestsPerUnit))}

@@ -33,7 +33,7 @@ type LimitedEntry struct {
 func TopLimited(sketch *topk.Sketch, n int) []LimitedEntry {
 	var out []LimitedEntry
 	for _, it := range sketch.Top(n) {
-		d, r, v, ok := SplitLimitedKey(it.Key)
+		d, r, v, ok := splitLimitedKey(it.Key)
 		if !ok {
 			continue
 		}
@@ -133,7 +133,7 @@ func (c *limitedCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[it.Key] = it.Count
 	}
 	for _, k := range c.chosen {
-		if d, r, v, ok := SplitLimitedKey(k); ok {
+		if d, r, v, ok := splitLimitedKey(k); ok {
 			ch <- prometheus.MustNewConstMetric(limitedDesc, prometheus.GaugeValue, float64(counts[k]), d, r, v)
 		}
 	}

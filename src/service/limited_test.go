@@ -40,7 +40,7 @@ func TestLimitedSeriesBoundedOverTime(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i := range 50 { // a new value, limited more than any before, every scrape
-		sketch.Add(LimitedKey("d", "user", fmt.Sprintf("user=v%d", i)), uint64(10+i))
+		sketch.Add(limitedKey("d", "user", fmt.Sprintf("user=v%d", i)), uint64(10+i))
 		got := scrape()
 		if len(got) > 3 {
 			t.Fatalf("scrape %d: %d series, want at most 3", i, len(got))
@@ -54,7 +54,7 @@ func TestLimitedSeriesBoundedOverTime(t *testing.T) {
 		t.Errorf("%d distinct series in a window of 50 scrapes, want 3: %v", len(seen), seen)
 	}
 	now = now.Add(time.Minute)
-	sketch.Add(LimitedKey("d", "user", "user=late"), 1000)
+	sketch.Add(limitedKey("d", "user", "user=late"), 1000)
 	if got := scrape(); got["d/user/user=late"] != 1000 || len(got) != 3 {
 		t.Errorf("the next window's first scrape: %v, want the heaviest, user=late, among 3", got)
 	}

@@ -21,7 +21,8 @@ import (
 // reference answers; quota-mode descriptors (every descriptor under global quota mode) report
 // OVER_LIMIT and reject the request only when all of them are past their
 // budget, as the reference's quota mode does (see rejects).
-func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQuota bool) *rlsv3.RateLimitResponse {
+func buildResponse(dc *decision, globalShadow, globalQuota bool) *rlsv3.RateLimitResponse {
+	p, outs := dc.p, dc.outs
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Descs)),
@@ -35,13 +36,13 @@ func buildResponse(p *config.Plan, outs []limiter.Outcome, globalShadow, globalQ
 		st := &sts[i]
 		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
-		if d.Count == 0 {
+		j := dc.chosen[i]
+		if j < 0 {
 			if d.Unlimited {
 				st.LimitRemaining = math.MaxUint32
 			}
 			continue
 		}
-		j := pick(p.Hits[d.First:d.First+d.Count], outs[d.First:d.First+d.Count]) + d.First
 		out, l := outs[j], p.Refs[j].Limit
 		lim := &lims[i]
 		lim.Name, lim.RequestsPerUnit, lim.Unit = l.Name, l.RequestsPerUnit, l.Unit.Proto()

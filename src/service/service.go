@@ -72,7 +72,7 @@ type Options struct {
 	// Metrics receives every decision; nil means a private registry.
 	Metrics *metrics.Registry
 	// Limited, when set, hears of each descriptor answered OVER_LIMIT (not
-	// in shadow mode), keyed by LimitedKey, to find who is limited most.
+	// in shadow mode), keyed by limitedKey, to find who is limited most.
 	Limited Limited
 	Logger  logrus.FieldLogger
 }
@@ -82,15 +82,15 @@ type Limited interface {
 	Add(key string, n uint64)
 }
 
-// LimitedKey joins what identifies a limited descriptor, each part
-// length-prefixed so that any bytes in them stay apart; SplitLimitedKey
+// limitedKey joins what identifies a limited descriptor, each part
+// length-prefixed so that any bytes in them stay apart; splitLimitedKey
 // reads it back.
-func LimitedKey(domain, rule, values string) string {
+func limitedKey(domain, rule, values string) string {
 	return strconv.Itoa(len(domain)) + ":" + domain + strconv.Itoa(len(rule)) + ":" + rule + values
 }
 
-// SplitLimitedKey undoes LimitedKey.
-func SplitLimitedKey(k string) (domain, rule, values string, ok bool) {
+// splitLimitedKey undoes limitedKey.
+func splitLimitedKey(k string) (domain, rule, values string, ok bool) {
 	take := func() (string, bool) {
 		i := strings.IndexByte(k, ':')
 		n, err := strconv.Atoi(k[:max(i, 0)])
@@ -222,7 +222,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if s.debug() {
 		s.logDecisions(req, plan, outcomes)
 	}
-	resp := buildResponse(plan, outcomes, s.opts.ShadowMode, s.opts.QuotaMode)
+	var chosen [8]int
+	dc := decide(plan, outcomes, chosen[:])
+	resp := buildResponse(&dc, s.opts.ShadowMode, s.opts.QuotaMode)
 	if s.opts.Limited != nil && !s.opts.ShadowMode {
 		s.noteLimited(req, plan, resp)
 	}
@@ -230,10 +232,10 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.opts.Metrics.ShadowOverride()
 	}
 	if s.opts.Headers.Enabled {
-		resp.ResponseHeadersToAdd = s.opts.Headers.build(plan, outcomes, resp, s.opts.QuotaMode)
+		resp.ResponseHeadersToAdd = s.opts.Headers.build(&dc, resp, s.opts.QuotaMode)
 	}
 	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, plan, outcomes, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
+		resp.DynamicMetadata = dynamicMetadata(req, &dc, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
 	}
 	return resp, nil
 }
@@ -292,7 +294,7 @@ func (s *Server) noteLimited(req *rlsv3.RateLimitRequest, p *config.Plan, resp *
 		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || d.Rule() == "" || d.Shadow() {
 			continue
 		}
-		s.opts.Limited.Add(LimitedKey(req.GetDomain(), d.Rule(), p.Values(i)), 1)
+		s.opts.Limited.Add(limitedKey(req.GetDomain(), d.Rule(), p.Values(i)), 1)
 	}
 }
 
