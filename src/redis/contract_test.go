@@ -20,13 +20,13 @@ func TestLuaContract(t *testing.T) {
 	for _, tc := range []struct {
 		name, src, want string
 	}{
-		{"sliding window id", batchSrc, fmt.Sprintf("if alg == %d then\n    return sliding_window(", limiter.SlidingWindow)},
-		{"token bucket id", batchSrc, fmt.Sprintf("elseif alg == %d then\n    return token_bucket(", limiter.TokenBucket)},
-		{"sliding log id", batchSrc, fmt.Sprintf("elseif alg == %d then\n    return sliding_log(", limiter.SlidingLog)},
+		{"sliding window id", stateSrc, fmt.Sprintf("if alg == %d then\n    return sliding_window(", limiter.SlidingWindow)},
+		{"token bucket id", stateSrc, fmt.Sprintf("elseif alg == %d then\n    return token_bucket(", limiter.TokenBucket)},
+		{"sliding log id", stateSrc, fmt.Sprintf("elseif alg == %d then\n    return sliding_log(", limiter.SlidingLog)},
 		{"fixed window's fast paths", batchSrc, fmt.Sprintf("if alg == %d and f < %d then", limiter.FixedWindow, flagRefund)},
 		{"count-rejected fast path", batchSrc, fmt.Sprintf("alg == %d and (f == %d or f == %d) then", limiter.FixedWindow,
 			flagCountRejected, flagCountRejected|flagAdvisory)},
-		{"flags", batchSrc, fmt.Sprintf("return f %% 2 == %d, math.floor(f / %d) %% 2 == 1, math.floor(f / %d) %% 2 == 1, "+
+		{"flags", stateSrc, fmt.Sprintf("return f %% 2 == %d, math.floor(f / %d) %% 2 == 1, math.floor(f / %d) %% 2 == 1, "+
 			"math.floor(f / %d) %% 2 == 1, math.floor(f / %d)", flagAdvisory, flagRefund, flagOverdraft, flagCountRejected, flagLease)},
 		{"hit position", batchSrc, fmt.Sprintf("return %d + %d * (i - 1)", headerBytes+1, hitArgBytes)},
 	} {

@@ -25,15 +25,20 @@ var (
 	tokenBucketSrc string
 	//go:embed sliding_log.lua
 	slidingLogSrc string
+	//go:embed state.lua
+	stateSrc string
+	//go:embed lease.lua
+	leaseSrc string
 	//go:embed batch.lua
 	batchSrc string
 )
 
-// batchLib is all the code a call runs: the algorithm files define local
+// batchLib is all the code a call runs: the algorithm files, state.lua
+// (reading and stepping a key) and lease.lua (slices) define local
 // functions that batch.lua, appended last, calls; it ends by defining
 // batch(keys, args). Keeping them one file each lets every algorithm sit
 // beside its Go twin in src/limiter/math.go.
-var batchLib = commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + batchSrc
+var batchLib = commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + stateSrc + leaseSrc + batchSrc
 
 // batchScript is batchLib as a script (EVALSHA): what runs where the
 // function cannot (see runner.go). A script's local functions are created

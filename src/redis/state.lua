@@ -1,0 +1,94 @@
+-- state: what batch.lua (appended after the algorithm files, this and
+-- lease.lua) reads and steps of a key: numbers formatted once per call,
+-- TTLs, a window's state, the step of each algorithm, a hit's flags.
+
+-- int_str is integer n in decimal: a cost, a TTL, or the hash field of a
+-- fixed window's count for window n. redis.call turns a number argument
+-- into a string with snprintf, which costs more than the command it
+-- passes it to; a batch's hits share one clock and mostly a few costs, so
+-- each is formatted once per call.
+local int_strs
+local function int_str(n)
+  local s = int_strs[n]
+  if s == nil then
+    s = string.format('%d', n)
+    int_strs[n] = s
+  end
+  return s
+end
+
+-- ttl_now is the instant TTLs are measured from: a call's now, or Redis's
+-- TIME when a call counts at a later instant than that (a reservation
+-- made ahead for a coming window), so that a key set ahead still lives
+-- until its window has ended by Redis's clock. Set per call by batch.
+local ttl_now = 0
+
+-- ttl_ms is the TTL, in whole milliseconds (at least 1), of a key that
+-- must live until exp µs.
+local function ttl_ms(exp)
+  return math.max(1, math.ceil((exp - ttl_now) / 1000))
+end
+
+-- new_window follows a fixed window's first count, window w's, ending in
+-- at exp µs: the key expires with the window, and the window before it (a
+-- key can outlive its window by the TTL's rounding up to a millisecond)
+-- goes, so a busy key holds one or two fields, never more.
+local function new_window(key, w, exp)
+  redis.call('PEXPIRE', key, int_str(ttl_ms(exp)))
+  redis.call('HDEL', key, int_str(w - 1))
+end
+
+-- state_window is the window whose fixed-window state (alg 0) a hit reads:
+-- now's, or for a give-back (a refund with a lease) the slice's own, so
+-- that a give-back sent by a clock that has moved on still finds it.
+local function state_window(now, p, refund, lease)
+  if refund and lease > 0 then
+    return lease - 1
+  end
+  return math.floor(now / p)
+end
+
+-- load reads a key's state: three doubles (zeros when absent; a fixed
+-- window's is {w, count, 0}, from window w's key), or for a sliding log
+-- (alg 3) its blob ("" when absent), and whether the key was there.
+local function load(key, alg, w)
+  if alg == 0 then
+    local c = tonumber(redis.call('HGET', key, int_str(w)) or '')
+    if c then
+      return w, c, 0, true
+    end
+    return 0, 0, 0, false
+  end
+  local v = redis.call('GET', key)
+  if alg == 3 then
+    if v then
+      return v, 0, 0, true
+    end
+    return '', 0, 0, false
+  end
+  if v and #v == 24 then
+    local a, b, c = struct.unpack('<ddd', v)
+    return a, b, c, true
+  end
+  return 0, 0, 0, false
+end
+
+local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
+  if alg == 1 then
+    return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
+  elseif alg == 2 then
+    return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
+  elseif alg == 3 then
+    return sliding_log(s1, now, limit, p, cost, refund, overdraft)
+  end
+  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej)
+end
+
+-- flags splits a hit's flags double: advisory, refund, overdraft,
+-- count-rejected (limiter.Rule.CountRejected), lease.
+local function flags(f)
+  if f == 0 then
+    return false, false, false, false, 0
+  end
+  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8) % 2 == 1, math.floor(f / 16)
+end
