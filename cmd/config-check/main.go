@@ -35,13 +35,11 @@ import (
 	"strconv"
 	"strings"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/openrls/ratelimit/src/buildinfo"
 	"github.com/openrls/ratelimit/src/cmdline"
 	"github.com/openrls/ratelimit/src/config"
-	"github.com/openrls/ratelimit/src/escape"
 )
 
 func main() {
@@ -101,14 +99,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 0
 	}
 	args = fs.Args()
-	var explainDescs []*rlv3.RateLimitDescriptor
+	var explain *rlsv3.RateLimitRequest
 	if o.explain != "" {
 		if len(args) == 0 {
 			fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
 			return 2
 		}
 		var err error
-		if explainDescs, err = parseDescriptors(args[0]); err != nil {
+		if explain, err = config.ParseRequest(o.explain, strings.Split(args[0], ";")); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}
@@ -138,7 +136,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprint(stdout, cfg.Summary())
 	}
 	if o.explain != "" {
-		if err := cfg.Explain(stdout, escape.String(o.explain), explainDescs); err != nil {
+		if err := cfg.Explain(stdout, explain.Domain, explain.Descriptors); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
@@ -239,21 +237,6 @@ func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds
 		files = "file"
 	}
 	return cfg, fmt.Sprintf("OK: %d %s, domains %s", nfiles, files, strings.Join(domains, ", ")), 0
-}
-
-// parseDescriptors reads "k=v,k2=v2;k3=v3" into descriptors, their
-// strings escaped as the service escapes a request's.
-func parseDescriptors(s string) ([]*rlv3.RateLimitDescriptor, error) {
-	var out []*rlv3.RateLimitDescriptor
-	for _, d := range strings.Split(s, ";") {
-		desc, err := config.ParseDescriptor(d)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, desc)
-	}
-	escape.Request(&rlsv3.RateLimitRequest{Descriptors: out})
-	return out, nil
 }
 
 // requestBounds are the service's request bounds, from the same variables

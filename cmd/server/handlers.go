@@ -9,10 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/openrls/ratelimit/src/config"
-	"github.com/openrls/ratelimit/src/escape"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 )
@@ -54,20 +51,15 @@ func rlconfig(current *config.Holder) http.Handler {
 func explainHandler(current *config.Holder) http.Handler {
 	return withConfig(current, func(w http.ResponseWriter, r *http.Request, cfg *config.Config) {
 		q := r.URL.Query()
-		req := &rlsv3.RateLimitRequest{Domain: q.Get("domain")}
-		for _, d := range q["descriptor"] {
-			desc, err := config.ParseDescriptor(d)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			req.Descriptors = append(req.Descriptors, desc)
+		req, err := config.ParseRequest(q.Get("domain"), q["descriptor"])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
 		if req.Domain == "" || len(req.Descriptors) == 0 {
 			http.Error(w, "want ?domain=D&descriptor=k=v[,k2=v2] (descriptor repeated for several)", http.StatusBadRequest)
 			return
 		}
-		escape.Request(req) // as the gRPC codec does, so values match as they would there
 		fmt.Fprintf(w, "# config version %s\n", cfg.Version())
 		if err := cfg.Explain(w, req.Domain, req.Descriptors); err != nil {
 			fmt.Fprintln(w, "error:", err)

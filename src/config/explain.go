@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/escape"
 )
 
 // Explain writes, for each request descriptor, how the config decides it,
@@ -133,9 +136,29 @@ func (d *Domain) explainWalk(b *strings.Builder, entries []*rlv3.RateLimitDescri
 	return n
 }
 
+// ParseRequest reads a request written as text, a domain and descriptors
+// each "key=value[,key=value...]", as config-check -explain and the debug
+// port's /explain take it. Its strings are escaped as the service's gRPC
+// codec (and POST /json) escape a request's on decoding, so that it
+// matches as the same request would there: this is the text form's one
+// way in.
+func ParseRequest(domain string, descriptors []string) (*rlsv3.RateLimitRequest, error) {
+	req := &rlsv3.RateLimitRequest{Domain: domain}
+	for _, d := range descriptors {
+		desc, err := ParseDescriptor(d)
+		if err != nil {
+			return nil, err
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	escape.Request(req)
+	return req, nil
+}
+
 // ParseDescriptor reads a descriptor written "key=value[,key=value...]",
-// as config-check -explain, bin/client and the debug port's /explain take
-// it. Keys must not be empty; values may be.
+// as bin/client takes it (and ParseRequest). Keys must not be empty;
+// values may be. Nothing is escaped: a client sends the bytes as they
+// are, and the service escapes them.
 func ParseDescriptor(s string) (*rlv3.RateLimitDescriptor, error) {
 	desc := &rlv3.RateLimitDescriptor{}
 	for _, kv := range strings.Split(s, ",") {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/escape"
 )
 
 const explainConfig = `domain: d
@@ -101,6 +103,44 @@ descriptors[2] org=o,team=t,extra=x
 		t.Run(tc.name, func(t *testing.T) {
 			if got := explainOf(t, tc.domain, tc.descs...); got != tc.want {
 				t.Errorf("Explain =\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseRequest: the text form is escaped as a decoded request is, so
+// /explain and config-check match what the service would.
+func TestParseRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name, domain string
+		descs        []string
+		want         []string // key=value of each entry, escaped
+		wantErr      bool
+	}{
+		{"plain", "d", []string{"a=1,b=2", "c="}, []string{"a=1", "b=2", "c="}, false},
+		{"hostile bytes escaped", "d\xff", []string{"k\\=v\xfe"}, []string{`k\\=v\xfe`}, false},
+		{"not key=value", "d", []string{"novalue"}, nil, true},
+		{"empty key", "d", []string{"=v"}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := ParseRequest(tc.domain, tc.descs)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if want := escape.String(tc.domain); req.Domain != want {
+				t.Errorf("domain %q, want %q", req.Domain, want)
+			}
+			var got []string
+			for _, d := range req.Descriptors {
+				for _, e := range d.Entries {
+					got = append(got, e.Key+"="+e.Value)
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("entries %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -170,33 +170,17 @@ end
 local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   local _, refund, overdraft, countrej, lease = flags(f)
   local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
-  local n1, n2, n3, ok, rem, reset, retry, exp, write
-  if refund and lease > 0 then
-    local h
-    n1, n2, n3, write, h = give_back(alg, s1, s2, s3, found and load_held(key) or {0, 0, 0, 0}, lease - 1, cost, burst, limit)
-    ok, rem, reset, retry, exp = true, 0, 0, 0, now
-    if h then
-      store_held(key, h[1], h[2], h[3], h[4], nil, now)
-    end
-  elseif refund and alg < 2 then
-    local h = {0, 0, 0, 0} -- a new counter's slices start from none
-    if found then
-      h = load_held(key)
-    end
-    n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, h, now, limit, p, cost, burst, overdraft)
-  else
-    n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
+  local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, found, no_held, alg, s1, s2, s3, now, limit, p, cost,
+    burst, refund, overdraft, countrej, lease)
+  if h then -- a give-back: the key's TTL stays
+    store_held(key, h[1], h[2], h[3], h[4], nil, now)
   end
   local extra, g = 0, 0
   if ok and write and lease > 0 and not refund then
     n2, rem, extra = lease_grant(n2, rem, lease)
     if extra > 0 then
       reset, retry = exp - now, n1
-      local h = {0, 0, 0, 0} -- a new counter's slices start from none
-      if found then
-        h = load_held(key)
-      end
-      h = held_grant(alg, h, n1, extra, now)
+      h = held_grant(alg, no_held(key, found), n1, extra, now)
       g = h[4]
       store_held(key, h[1], h[2], h[3], g, exp, now)
     end
@@ -270,18 +254,9 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       stored[sk] = {load(key, alg, sw)} -- {s1, s2, s3, found}
     end
     local st = latest[sk] or stored[sk]
-    local n1, n2, n3, ok, rem, reset, retry, exp, write
-    local h -- what the key's slices hold after this hit, if it changes
-    if refund and lease > 0 then
-      n1, n2, n3, write, h = give_back(alg, st[1], st[2], st[3], held_of(key, stored[sk][4]), lease - 1, cost, burst, limit)
-      ok, rem, reset, retry, exp = true, 0, 0, 0, now
-    elseif refund and alg < 2 then
-      n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, st[1], st[2], st[3], held_of(key, stored[sk][4]), now,
-        limit, p, cost, burst, overdraft)
-    else
-      n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, st[1], st[2], st[3], now, limit, p, cost, burst, refund, overdraft,
-        countrej)
-    end
+    -- h: what the key's slices hold after this hit, if it changes
+    local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, stored[sk][4], held_of, alg, st[1], st[2], st[3], now,
+      limit, p, cost, burst, refund, overdraft, countrej, lease)
     local extra = 0
     if ok and write and lease > 0 and not refund and mode == 1 then
       n2, rem, extra = lease_grant(n2, rem, lease)

@@ -149,3 +149,31 @@ local function give_back(alg, s1, s2, s3, h, w, n, size, g)
   end
   return n1, n2, n3, write, {s1, hc, hp - math.min(hp, size), g}
 end
+
+-- no_held is what a key's slices hold when its counter has no state yet
+-- (found false: whatever KEY|h says), else what KEY|h holds.
+local function no_held(key, found)
+  if found then
+    return load_held(key)
+  end
+  return {0, 0, 0, 0}
+end
+
+-- decide_hit steps a key's state (s1, s2, s3) for one hit: a slice given
+-- back, a refund of a window algorithm (which minds the slices held
+-- against refunds), or the algorithm's own step. held_of(key, found)
+-- says what the key's slices hold; it is asked only for a refund. It
+-- returns step's nine results, and h, what the key's slices hold after a
+-- give-back that changes them.
+local function decide_hit(key, found, held_of, alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej, lease)
+  if refund and lease > 0 then
+    local n1, n2, n3, write, h = give_back(alg, s1, s2, s3, held_of(key, found), lease - 1, cost, burst, limit)
+    return n1, n2, n3, true, 0, 0, 0, now, write, h
+  elseif refund and alg < 2 then
+    local n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, held_of(key, found), now, limit, p, cost,
+      burst, overdraft)
+    return n1, n2, n3, ok, rem, reset, retry, exp, write, nil
+  end
+  local n1, n2, n3, ok, rem, reset, retry, exp, write = step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
+  return n1, n2, n3, ok, rem, reset, retry, exp, write, nil
+end

@@ -99,7 +99,6 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 		if req == nil {
 			return
 		}
-		escape.Request(req) // as the gRPC codec does, so both count a value alike
 		resp, err := s.ShouldRateLimit(r.Context(), req)
 		if err != nil {
 			st := status.Convert(err)
@@ -119,7 +118,7 @@ func (s *Server) JSONHandler(o JSONOptions) http.Handler {
 	})
 }
 
-// readJSONRequest reads and decodes r's RateLimitRequest, holding one of
+// readJSONRequest reads, decodes and escapes r's RateLimitRequest, holding one of
 // reading's slots while it reads the body; nil when it has answered r
 // itself (a wrong method, a body too large, too many being read, bad JSON).
 func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, reading *bodySlots) *rlsv3.RateLimitRequest {
@@ -157,6 +156,9 @@ func readJSONRequest(w http.ResponseWriter, r *http.Request, o JSONOptions, read
 		http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
 		return nil
 	}
+	// Decoded, escaped: as the gRPC codec does in one step, so both count
+	// a value alike.
+	escape.Request(req)
 	return req
 }
 
