@@ -271,7 +271,11 @@ local function apply_all(keys, now, mode, k, n, blob, results)
       if h then
         held[key] = h
       end
-      writes[#writes + 1] = {i, key, alg, n1, n2, n3, exp, refund or overdraft or countrej and not ok, h, lease > 0 and refund}
+      -- always: written under commit 1 too (overdraft, refunds, rejected
+      -- count-rejected hits); held: the key's slices after it, if they
+      -- change; gives_back: a give-back, which keeps the held record's TTL.
+      writes[#writes + 1] = {i = i, key = key, alg = alg, n1 = n1, n2 = n2, n3 = n3, exp = exp,
+        always = refund or overdraft or countrej and not ok, held = h, gives_back = lease > 0 and refund}
     end
     if not ok and not advisory and commit < 2 then
       if overdraft or countrej then
@@ -284,21 +288,22 @@ local function apply_all(keys, now, mode, k, n, blob, results)
 
   local written = {}
   for _, w in ipairs(writes) do
-    if commit == 0 or commit == 1 and w[8] then
-      local st = stored[sks[w[1]]]
-      store(w[2], w[3], st[4], st[1], st[2], w[4], w[5], w[6], w[7], now)
-      if w[9] then
-        local hexp = w[7]
-        if w[10] then
-          hexp = nil -- a give-back keeps the TTL
+    if commit == 0 or commit == 1 and w.always then
+      local st = stored[sks[w.i]]
+      store(w.key, w.alg, st[4], st[1], st[2], w.n1, w.n2, w.n3, w.exp, now)
+      local h = w.held
+      if h then
+        local hexp = w.exp
+        if w.gives_back then
+          hexp = nil
         end
-        store_held(w[2], w[9][1], w[9][2], w[9][3], w[9][4], hexp, now)
+        store_held(w.key, h[1], h[2], h[3], h[4], hexp, now)
       end
-      written[w[1]] = true
+      written[w.i] = true
     end
   end
   for _, w in ipairs(writes) do
-    local i = w[1]
+    local i = w.i
     if not written[i] then
       -- Not counted: report what a cost of 0 sees, with the hit's own
       -- decision (and retry), and no slice.

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -200,6 +201,29 @@ func lastOnKey(hits []limiter.Hit, i int) bool {
 		}
 	}
 	return true
+}
+
+// sweepEvery sweeps the slices every period until ctx ends.
+func (s *Store) sweepEvery(ctx context.Context, period time.Duration) {
+	defer close(s.swept)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep(s.leases.idle)
+		}
+	}
+}
+
+// sweep gives back the slices unused for idle (every slice when idle is
+// 0), within the store's timeout.
+func (s *Store) sweep(idle time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.timeout, time.Second))
+	defer cancel()
+	s.sweepLeases(ctx, s.clock(), idle)
 }
 
 // sweepLeases gives back the slices unused for idle, and forgets keys

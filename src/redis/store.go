@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -116,29 +115,6 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		go s.sweepEvery(ctx, opts.LeaseIdle/2)
 	}
 	return s, nil
-}
-
-// sweepEvery sweeps the slices every period until ctx ends.
-func (s *Store) sweepEvery(ctx context.Context, period time.Duration) {
-	defer close(s.swept)
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.sweep(s.leases.idle)
-		}
-	}
-}
-
-// sweep gives back the slices unused for idle (every slice when idle is
-// 0), within the store's timeout.
-func (s *Store) sweep(idle time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.timeout, time.Second))
-	defer cancel()
-	s.sweepLeases(ctx, s.clock(), idle)
 }
 
 // Close gives every slice back to Redis (within the store's timeout) and
