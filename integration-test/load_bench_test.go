@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +49,7 @@ var (
 	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
 	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
 	loadObserve  = flag.Bool("load.observability", false, "add memory targets with the dynamic metadata (and its rules) on, and with the /limited sketch off")
+	loadPin      = flag.Bool("load.pin", true, "with two CPUs or more, pin each service and the load generator to CPU 0 and each Redis alone to CPU 1 (taskset), as a dedicated Redis host runs; off, or on one CPU, nothing is pinned")
 	loadBaseline = flag.String("load.baseline", "", "a server binary of another build to add as a Redis target (\"baseline redis\"), to compare builds in one run")
 )
 
@@ -125,6 +128,9 @@ func startNoop(b *testing.B) (string, int) {
 func benchTargets(b *testing.B) []loadTarget {
 	b.Helper()
 	noopAddr, noopPid := startNoop(b)
+	if pinned() {
+		pin(b, noopPid, "0")
+	}
 	ts := []loadTarget{{name: "no-op", addr: noopAddr, pid: noopPid}}
 	env := map[string]string{"LOG_LEVEL": "warn"}
 	cfg := writeConfig(b, map[string]string{"bench.yaml": benchConfig})
@@ -140,6 +146,12 @@ func benchTargets(b *testing.B) []loadTarget {
 			extra = merge(extra, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"})
 		}
 		p := start(b, merge(env, extra))
+		if pinned() {
+			pin(b, p.cmd.Process.Pid, "0")
+			if srv != nil {
+				pin(b, srv.Pid(), "1")
+			}
+		}
 		ts = append(ts, loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
 	}
 	target("memory", false, map[string]string{"BACKEND_TYPE": "memory"})
@@ -160,6 +172,19 @@ func benchTargets(b *testing.B) []loadTarget {
 		}
 	}
 	return ts
+}
+
+// pinned reports whether the load benchmark pins its processes
+// (-load.pin, on a machine of two CPUs or more).
+func pinned() bool { return *loadPin && runtime.NumCPU() >= 2 }
+
+// pin sets the CPUs every thread of process pid may run on (taskset's
+// list form: "0", "1", "0-3"); threads it starts later inherit them.
+func pin(b testing.TB, pid int, cpus string) {
+	b.Helper()
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		b.Fatalf("taskset -a -p -c %s %d: %v: %s", cpus, pid, err, out)
+	}
 }
 
 func merge(a, b map[string]string) map[string]string {
@@ -413,6 +438,14 @@ func saveProfile(b *testing.B, debugAddr, name string, d time.Duration) (wait fu
 }
 
 func BenchmarkLoad(b *testing.B) {
+	placement := fmt.Sprintf("unpinned, %d CPUs shared", runtime.NumCPU())
+	if pinned() {
+		// The generator with the services, Redis alone: what one Redis
+		// core gives is then measured as a dedicated Redis host gives it.
+		pin(b, os.Getpid(), "0")
+		defer pin(b, os.Getpid(), fmt.Sprintf("0-%d", runtime.NumCPU()-1))
+		placement = "pinned: services and load generator on CPU 0, each Redis alone on CPU 1"
+	}
 	for range b.N {
 		targets := benchTargets(b)
 		specs := []loadSpec{
@@ -422,10 +455,10 @@ func BenchmarkLoad(b *testing.B) {
 			{name: fmt.Sprintf("1 descriptor, fixed %d req/s", *loadRate), descs: 1, rate: *loadRate},
 		}
 		var rows []string
-		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per target and scenario in %d turns, after %v warm-up",
-			*loadCallers, *loadConns, *loadDuration, *loadRounds, *loadWarmup))
-		rows = append(rows, "| load | target | req/s | ratio (by turn) | p50 | p99 | p99.9 | p99 ratio (by turn) | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load |",
-			"|---|---|---|---|---|---|---|---|---|---|---|---|")
+		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per target and scenario in %d turns, after %v warm-up; %s",
+			*loadCallers, *loadConns, *loadDuration, *loadRounds, *loadWarmup, placement))
+		rows = append(rows, "| load | target | req/s | ratio (by turn) | p50 | p99 | p99.9 | p99 ratio (by turn) | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load | redis µs/decision (script) |",
+			"|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, spec := range specs {
 			// The targets take turns, slice by slice, so that a slow spell of
 			// the shared machine hits all of them alike.
@@ -471,10 +504,10 @@ func BenchmarkLoad(b *testing.B) {
 					}
 					return turnRange(turns[i], turns[0], f)
 				}
-				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f%s | %v | %v | %v | %.2f%s | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f |",
+				rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.2f%s | %v | %v | %v | %.2f%s | %.0f%% | %d | %.2f | %.1f / %.1f (%.1f) / %.1f | %.2f (%.2f) |",
 					spec.name, ls.tg.name, r.perSec, r.perSec/base.perSec, spread(rate), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond),
 					r.p999.Round(time.Microsecond), float64(r.p99)/float64(base.p99), spread(tail), 100*float64(r.overLimit)/float64(max(r.n, 1)), r.errors, r.redisCmdsPerRequest,
-					r.cpuTarget, r.cpuRedis, r.scriptPerRequest, r.cpuLoad))
+					r.cpuTarget, r.cpuRedis, r.scriptPerRequest, r.cpuLoad, r.cpuRedis/float64(spec.descs), r.scriptPerRequest/float64(spec.descs)))
 				b.Log(rows[len(rows)-1])
 			}
 		}

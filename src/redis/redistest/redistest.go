@@ -182,6 +182,10 @@ func (s *Server) Restart() {
 }
 
 // Pause stops the process with SIGSTOP; Resume continues it.
+// Pid is the redis-server process's id (for benchmarks that pin it to a
+// CPU).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 func (s *Server) Pause()  { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
