@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/metrics"
 )
@@ -112,14 +113,8 @@ func req(domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequ
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
 }
 
-func d(kvs ...string) *rlv3.RateLimitDescriptor {
-	out := &rlv3.RateLimitDescriptor{}
-	for _, kv := range kvs {
-		k, v, _ := strings.Cut(kv, "=")
-		out.Entries = append(out.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return out
-}
+// d builds a request descriptor from "key=value" pairs.
+var d = configtest.Desc
 
 const (
 	ok   = rlsv3.RateLimitResponse_OK
