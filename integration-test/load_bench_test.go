@@ -175,8 +175,15 @@ func benchTargets(b *testing.B) []loadTarget {
 }
 
 // pinned reports whether the load benchmark pins its processes
-// (-load.pin, on a machine of two CPUs or more).
-func pinned() bool { return *loadPin && runtime.NumCPU() >= 2 }
+// (-load.pin, on a machine of two CPUs or more, with taskset installed).
+// Without taskset (util-linux) the benchmark runs unpinned and says so.
+func pinned() bool {
+	if !*loadPin || runtime.NumCPU() < 2 {
+		return false
+	}
+	_, err := exec.LookPath("taskset")
+	return err == nil
+}
 
 // pin sets the CPUs every thread of process pid may run on (taskset's
 // list form: "0", "1", "0-3"); threads it starts later inherit them.
@@ -439,6 +446,9 @@ func saveProfile(b *testing.B, debugAddr, name string, d time.Duration) (wait fu
 
 func BenchmarkLoad(b *testing.B) {
 	placement := fmt.Sprintf("unpinned, %d CPUs shared", runtime.NumCPU())
+	if *loadPin && runtime.NumCPU() >= 2 && !pinned() {
+		placement += " (taskset not found)"
+	}
 	if pinned() {
 		// The generator with the services, Redis alone: what one Redis
 		// core gives is then measured as a dedicated Redis host gives it.

@@ -38,6 +38,19 @@ func paced(rate int, end time.Time, fn func()) {
 	}
 }
 
+// fleet runs a fake Envoy on p for each demand (requests per second on
+// id, paced) until end, and stops them.
+func fleet(p *proc, adm *rlqstest.Admissions, id map[string]string, end time.Time, demands ...int) {
+	var wg sync.WaitGroup
+	for _, demand := range demands {
+		e := fakeEnvoy(p, adm)
+		defer e.Stop()
+		wg.Add(1)
+		go func() { defer wg.Done(); paced(demand, end, func() { e.Request(id) }) }()
+	}
+	wg.Wait()
+}
+
 func fakeEnvoy(p *proc, adm *rlqstest.Admissions) *rlqstest.Envoy {
 	return rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny, OnAdmit: adm.Add})
 }
@@ -55,14 +68,7 @@ func TestRLQSFleetThroughBinary(t *testing.T) {
 	id := map[string]string{"tenant": "acme"}
 	begin := time.Now()
 	end := begin.Add(22 * time.Second)
-	var wg sync.WaitGroup
-	for _, demand := range []int{20, 20, 5} {
-		e := fakeEnvoy(p, &adm)
-		defer e.Stop()
-		wg.Add(1)
-		go func() { defer wg.Done(); paced(demand, end, func() { e.Request(id) }) }()
-	}
-	wg.Wait()
+	fleet(p, &adm, id, end, 20, 20, 5)
 	per := adm.Snapshot()
 	for sec, n := range per {
 		if n > 30 {
@@ -111,14 +117,7 @@ descriptors:
 		settled = settled.Add(time.Minute)
 	}
 	end := settled.Add(time.Minute)
-	var wg sync.WaitGroup
-	for _, demand := range []int{1, 1, 1, 1, 1, 1, 1, 1, 4, 4} {
-		e := fakeEnvoy(p, &adm)
-		defer e.Stop()
-		wg.Add(1)
-		go func() { defer wg.Done(); paced(demand, end, func() { e.Request(id) }) }()
-	}
-	wg.Wait()
+	fleet(p, &adm, id, end, 1, 1, 1, 1, 1, 1, 1, 1, 4, 4)
 	per := adm.Snapshot()
 	for w, n := range per {
 		if n > 300 {
