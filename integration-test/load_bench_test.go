@@ -45,12 +45,13 @@ var (
 	loadConns    = flag.Int("load.conns", 4, "gRPC connections the callers share")
 	loadKeys     = flag.Int("load.keys", 10000, "distinct descriptor values (OK-heavy loads)")
 	loadRate     = flag.Int("load.rate", 5000, "requests/s of the fixed-rate scenario")
-	loadOnly     = flag.String("load.only", "", "run only targets whose name contains this")
+	loadOnly     = flag.String("load.only", "", "run only targets whose name matches this regular expression (a plain word: names that contain it)")
+	loadScenario = flag.String("load.scenario", "", "run only scenarios whose name matches this regular expression")
 	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
 	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
 	loadObserve  = flag.Bool("load.observability", false, "add memory targets with the dynamic metadata (and its rules) on, and with the /limited sketch off")
 	loadPin      = flag.Bool("load.pin", true, "with two CPUs or more, pin each service and the load generator to CPU 0 and each Redis alone to CPU 1 (taskset), as a dedicated Redis host runs; off, or on one CPU, nothing is pinned")
-	loadBaseline = flag.String("load.baseline", "", "a server binary of another build to add as a Redis target (\"baseline redis\"), to compare builds in one run")
+	loadBaseline = flag.String("load.baseline", "", "server binaries of other builds, comma-separated, to add as Redis targets (\"baseline redis\", \"baseline 2 redis\", ...), to compare builds in one run")
 )
 
 const benchConfig = `
@@ -163,8 +164,14 @@ func benchTargets(b *testing.B) []loadTarget {
 	target("redis", true, nil)
 	target("redis unbatched", true, map[string]string{"REDIS_PIPELINE_WINDOW": "0"})
 	target("redis+local cache", true, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
-	if *loadBaseline != "" {
-		target("baseline redis", true, map[string]string{binaryKey: *loadBaseline})
+	for i, bin := range strings.Split(*loadBaseline, ",") {
+		if bin = strings.TrimSpace(bin); bin != "" {
+			name := "baseline redis"
+			if i > 0 {
+				name = fmt.Sprintf("baseline %d redis", i+1)
+			}
+			target(name, true, map[string]string{binaryKey: bin})
+		}
 	}
 	for _, n := range strings.Split(*loadInFlight, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -172,6 +179,17 @@ func benchTargets(b *testing.B) []loadTarget {
 		}
 	}
 	return ts
+}
+
+// mustCompile compiles a filter flag's regular expression; empty matches
+// everything.
+func mustCompile(b testing.TB, expr string) *regexp.Regexp {
+	b.Helper()
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		b.Fatalf("filter %q: %v", expr, err)
+	}
+	return re
 }
 
 // pinned reports whether the load benchmark pins its processes
@@ -469,12 +487,16 @@ func BenchmarkLoad(b *testing.B) {
 			*loadCallers, *loadConns, *loadDuration, *loadRounds, *loadWarmup, placement))
 		rows = append(rows, "| load | target | req/s | ratio (by turn) | p50 | p99 | p99.9 | p99 ratio (by turn) | over-limit | errors | redis cmds/req | CPU µs/req service / redis (script) / load | redis µs/decision (script) |",
 			"|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		onlyTargets, onlyScenarios := mustCompile(b, *loadOnly), mustCompile(b, *loadScenario)
 		for _, spec := range specs {
+			if !onlyScenarios.MatchString(spec.name) {
+				continue
+			}
 			// The targets take turns, slice by slice, so that a slow spell of
 			// the shared machine hits all of them alike.
 			var sessions []*loadSession
 			for _, tg := range targets {
-				if tg.name != "no-op" && *loadOnly != "" && !strings.Contains(tg.name, *loadOnly) {
+				if tg.name != "no-op" && !onlyTargets.MatchString(tg.name) {
 					continue
 				}
 				if tg.name == "redis+local cache" && !spec.over {

@@ -3,8 +3,10 @@
 --
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
--- ARGV     one string per decision, in KEYS order: a header of three
---          little-endian doubles (now, mode, n), then n hits of six
+-- ARGV     the decisions, in KEYS order, each a header of three
+--          little-endian doubles (now, mode, n), then n hits of six; an
+--          argument holds one decision or several back to back (a batch's
+--          are all in one)
 --   now    microseconds since the Unix epoch, or -1 to use Redis TIME
 --          (production: every replica then shares Redis's clock)
 --   mode   0 count each allowed hit (and each overdraft or count-rejected
@@ -52,9 +54,10 @@
 -- cost of 0 sees (nothing was consumed).
 --
 -- Cost: Redis runs this for every decision of every request, so the common
--- mode (0) builds no Lua tables: state travels as three numbers, each hit
--- is read, decided and written before the next (a key that appears twice
--- in a decision then sees its own first hit, as in the other modes). A
+-- mode (0) builds no Lua tables but the reply's numbers: state travels as
+-- three numbers, each hit is read, decided and written before the next (a
+-- key that appears twice in a decision then sees its own first hit, as in
+-- the other modes). A
 -- redis.call costs more than all the arithmetic of a hit, so the common
 -- hit of a fixed window takes one (fixed_incr); docs/performance.md has
 -- the figures.
@@ -106,13 +109,61 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   redis.call('SET', key, v, 'PX', ttl_ms(exp))
 end
 
+-- The reply is built as numbers and packed once, at the end of the call
+-- (pack_results): a string per hit, then their concatenation, cost Redis
+-- an interned string each (Lua hashes every byte of every string it makes).
+-- results.n counts the numbers put so far.
+
+-- put appends one hit's answer: allowed, remaining, reset, retry.
+local function put(results, a, b, c, d)
+  local n = results.n
+  results[n + 1], results[n + 2], results[n + 3], results[n + 4] = a, b, c, d
+  results.n = n + 4
+end
+
+-- put_grant appends a granted slice's fifth double, its generation.
+local function put_grant(results, g)
+  local n = results.n + 1
+  results[n] = g
+  results.n = n
+end
+
+-- pack_fmts caches struct.pack's format for a count of doubles (a
+-- function's library outlives its calls, so the formats are made once).
+local pack_fmts = {}
+local PACK_CHUNK = 1024 -- numbers per unpack: Lua's C stack takes 8,000 at most
+
+local function pack_fmt(n)
+  local f = pack_fmts[n]
+  if f == nil then
+    f = '<' .. string.rep('d', n)
+    pack_fmts[n] = f
+  end
+  return f
+end
+
+-- pack_results is the call's reply: every number put, as little-endian
+-- doubles, in order.
+local function pack_results(results)
+  local n = results.n
+  if n <= PACK_CHUNK then
+    return struct.pack(pack_fmt(n), unpack(results, 1, n))
+  end
+  local parts = {}
+  for i = 1, n, PACK_CHUNK do
+    local j = math.min(i + PACK_CHUNK - 1, n)
+    parts[#parts + 1] = struct.pack(pack_fmt(j - i + 1), unpack(results, i, j))
+  end
+  return table.concat(parts)
+end
+
 -- fixed_incr is fixed_window for the common hit of a rule that drops
 -- rejected hits (no refund, overdraft, count-rejected or lease; advisory
 -- changes nothing in mode 0) in one command: HINCRBY
 -- counts it, and a rejected hit is taken back (HINCRBY of -cost, or HDEL of
 -- the field it created) before the script goes on, so nothing else ever
 -- sees it: it consumes nothing, as in fixed_window, whose answers these
--- are. Returns the hit's result.
+-- are. Returns the hit's answer (see put).
 local function fixed_incr(key, now, limit, p, cost)
   local w = math.floor(now / p)
   local field = int_str(w)
@@ -123,7 +174,7 @@ local function fixed_incr(key, now, limit, p, cost)
       -- The window's first count (or its count was refunded to 0).
       new_window(key, w, (w + 1) * p)
     end
-    return struct.pack('<dddd', 1, limit - c, reset, 0)
+    return 1, limit - c, reset, 0
   end
   if c == cost then
     redis.call('HDEL', key, field)
@@ -134,14 +185,14 @@ local function fixed_incr(key, now, limit, p, cost)
   if rem < 0 then
     rem = 0
   end
-  return struct.pack('<dddd', 0, rem, reset, reset)
+  return 0, rem, reset, reset
 end
 
 -- fixed_count is fixed_window for the common hit of a rule that counts
 -- rejected hits (count-rejected, no refund, overdraft or lease; advisory
 -- changes nothing in mode 0): HINCRBY counts it whether or not it fits, as
 -- envoyproxy/ratelimit does, and it is rejected when the count passes the
--- limit. A check (cost 0) only reads. Returns the hit's result.
+-- limit. A check (cost 0) only reads. Returns the hit's answer (see put).
 local function fixed_count(key, now, limit, p, cost)
   local w = math.floor(now / p)
   local field = int_str(w)
@@ -160,13 +211,13 @@ local function fixed_count(key, now, limit, p, cost)
     c = tonumber(redis.call('HGET', key, field) or '0')
   end
   if c <= limit then
-    return struct.pack('<dddd', 1, limit - c, reset, 0)
+    return 1, limit - c, reset, 0
   end
-  return struct.pack('<dddd', 0, 0, reset, reset)
+  return 0, 0, reset, reset
 end
 
 -- apply_hit applies one hit of mode 0 that fixed_incr and fixed_count do
--- not take, and appends its result to results.
+-- not take, and puts its answer into results.
 local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   local _, refund, overdraft, countrej, lease = flags(f)
   local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
@@ -188,32 +239,33 @@ local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   if write then
     store(key, alg, found, s1, s2, n1, n2, n3, exp, now)
   end
-  results[#results + 1] = struct.pack('<dddd', ok and 1 + extra or 0, rem, reset, retry)
+  put(results, ok and 1 + extra or 0, rem, reset, retry)
   if extra > 0 then
-    results[#results + 1] = struct.pack('<d', g) -- a grant's fifth double: its generation
+    put_grant(results, g) -- a grant's fifth double: its generation
   end
 end
 
 -- apply_each runs one decision in mode 0: its keys are keys[k+1..k+n],
--- its hits in blob from pos on; it appends each hit's result to results.
+-- its hits in blob from pos on; it puts each hit's answer into results.
 local function apply_each(keys, now, k, n, blob, pos, results)
   for i = 1, n do
     local key = keys[k + i]
     local alg, limit, p, burst, cost, f
     alg, limit, p, burst, cost, f, pos = struct.unpack('<dddddd', blob, pos)
     if alg == 0 and f < 2 then
-      results[#results + 1] = fixed_incr(key, now, limit, p, cost)
+      put(results, fixed_incr(key, now, limit, p, cost))
     elseif alg == 0 and (f == 8 or f == 9) then
-      results[#results + 1] = fixed_count(key, now, limit, p, cost)
+      put(results, fixed_count(key, now, limit, p, cost))
     else
       apply_hit(key, now, alg, limit, p, burst, cost, f, results)
     end
   end
 end
 
--- hit_pos is where hit i (from 1) of a decision starts in its string.
-local function hit_pos(i)
-  return 25 + 48 * (i - 1)
+-- hit_pos is where hit i (from 1) of a decision whose hits start at pos
+-- starts.
+local function hit_pos(pos, i)
+  return pos + 48 * (i - 1)
 end
 
 -- apply_all runs one decision in mode 1 or 2: nothing is written until
@@ -221,7 +273,7 @@ end
 -- through latest. What is written mirrors limiter.Decide and
 -- Commit.Writes: commit 0 all, 1 only overdraft hits, refunds and rejected
 -- count-rejected hits, 2 none.
-local function apply_all(keys, now, mode, k, n, blob, results)
+local function apply_all(keys, now, mode, k, n, blob, pos, results)
   local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
   local held = {} -- key -> {w, hc, hp, g}, what its slices hold as of the pending writes
   -- held_of is what key's slices hold; found: its counter's state exists
@@ -242,7 +294,7 @@ local function apply_all(keys, now, mode, k, n, blob, results)
   end
   for i = 1, n do
     local key = keys[k + i]
-    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(i))
+    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(pos, i))
     local advisory, refund, overdraft, countrej, lease = flags(f)
     local sk = key -- where the state is: a fixed window's is per window
     local sw = state_window(now, p, refund, lease)
@@ -307,7 +359,7 @@ local function apply_all(keys, now, mode, k, n, blob, results)
     if not written[i] then
       -- Not counted: report what a cost of 0 sees, with the hit's own
       -- decision (and retry), and no slice.
-      local alg, limit, p, burst = struct.unpack('<dddd', blob, hit_pos(i))
+      local alg, limit, p, burst = struct.unpack('<dddd', blob, hit_pos(pos, i))
       local st = stored[sks[i]]
       local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
       local retry = out[i][4]
@@ -319,39 +371,46 @@ local function apply_all(keys, now, mode, k, n, blob, results)
   end
   for i = 1, n do
     local o = out[i]
-    results[#results + 1] = struct.pack('<dddd', o[1], o[2], o[3], o[4])
+    put(results, o[1], o[2], o[3], o[4])
     if o[1] > 1 then
-      results[#results + 1] = struct.pack('<d', o[5]) -- a grant's generation
+      put_grant(results, o[5]) -- a grant's generation
     end
   end
 end
 
 -- batch runs a call: keys and args are its KEYS and ARGV. It is the
 -- function Redis calls (FCALL), or what the script form returns (see
--- scripts.go). A function's library outlives its calls, so the per-call
--- caches start empty here.
+-- scripts.go). Each argument holds one or more decisions back to back (a
+-- batch sends them all in one: one string for Redis to read and Lua to
+-- make, not one per decision). A function's library outlives its calls,
+-- so the per-call caches start empty here.
 local function batch(keys, args)
   int_strs = {}
   local redis_now
-  local results = {}
+  local results = {n = 0}
   local k = 0
-  for d = 1, #args do
-    local blob = args[d]
-    local now, mode, n, pos = struct.unpack('<ddd', blob)
-    if redis_now == nil then
-      local t = redis.call('TIME')
-      redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  for a = 1, #args do
+    local blob = args[a]
+    local pos, size = 1, #blob
+    while pos <= size do
+      local now, mode, n
+      now, mode, n, pos = struct.unpack('<ddd', blob, pos)
+      if redis_now == nil then
+        local t = redis.call('TIME')
+        redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      if now < 0 then
+        now = redis_now
+      end
+      ttl_now = math.min(now, redis_now)
+      if mode == 0 then
+        apply_each(keys, now, k, n, blob, pos, results)
+      else
+        apply_all(keys, now, mode, k, n, blob, pos, results)
+      end
+      pos = hit_pos(pos, n + 1)
+      k = k + n
     end
-    if now < 0 then
-      now = redis_now
-    end
-    ttl_now = math.min(now, redis_now)
-    if mode == 0 then
-      apply_each(keys, now, k, n, blob, pos, results)
-    else
-      apply_all(keys, now, mode, k, n, blob, results)
-    end
-    k = k + n
   end
-  return table.concat(results)
+  return pack_results(results)
 end

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +20,18 @@ import (
 // limit), to lead the next batch. So batches grow only as load does, and a
 // decision crosses goroutines at most once (a follower's wake-up), where a
 // pool of flusher goroutines would cost two hand-offs per decision.
+//
+// A promoted leader takes its batch from the queue when it runs, not when
+// it is promoted: what queued while its goroutine waited to be scheduled
+// (on a busy service, most of a round trip) goes with it, rather than
+// waiting a whole round trip more for the next batch. Before taking it, it
+// yields once (runtime.Gosched): the goroutines that are runnable then
+// (requests on their way to the store) run first and join the queue. On an
+// idle service nothing is runnable and the yield returns at once; on a
+// busy one those goroutines would have taken the CPU before the reply came
+// back anyway. So batches grow with load, not with a timer, and Redis,
+// whose cost is mostly per call, pays less per decision
+// (docs/performance.md).
 //
 // On a single node or Sentinel a batch is one script call: batch.lua takes
 // the decisions one after the other, each atomic, so Redis and the client pay
@@ -42,7 +55,7 @@ const defaultInFlight = 1
 // call is one decision's script invocation.
 type call struct {
 	keys []string
-	args []any
+	arg  []byte // the decision's argument (scriptArg)
 	// deadline is when the call gives up: REDIS_TIMEOUT after its Apply
 	// began (zero: never). A value, not a context with a timer: followers
 	// are woken by their leader anyway, and a timer per decision showed in
@@ -50,8 +63,9 @@ type call struct {
 	deadline time.Time
 	reply    any
 	err      error
-	// lead, when set, is the batch this call's goroutine must send next.
-	lead   []*call
+	// lead, when set, makes this call's goroutine the next batch's leader:
+	// it takes the batch from the queue and sends it (see take).
+	lead   bool
 	queued bool          // waiting in batcher.queue; guarded by batcher.mu
 	done   chan struct{} // buffered: a leader never blocks on a caller that gave up
 }
@@ -61,15 +75,23 @@ type batcher struct {
 	merge      bool // one script call per batch (not in Cluster mode)
 	limit      int
 	maxLeaders int
+	// yield is what a promoted leader does before taking its batch:
+	// runtime.Gosched (see the design note); tests replace it.
+	yield func()
 
 	mu      sync.Mutex
 	queue   []*call
 	leaders int // batches in flight; the queue only fills while this is maxLeaders
+	// pending counts promoted leaders that have not taken their batch yet
+	// (counted in leaders too): a leader that finishes promotes another
+	// only if the queue holds more than they will take, so with several in
+	// flight the queue still goes out as one batch, not one per leader.
+	pending int
 }
 
 // newBatcher takes BatchLimit and BatchInFlight from opts.
 func newBatcher(r *runner, merge bool, opts Options) *batcher {
-	b := &batcher{runner: r, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight}
+	b := &batcher{runner: r, merge: merge, limit: opts.BatchLimit, maxLeaders: opts.BatchInFlight, yield: runtime.Gosched}
 	if b.limit <= 0 {
 		b.limit = 128
 	}
@@ -95,8 +117,8 @@ var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.De
 // when the queue is promoted is answered errQueueTimeout, unsent. (So a
 // queued call can learn of its timeout up to one batch late; ctx, which
 // carries Envoy's deadline, still ends the wait at once.)
-func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, args []any) (any, error) {
-	c := &call{keys: keys, args: args, deadline: deadline, done: make(chan struct{}, 1)}
+func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, arg []byte) (any, error) {
+	c := &call{keys: keys, arg: arg, deadline: deadline, done: make(chan struct{}, 1)}
 	if len(keys) > heavyKeys {
 		b.send(ctx, []*call{c})
 		return c.reply, c.err
@@ -124,21 +146,57 @@ func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, arg
 		b.mu.Unlock()
 		// Already taken into a batch: its reply, or the duty to lead it, is
 		// on the way (within the batch's timeout). The queue depends on a
-		// promoted call being sent, so wait for it.
+		// promoted call leading, so wait for it.
 		<-c.done
-		if c.lead != nil {
-			b.lead(context.Background(), c.lead)
+		if c.lead {
+			b.lead(context.Background(), b.take(c))
 		}
 		return nil, ctx.Err()
 	}
-	if c.lead != nil {
-		b.lead(ctx, c.lead)
+	if c.lead {
+		b.lead(ctx, b.take(c))
 	}
 	return c.reply, c.err
 }
 
+// take is the batch a promoted leader sends: itself and what is queued
+// behind it now, up to the limit, less the calls already past their
+// deadline (they are answered, never sent). See the design note above for
+// the yield.
+func (b *batcher) take(leader *call) []*call {
+	b.yield()
+	batch := []*call{leader}
+	var expired []*call
+	now := time.Now()
+	b.mu.Lock()
+	b.pending--
+	n := 0
+	for _, c := range b.queue {
+		if len(batch) == b.limit {
+			break
+		}
+		n++
+		c.queued = false
+		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			expired = append(expired, c)
+		} else {
+			batch = append(batch, c)
+		}
+	}
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:]) // drop the moved-out calls' pointers, replies included
+	b.queue = b.queue[:rest]
+	b.mu.Unlock()
+	for _, c := range expired {
+		c.err = errQueueTimeout
+		c.done <- struct{}{}
+	}
+	return batch
+}
+
 // lead sends batch (batch[0] is the caller's own call), wakes the other
-// callers, and passes the lead on to what queued meanwhile. The batch is
+// callers, and passes the lead on to the first call that queued meanwhile
+// (one found past its deadline is answered, never sent). The batch is
 // bounded by the leader's deadlines (ctx's and the timeout's): callers share
 // a deadline budget (Envoy's), so the first to arrive has the earliest
 // deadline, and a Redis too slow for it is too slow for the rest. The
@@ -150,36 +208,34 @@ func (b *batcher) lead(ctx context.Context, batch []*call) {
 	for _, c := range batch[1:] {
 		c.done <- struct{}{}
 	}
-	b.mu.Lock()
-	// The next batch: what queued meanwhile, up to the limit, less the
-	// calls already past their deadline (they are answered, never sent).
-	var next, expired []*call
+	var next *call
+	var expired []*call
 	now := time.Now()
-	for len(next) == 0 && len(b.queue) > 0 {
-		n := min(len(b.queue), b.limit)
-		for _, c := range b.queue[:n] {
-			c.queued = false
-			if !c.deadline.IsZero() && !now.Before(c.deadline) {
-				expired = append(expired, c)
-			} else {
-				next = append(next, c)
-			}
+	b.mu.Lock()
+	for len(b.queue) > b.pending*(b.limit-1) && next == nil {
+		c := b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		c.queued = false
+		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			expired = append(expired, c)
+		} else {
+			next = c
 		}
-		rest := copy(b.queue, b.queue[n:])
-		clear(b.queue[rest:]) // drop the moved-out calls' pointers, replies included
-		b.queue = b.queue[:rest]
 	}
-	if len(next) == 0 {
+	if next == nil {
 		b.leaders--
+	} else {
+		b.pending++
 	}
 	b.mu.Unlock()
 	for _, c := range expired {
 		c.err = errQueueTimeout
 		c.done <- struct{}{}
 	}
-	if len(next) > 0 {
-		next[0].lead = next
-		next[0].done <- struct{}{}
+	if next != nil {
+		next.lead = true
+		next.done <- struct{}{}
 	}
 }
 

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArgs(redisTime, modeEach, []*limiter.Hit{h}, nil))
+	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil))
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -158,6 +158,38 @@ func testBatcherGroups(t *testing.T, inFlight int) {
 		t.Errorf("script calls = %d, want %d (one per leader, then one for the %d queued decisions)", got, want, queued)
 	}
 	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 })
+}
+
+// A promoted leader takes its batch when it runs, after its yield: a
+// decision that queued between the promotion and then goes with it, not in
+// a batch of its own a round trip later.
+func TestBatcherLeaderTakesWhatQueuedBeforeItRan(t *testing.T) {
+	b, srv := newTestBatcher(t, 1)
+	resume := pauseScripts(t, srv)
+	r := limiter.Rule{Limit: 10, Period: time.Hour}
+	res := fillLeaders(t, b, "{late}:busy", r)
+	first := enqueue(t, context.Background(), b, "{late}:k", r, 1)
+	late := make(chan batchResult, 1)
+	yields := 0
+	b.yield = func() {
+		// The promoted leader is about to take its batch: one more
+		// decision arrives first.
+		if yields++; yields == 1 {
+			go decide(context.Background(), b, "{late}:k", r, late)
+			waitFor(t, b, "the late decision queued", func() bool { return len(b.queue) == 1 })
+		}
+	}
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	succeeded(t, res, 1)
+	succeeded(t, first, 1)
+	succeeded(t, late, 1)
+	if got := scriptCalls(t, srv); got != 2 {
+		t.Errorf("script calls = %d, want 2: the busy leader's, then one for the promoted leader and the decision that queued before it ran", got)
+	}
+	waitFor(t, b, "no batch in flight", func() bool { return b.leaders == 0 && len(b.queue) == 0 && b.pending == 0 })
 }
 
 // A decision whose context ends while it waits in the queue leaves it at
@@ -286,7 +318,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		return &call{keys: []string{keyVersion + key}, args: scriptArgs(redisTime, modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
+		return &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
 	}
 	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -330,7 +362,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.do(ctx, time.Time{}, keys, scriptArgs(redisTime, modeEach, hits, nil))
+		_, err := b.do(ctx, time.Time{}, keys, scriptArg(redisTime, modeEach, hits, nil))
 		done <- err
 	}()
 	for {

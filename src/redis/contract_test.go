@@ -12,8 +12,8 @@ import (
 )
 
 // TestLuaContract pins the Lua side of the wire contract to the Go
-// constants it mirrors: the algorithm ids, the flag bits, where a hit's
-// parameters start in a decision's string, and the bounds both sides
+// constants it mirrors: the algorithm ids, the flag bits, the sizes of a
+// decision's header and a hit's parameters, and the bounds both sides
 // clamp counts and debts to. A Go constant changed without the Lua (or
 // the reverse) fails here, not in a decision.
 func TestLuaContract(t *testing.T) {
@@ -28,7 +28,8 @@ func TestLuaContract(t *testing.T) {
 			flagCountRejected, flagCountRejected|flagAdvisory)},
 		{"flags", stateSrc, fmt.Sprintf("return f %% 2 == %d, math.floor(f / %d) %% 2 == 1, math.floor(f / %d) %% 2 == 1, "+
 			"math.floor(f / %d) %% 2 == 1, math.floor(f / %d)", flagAdvisory, flagRefund, flagOverdraft, flagCountRejected, flagLease)},
-		{"hit position", batchSrc, fmt.Sprintf("return %d + %d * (i - 1)", headerBytes+1, hitArgBytes)},
+		{"header", batchSrc, fmt.Sprintf("now, mode, n, pos = struct.unpack('<%s', blob, pos)", strings.Repeat("d", headerBytes/8))},
+		{"hit position", batchSrc, fmt.Sprintf("return pos + %d * (i - 1)", hitArgBytes)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(tc.src, tc.want) {

@@ -172,7 +172,7 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.reply, c.err = invoke(ctx, client, fn, c.keys, c.args).Result()
+		c.reply, c.err = invoke(ctx, client, fn, c.keys, c.arg).Result()
 		return
 	}
 	if merge {
@@ -183,9 +183,9 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, c := range batch {
 			if fn {
-				cmds[i] = p.FCall(ctx, fnName, c.keys, c.args...)
+				cmds[i] = p.FCall(ctx, fnName, c.keys, c.arg)
 			} else {
-				cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.args...)
+				cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.arg)
 			}
 		}
 		return nil
@@ -193,7 +193,7 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	for i, c := range batch {
 		c.reply, c.err = cmds[i].Result()
 		if !fn && c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.args...).Result()
+			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.arg).Result()
 		}
 	}
 }
@@ -202,12 +202,12 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 // decision after decision (see answerBytes).
 func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, batch []*call) {
 	var keys []string
-	var args []any
+	var arg []byte
 	for _, c := range batch {
 		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
+		arg = append(arg, c.arg...)
 	}
-	reply, err := invoke(ctx, client, fn, keys, args).Result()
+	reply, err := invoke(ctx, client, fn, keys, arg).Result()
 	packed, ok := reply.(string)
 	if err == nil && !ok {
 		err = fmt.Errorf("redis: unexpected script reply %T for %d hits", reply, len(keys))
@@ -238,9 +238,9 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 
 // invoke sends one call: an FCALL, or an EVALSHA that go-redis turns into an
 // EVAL on NOSCRIPT.
-func invoke(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, args []any) *goredis.Cmd {
+func invoke(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, arg []byte) *goredis.Cmd {
 	if fn {
-		return client.FCall(ctx, fnName, keys, args...)
+		return client.FCall(ctx, fnName, keys, arg)
 	}
-	return batchScript.Run(ctx, client, keys, args...)
+	return batchScript.Run(ctx, client, keys, arg)
 }

@@ -98,12 +98,13 @@ const (
 	flagLease         = 16
 )
 
-// scriptArgs builds one decision's ARGV entry (see batch.lua): one string
-// holding the header, then each hit's parameters. One argument per
-// decision, rather than one per field, spares Redis a string to parse and
-// a Lua string to intern for each. leases, when not nil, holds each hit's
+// scriptArg builds one decision's argument (see batch.lua): the header,
+// then each hit's parameters. One string per decision, rather than one per
+// field, spares Redis a string to parse and Lua a string to make for each;
+// a merged batch concatenates its decisions' into one (sendMerged) for the
+// same reason. leases, when not nil, holds each hit's
 // lease parameter (see batch.lua and lease.go).
-func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []any {
+func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []byte {
 	if mode == modeAllOrNothing && len(hits) == 1 {
 		// One hit is all or nothing by itself: mode 0 decides it the same
 		// (a rejected hit counts nothing, an overdraft or count-rejected
@@ -138,7 +139,7 @@ func scriptArgs(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64
 			float64(min(h.Cost, 1<<53)), // any cost above a limit is rejected alike
 			flags)
 	}
-	return []any{buf}
+	return buf
 }
 
 // putDoubles writes vs into b as little-endian doubles.

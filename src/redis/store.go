@@ -247,7 +247,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	}
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		calls[i] = &call{keys: g.keys, args: scriptArgs(now, mode, g.hits, g.wants)}
+		calls[i] = &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
 	}
 	s.runner.exec(ctx, false, calls)
 	for i, g := range groups {
@@ -266,7 +266,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	if len(groups) == 1 {
 		g := groups[0]
-		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.wants))
+		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArg(now, mode, g.hits, g.wants))
 		if err != nil {
 			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
 		}
@@ -282,7 +282,7 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArgs(now, mode, g.hits, g.wants))
+			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArg(now, mode, g.hits, g.wants))
 		}()
 	}
 	wg.Wait()

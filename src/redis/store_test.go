@@ -459,8 +459,44 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 }
 
 // One merged script call of several decisions gives what the same decisions
-// give one after the other in the reference (memory) store.
+// give one after the other in the reference (memory) store: a few, and a
+// full batch of 128 decisions of three hits (a reply of more doubles than
+// batch.lua packs at once, in mixed modes and algorithms).
 func TestMergedBatchMatchesSequential(t *testing.T) {
+	one := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 2, Period: time.Minute}
+	tb := limiter.Rule{Algorithm: limiter.TokenBucket, Limit: 3, Period: time.Minute}
+	few := []limiter.Batch{
+		{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}, {Key: "{m}:b", Rule: tb, Cost: 2}}},
+		{Now: limitertest.T0.Add(time.Second), AllOrNothing: true, Hits: []limiter.Hit{{Key: "{m}:b", Rule: tb, Cost: 1}, {Key: "{m}:a", Rule: one, Cost: 2}}},
+		{Now: limitertest.T0.Add(2 * time.Second), Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}}},
+	}
+	rules := []limiter.Rule{
+		{Algorithm: limiter.FixedWindow, Limit: 50, Period: time.Minute},
+		{Algorithm: limiter.TokenBucket, Limit: 40, Period: time.Minute},
+		{Algorithm: limiter.SlidingWindow, Limit: 30, Period: time.Minute},
+		{Algorithm: limiter.FixedWindow, Limit: 45, Period: time.Minute, CountRejected: true},
+	}
+	var full []limiter.Batch
+	for i := range 128 {
+		bt := limiter.Batch{Now: limitertest.T0.Add(time.Duration(i) * time.Millisecond), AllOrNothing: i%5 == 0}
+		for j := range 3 {
+			r := (i + j) % len(rules) // a key holds one algorithm's state
+			bt.Hits = append(bt.Hits, limiter.Hit{Key: fmt.Sprintf("{m}:%d:%d", r, (i+2*j)%5), Rule: rules[r], Cost: uint64(1 + i%2)})
+		}
+		full = append(full, bt)
+	}
+	if got := 4 * 3 * len(full); got <= 1024 {
+		t.Fatalf("the full batch's reply holds %d doubles; it must pass batch.lua's PACK_CHUNK (1024)", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		batches []limiter.Batch
+	}{{"few", few}, {"full", full}} {
+		t.Run(tc.name, func(t *testing.T) { testMergedBatch(t, tc.batches) })
+	}
+}
+
+func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	if err := batchScript.Load(context.Background(), c).Err(); err != nil {
@@ -468,14 +504,6 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 	}
 	mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	defer mem.Close()
-
-	one := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 2, Period: time.Minute}
-	tb := limiter.Rule{Algorithm: limiter.TokenBucket, Limit: 3, Period: time.Minute}
-	batches := []limiter.Batch{
-		{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}, {Key: "{m}:b", Rule: tb, Cost: 2}}},
-		{Now: limitertest.T0.Add(time.Second), AllOrNothing: true, Hits: []limiter.Hit{{Key: "{m}:b", Rule: tb, Cost: 1}, {Key: "{m}:a", Rule: one, Cost: 2}}},
-		{Now: limitertest.T0.Add(2 * time.Second), Hits: []limiter.Hit{{Key: "{m}:a", Rule: one, Cost: 1}}},
-	}
 	var calls []*call
 	for _, bt := range batches {
 		hits := make([]*limiter.Hit, len(bt.Hits))
@@ -487,7 +515,7 @@ func TestMergedBatchMatchesSequential(t *testing.T) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, &call{keys: keys, args: scriptArgs(bt.Now.UnixMicro(), mode, hits, nil)})
+		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil)})
 	}
 	sendMerged(context.Background(), c, false, calls)
 	for i, bt := range batches {
