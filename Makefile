@@ -82,14 +82,15 @@ fuzz:
 # time, both stores) and what a decision costs Redis per algorithm (single
 # node and Cluster, CPU, script time, commands, bytes per counter), then the
 # load benchmark (starts redis-server, the service on both stores and a
-# no-op server), the hot-key rows (with and without lease) and the
-# config-scale rows.
+# no-op server), what a decision costs Redis with the binary per algorithm
+# (single node and Cluster, Redis pinned to its own CPU where there are two),
+# the hot-key rows (with and without lease) and the config-scale rows.
 # BENCHFLAGS=-load.duration=5s shortens it.
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-servers.sh
 	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost' -benchtime 1x -timeout 30m
-	$(GO) test ./integration-test -run '^$$' -bench 'Load|HotKey|ConfigScale|RapidReset|RLQS' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|RedisCPU|HotKey|ConfigScale|RapidReset|RLQS' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/release.pgo (profile-guided optimisation of the
 # image's server build) from the load benchmark's CPU profiles.

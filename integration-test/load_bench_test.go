@@ -70,16 +70,17 @@ descriptors:
 type loadTarget struct {
 	name      string
 	addr      string
-	debugAddr string // empty for the no-op server
-	pid       int    // the target's process, for its CPU time
-	redis     *redistest.Server
+	debugAddr string              // empty for the no-op server
+	pid       int                 // the target's process, for its CPU time
+	redis     []*redistest.Server // its Redis nodes (none for the memory store)
 }
 
 type loadSpec struct {
 	name  string
-	descs int  // descriptors per request
-	over  bool // OVER_LIMIT-heavy: a few keys, all over their limit after one hit
-	rate  int  // fixed request rate; 0 is closed loop
+	descs int    // descriptors per request
+	over  bool   // OVER_LIMIT-heavy: a few keys, all over their limit after one hit
+	rate  int    // fixed request rate; 0 is closed loop
+	key   string // when set, every descriptor's key (else k1, k2, ...)
 }
 
 type loadResult struct {
@@ -88,6 +89,7 @@ type loadResult struct {
 	perSec              float64
 	p50, p99, p999      time.Duration
 	redisCmdsPerRequest float64
+	commandsPerRequest  float64 // every command (redisCommands)
 	overLimit           int
 	// CPU time per request, in µs: the target process, Redis, and the load
 	// generator (this process). On a shared box these are steadier than
@@ -141,19 +143,13 @@ func benchTargets(b *testing.B) []loadTarget {
 	// target starts the service with env plus extra, on its own Redis when
 	// withRedis is set.
 	target := func(name string, withRedis bool, extra map[string]string) {
-		var srv *redistest.Server
+		var srvs []*redistest.Server
 		if withRedis {
-			srv = redistest.Start(b)
+			srv := redistest.Start(b)
+			srvs = append(srvs, srv)
 			extra = merge(extra, map[string]string{"REDIS_URL": srv.Addr, "REDIS_POOL_SIZE": "20"})
 		}
-		p := start(b, merge(env, extra))
-		if pinned() {
-			pin(b, p.cmd.Process.Pid, "0")
-			if srv != nil {
-				pin(b, srv.Pid(), "1")
-			}
-		}
-		ts = append(ts, loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srv})
+		ts = append(ts, startTarget(b, name, merge(env, extra), srvs))
 	}
 	target("memory", false, map[string]string{"BACKEND_TYPE": "memory"})
 	if *loadObserve {
@@ -190,6 +186,20 @@ func mustCompile(b testing.TB, expr string) *regexp.Regexp {
 		b.Fatalf("filter %q: %v", expr, err)
 	}
 	return re
+}
+
+// startTarget starts the service with env, on the Redis nodes srvs (none:
+// the memory store), pinned as the benchmarks pin.
+func startTarget(b *testing.B, name string, env map[string]string, srvs []*redistest.Server) loadTarget {
+	b.Helper()
+	p := start(b, env)
+	if pinned() {
+		pin(b, p.cmd.Process.Pid, "0")
+		for _, srv := range srvs {
+			pin(b, srv.Pid(), "1")
+		}
+	}
+	return loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srvs}
 }
 
 // pinned reports whether the load benchmark pins its processes
@@ -234,8 +244,11 @@ func requests(spec loadSpec) []*rlsv3.RateLimitRequest {
 		r := &rlsv3.RateLimitRequest{Domain: "bench"}
 		for d := 1; d <= spec.descs; d++ {
 			key := fmt.Sprintf("k%d", d)
-			if spec.over {
+			switch {
+			case spec.over:
 				key = "over"
+			case spec.key != "":
+				key = spec.key
 			}
 			r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
 				{Key: key, Value: fmt.Sprintf("v%d", rand.IntN(keys))}}})
@@ -265,35 +278,61 @@ func processCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
 }
 
-// redisCPU is the CPU time redis-server has used so far (INFO cpu).
-func redisCPU(b testing.TB, srv *redistest.Server) time.Duration {
-	if srv == nil {
-		return 0
-	}
-	info, err := srv.Do("INFO", "cpu")
-	if err != nil {
-		b.Fatal(err)
-	}
+// redisCPU is the CPU time the redis-servers srvs have used so far (INFO
+// cpu), all together; nil ones count nothing.
+func redisCPU(b testing.TB, srvs ...*redistest.Server) time.Duration {
 	var total float64
-	for _, m := range cpuRE.FindAllStringSubmatch(info, -1) {
-		var v float64
-		fmt.Sscan(m[1], &v)
-		total += v
+	for _, srv := range srvs {
+		if srv == nil {
+			continue
+		}
+		info, err := srv.Do("INFO", "cpu")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range cpuRE.FindAllStringSubmatch(info, -1) {
+			var v float64
+			fmt.Sscan(m[1], &v)
+			total += v
+		}
 	}
 	return time.Duration(total * float64(time.Second))
 }
 
-// redisCalls counts the scripts Redis has run (each decision's round trip)
-// and the time it spent running them.
-func redisCalls(b testing.TB, srv *redistest.Server) (n int, busy time.Duration) {
-	if srv == nil {
-		return 0, 0
+// redisCalls counts the scripts the redis-servers srvs have run (each
+// decision's round trip) and the time they spent running them.
+func redisCalls(b testing.TB, srvs ...*redistest.Server) (n int, busy time.Duration) {
+	for _, srv := range srvs {
+		if srv == nil {
+			continue
+		}
+		st, err := srv.CommandStats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, d := redistest.ScriptCalls(st)
+		n, busy = n+c, busy+d
 	}
-	st, err := srv.CommandStats()
-	if err != nil {
-		b.Fatal(err)
+	return n, busy
+}
+
+// redisCommands counts the commands the redis-servers srvs have run, the
+// INFO calls that read them aside: for a service that sends no scripts
+// (envoyproxy/ratelimit), its round trips' work.
+func redisCommands(b testing.TB, srvs ...*redistest.Server) int {
+	n := 0
+	for _, srv := range srvs {
+		st, err := srv.CommandStats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for name, c := range st {
+			if name != "info" {
+				n += c.Calls
+			}
+		}
 	}
-	return redistest.ScriptCalls(st)
+	return n
 }
 
 // sample is what one or more measured slices of load on one target saw.
@@ -301,6 +340,7 @@ type sample struct {
 	lat                          []time.Duration
 	elapsed                      time.Duration
 	errors, over, calls          int
+	commands                     int // every command but INFO (redisCommands)
 	cpuTarget, cpuRedis, cpuLoad time.Duration
 	script                       time.Duration
 }
@@ -311,6 +351,7 @@ func (s *sample) add(o sample) {
 	s.errors += o.errors
 	s.over += o.over
 	s.calls += o.calls
+	s.commands += o.commands
 	s.cpuTarget += o.cpuTarget
 	s.cpuRedis += o.cpuRedis
 	s.cpuLoad += o.cpuLoad
@@ -330,6 +371,7 @@ func (s *sample) result() loadResult {
 	perReq := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(len(all)) }
 	res.cpuTarget, res.cpuRedis, res.cpuLoad = perReq(s.cpuTarget), perReq(s.cpuRedis), perReq(s.cpuLoad)
 	res.redisCmdsPerRequest = float64(s.calls) / float64(len(all))
+	res.commandsPerRequest = float64(s.commands) / float64(len(all))
 	res.scriptPerRequest = perReq(s.script)
 	return res
 }
@@ -383,8 +425,9 @@ func (ls *loadSession) run(b testing.TB, d time.Duration, record bool) sample {
 	errs := make([]int, *loadCallers)
 	over := make([]int, *loadCallers)
 	var wg sync.WaitGroup
-	startCalls, startScript := redisCalls(b, tg.redis)
-	startTarget, startRedis, startLoad := processCPU(tg.pid), redisCPU(b, tg.redis), processCPU(os.Getpid())
+	startCalls, startScript := redisCalls(b, tg.redis...)
+	startCommands := redisCommands(b, tg.redis...)
+	startTarget, startRedis, startLoad := processCPU(tg.pid), redisCPU(b, tg.redis...), processCPU(os.Getpid())
 	begin := time.Now()
 	for c := range *loadCallers {
 		wg.Add(1)
@@ -423,10 +466,11 @@ func (ls *loadSession) run(b testing.TB, d time.Duration, record bool) sample {
 	}
 	wg.Wait()
 	out := sample{elapsed: time.Since(begin)}
-	endCalls, endScript := redisCalls(b, tg.redis)
+	endCalls, endScript := redisCalls(b, tg.redis...)
 	out.calls, out.script = endCalls-startCalls, endScript-startScript
+	out.commands = redisCommands(b, tg.redis...) - startCommands
 	out.cpuTarget = processCPU(tg.pid) - startTarget
-	out.cpuRedis = redisCPU(b, tg.redis) - startRedis
+	out.cpuRedis = redisCPU(b, tg.redis...) - startRedis
 	out.cpuLoad = processCPU(os.Getpid()) - startLoad
 	for c := range lat {
 		out.lat = append(out.lat, lat[c]...)
@@ -462,7 +506,10 @@ func saveProfile(b *testing.B, debugAddr, name string, d time.Duration) (wait fu
 	return func() { <-done }
 }
 
-func BenchmarkLoad(b *testing.B) {
+// pinGenerator pins this process (the load generator) to CPU 0 when the
+// benchmarks pin (pinned), until the benchmark ends, and says which
+// placement the benchmark runs in.
+func pinGenerator(b *testing.B) string {
 	placement := fmt.Sprintf("unpinned, %d CPUs shared", runtime.NumCPU())
 	if *loadPin && runtime.NumCPU() >= 2 && !pinned() {
 		placement += " (taskset not found)"
@@ -471,9 +518,14 @@ func BenchmarkLoad(b *testing.B) {
 		// The generator with the services, Redis alone: what one Redis
 		// core gives is then measured as a dedicated Redis host gives it.
 		pin(b, os.Getpid(), "0")
-		defer pin(b, os.Getpid(), fmt.Sprintf("0-%d", runtime.NumCPU()-1))
+		b.Cleanup(func() { pin(b, os.Getpid(), fmt.Sprintf("0-%d", runtime.NumCPU()-1)) })
 		placement = "pinned: services and load generator on CPU 0, each Redis alone on CPU 1"
 	}
+	return placement
+}
+
+func BenchmarkLoad(b *testing.B) {
+	placement := pinGenerator(b)
 	for range b.N {
 		targets := benchTargets(b)
 		specs := []loadSpec{
