@@ -80,7 +80,8 @@ fuzz:
 
 # The benchmarks of docs/performance.md: every algorithm's accuracy (virtual
 # time, both stores) and what a decision costs Redis per algorithm (single
-# node and Cluster, CPU, script time, commands, bytes per counter), then the
+# node and Cluster, CPU, script time, commands, bytes per counter) and what
+# each part of a fixed-window call costs it, then the
 # load benchmark (starts redis-server, the service on both stores and a
 # no-op server), what a decision costs Redis with the binary per algorithm
 # (single node and Cluster, Redis pinned to its own CPU where there are two),
@@ -89,7 +90,7 @@ fuzz:
 BENCHFLAGS ?=
 bench:
 	scripts/ensure-servers.sh
-	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost' -benchtime 1x -timeout 30m
+	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost|DecisionParts' -benchtime 1x -timeout 30m
 	$(GO) test ./integration-test -run '^$$' -bench 'Load|RedisCPU|HotKey|ConfigScale|RapidReset|RLQS' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/release.pgo (profile-guided optimisation of the

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -132,7 +131,7 @@ func benchTargets(b *testing.B) []loadTarget {
 	b.Helper()
 	noopAddr, noopPid := startNoop(b)
 	if pinned() {
-		pin(b, noopPid, "0")
+		redistest.Pin(b, noopPid, "0")
 	}
 	ts := []loadTarget{{name: "no-op", addr: noopAddr, pid: noopPid}}
 	env := map[string]string{"LOG_LEVEL": "warn"}
@@ -194,9 +193,9 @@ func startTarget(b *testing.B, name string, env map[string]string, srvs []*redis
 	b.Helper()
 	p := start(b, env)
 	if pinned() {
-		pin(b, p.cmd.Process.Pid, "0")
+		redistest.Pin(b, p.cmd.Process.Pid, "0")
 		for _, srv := range srvs {
-			pin(b, srv.Pid(), "1")
+			redistest.Pin(b, srv.Pid(), "1")
 		}
 	}
 	return loadTarget{name: name, addr: p.grpcAddr, debugAddr: p.debugAddr, pid: p.cmd.Process.Pid, redis: srvs}
@@ -206,20 +205,7 @@ func startTarget(b *testing.B, name string, env map[string]string, srvs []*redis
 // (-load.pin, on a machine of two CPUs or more, with taskset installed).
 // Without taskset (util-linux) the benchmark runs unpinned and says so.
 func pinned() bool {
-	if !*loadPin || runtime.NumCPU() < 2 {
-		return false
-	}
-	_, err := exec.LookPath("taskset")
-	return err == nil
-}
-
-// pin sets the CPUs every thread of process pid may run on (taskset's
-// list form: "0", "1", "0-3"); threads it starts later inherit them.
-func pin(b testing.TB, pid int, cpus string) {
-	b.Helper()
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		b.Fatalf("taskset -a -p -c %s %d: %v: %s", cpus, pid, err, out)
-	}
+	return *loadPin && redistest.CanPin()
 }
 
 func merge(a, b map[string]string) map[string]string {
@@ -517,8 +503,7 @@ func pinGenerator(b *testing.B) string {
 	if pinned() {
 		// The generator with the services, Redis alone: what one Redis
 		// core gives is then measured as a dedicated Redis host gives it.
-		pin(b, os.Getpid(), "0")
-		b.Cleanup(func() { pin(b, os.Getpid(), fmt.Sprintf("0-%d", runtime.NumCPU()-1)) })
+		redistest.PinSelf(b)
 		placement = "pinned: services and load generator on CPU 0, each Redis alone on CPU 1"
 	}
 	return placement

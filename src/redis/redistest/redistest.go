@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,4 +396,31 @@ func ScriptCalls(stats map[string]CommandStat) (calls int, busy time.Duration) {
 		busy += stats[c].Busy
 	}
 	return calls, busy
+}
+
+// CanPin reports whether processes can be pinned to CPUs for a benchmark:
+// two CPUs or more, and taskset (util-linux) installed.
+func CanPin() bool {
+	if runtime.NumCPU() < 2 {
+		return false
+	}
+	_, err := exec.LookPath("taskset")
+	return err == nil
+}
+
+// Pin sets the CPUs every thread of process pid may run on (taskset's
+// list form: "0", "1", "0-3"); threads it starts later inherit them.
+func Pin(tb testing.TB, pid int, cpus string) {
+	tb.Helper()
+	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		tb.Fatalf("taskset -a -p -c %s %d: %v: %s", cpus, pid, err, out)
+	}
+}
+
+// PinSelf pins this process to CPU 0 until tb ends, when it may run on
+// every CPU again.
+func PinSelf(tb testing.TB) {
+	tb.Helper()
+	Pin(tb, os.Getpid(), "0")
+	tb.Cleanup(func() { Pin(tb, os.Getpid(), fmt.Sprintf("0-%d", runtime.NumCPU()-1)) })
 }
