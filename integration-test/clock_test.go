@@ -17,12 +17,15 @@ import (
 // watches Redis with MONITOR: every decision's script call carries no
 // instant of the replica's own (its "now" is -1) and the script
 // reads Redis's TIME, so replicas whose clocks disagree share one window.
+// (A fixed window that drops rejected hits takes the script; the default
+// one takes plain commands, whose window by Redis's clock
+// TestRedisPlainFixedWindowAsProductionRunsIt checks.)
 func TestRedisScriptsReadRedisClock(t *testing.T) {
 	for _, batching := range []string{"150us", "0"} {
 		t.Run("REDIS_PIPELINE_WINDOW="+batching, func(t *testing.T) {
 			srv := redistest.Start(t)
 			mon := srv.Monitor(t)
-			p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_PIPELINE_WINDOW": batching}))
+			p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_PIPELINE_WINDOW": batching, "REJECTED_HITS": "drop"}))
 			if got := p.should(t, "shared", configtest.Desc("k=clock")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("first hit: %v, want OK", got)
 			}

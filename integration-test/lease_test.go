@@ -41,6 +41,17 @@ func scriptCalls(t *testing.T, srv *redistest.Server) int {
 	return calls
 }
 
+// commandCalls counts the calls of one command (lower case) srv has run,
+// from scripts or not.
+func commandCalls(t *testing.T, srv *redistest.Server, name string) int {
+	t.Helper()
+	st, err := srv.CommandStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st[name].Calls
+}
+
 // TestLeaseThroughTheBinary runs two service processes on one Redis with
 // leased limits, as a user deploys them: on a key far from its limit
 // almost nothing reaches Redis; on a hot key hammered at over three times

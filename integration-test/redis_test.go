@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,17 +259,21 @@ descriptors:
 	}
 }
 
+// listedCommands are the commands docs/migrating.md says a Redis user
+// needs beyond the reference's.
+var listedCommands = []string{"+evalsha", "+eval", "+script|load", "+fcall", "+function|load",
+	"+get", "+set", "+del", "+hget", "+hset", "+hincrby", "+hdel", "+pexpire", "+time"}
+
 // TestRedisFunctionsAsProductionRunsThem: on Redis 7 the binary loads its
-// Lua code as a function library and every decision is an FCALL, also for
-// a Redis user allowed only the commands docs/migrating.md lists; where
-// Redis refuses functions (an ACL without FUNCTION here, Redis before 7
-// elsewhere) it says so at start-up and every decision runs as a script,
-// with the same answers.
+// Lua code as a function library and every decision that needs the code
+// (here a fixed window that drops the hits it rejects; the default fixed
+// window takes plain commands, TestRedisPlainFixedWindowAsProductionRunsIt)
+// is an FCALL, also for a Redis user allowed only the commands
+// docs/migrating.md lists; where Redis refuses functions (an ACL without
+// FUNCTION here, Redis before 7 elsewhere) it says so at start-up and every
+// decision runs as a script, with the same answers.
 func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
-	// The commands docs/migrating.md says a user needs beyond the
-	// reference's.
-	listed := []string{"+evalsha", "+eval", "+script|load", "+fcall", "+function|load",
-		"+get", "+set", "+del", "+hget", "+hset", "+hincrby", "+hdel", "+pexpire", "+time"}
+	listed := listedCommands
 	for _, tc := range []struct {
 		name    string
 		acl     []string // rules of the service's Redis user; nil: the default user
@@ -281,7 +286,7 @@ func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
 		refused := tc.refused
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			env := map[string]string{"REDIS_URL": srv.Addr}
+			env := map[string]string{"REDIS_URL": srv.Addr, "REJECTED_HITS": "drop"}
 			if tc.acl != nil {
 				if _, err := srv.Do(append([]string{"ACL", "SETUSER", "limited", "on", ">secret", "~*"}, tc.acl...)...); err != nil {
 					t.Fatal(err)
@@ -312,5 +317,61 @@ func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
 					fcalls, scripts, said, stats)
 			}
 		})
+	}
+}
+
+// TestRedisPlainFixedWindowAsProductionRunsIt: with the default settings a
+// fixed window is counted with plain commands (src/redis/plain.go), also
+// for a Redis user allowed only the commands docs/migrating.md lists: one
+// HINCRBY per decision, no Lua, exactly the limit admitted; the service
+// reads Redis's TIME and counts in Redis's window, and the key expires
+// with that window.
+func TestRedisPlainFixedWindowAsProductionRunsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do(append([]string{"ACL", "SETUSER", "limited", "on", ">secret", "~*", "-@all", "+incrby", "+expire"}, listedCommands...)...); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_AUTH": "limited:secret"}))
+	for i := range 41 {
+		want := rlsv3.RateLimitResponse_OK
+		if i == 40 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if got := p.should(t, "shared", configtest.Desc("k=plain")).GetOverallCode(); got != want {
+			t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
+		}
+	}
+	stats, err := srv.CommandStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := redistest.ScriptCalls(stats)
+	if calls != 0 || stats["hincrby"].Calls != 41 || stats["time"].Calls == 0 {
+		t.Errorf("script calls %d, HINCRBY %d, TIME %d: want no script, one HINCRBY per request and the service reading Redis's clock\n%v",
+			calls, stats["hincrby"].Calls, stats["time"].Calls, stats)
+	}
+	keys := keysOn(t, srv)
+	if len(keys) != 1 {
+		t.Fatalf("keys %v, want the one counter", keys)
+	}
+	now, err := srv.Do("TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, _ := strconv.ParseInt(strings.Fields(now)[0], 10, 64)
+	fields, err := srv.Do("HGETALL", keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.FormatInt(secs/3600, 10) + "\n41"; fields != want {
+		t.Errorf("HGETALL %s = %q, want Redis's window %q", keys[0], fields, want)
+	}
+	pttl, err := srv.Do("PTTL", keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := strconv.ParseInt(pttl, 10, 64)
+	if left := ((secs/3600+1)*3600 - secs) * 1000; ms < left-60_000 || ms > left+2_000 {
+		t.Errorf("PTTL %d ms, want the window's end, %d ms from Redis's TIME (a second more at most)", ms, left)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // Cluster (its three nodes share CPU 1); with -rediscpu.reference, an
 // envoyproxy/ratelimit binary on its own single Redis beside them, on the
 // fixed-window rows (the only algorithm it has); with -rediscpu.baseline,
-// another build of this service on its own single Redis. The targets take turns,
+// other builds of this service, each on its own single Redis. The targets take turns,
 // -rediscpu.rounds slices each, so a slow spell of the machine hits all of
 // them alike. Per decision (one descriptor's hit): Redis CPU (INFO cpu,
 // every node), the part in scripts (INFO commandstats), and the decisions
@@ -34,7 +34,7 @@ var (
 	redisCPUDuration  = flag.Duration("rediscpu.duration", 6*time.Second, "measured time per target and row")
 	redisCPURounds    = flag.Int("rediscpu.rounds", 3, "slices the measured time is cut into, the targets taking turns")
 	redisCPUReference = flag.String("rediscpu.reference", "", "an envoyproxy/ratelimit server binary to measure beside this service, on the fixed-window rows")
-	redisCPUBaseline  = flag.String("rediscpu.baseline", "", "a server binary of another build to measure beside this one on a single Redis (\"single, baseline\"), to compare builds in one run")
+	redisCPUBaseline  = flag.String("rediscpu.baseline", "", "server binaries of other builds, comma-separated, to measure beside this one on a single Redis each (\"single, baseline\", \"single, baseline 2\", ...), to compare builds in one run")
 	redisCPUAlgs      = flag.String("rediscpu.algorithms", "", "run only rows whose algorithm matches this regular expression")
 )
 
@@ -73,10 +73,16 @@ func BenchmarkRedisCPU(b *testing.B) {
 			startTarget(b, "single", merge(env, map[string]string{"REDIS_URL": single.Addr}), []*redistest.Server{single}),
 			startTarget(b, "cluster", merge(env, map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": nodes[0].Addr + "," + nodes[1].Addr}), nodes),
 		}
-		if *redisCPUBaseline != "" {
+		for i, bin := range strings.Split(*redisCPUBaseline, ",") {
+			if bin = strings.TrimSpace(bin); bin == "" {
+				continue
+			}
+			name := "single, baseline"
+			if i > 0 {
+				name = fmt.Sprintf("single, baseline %d", i+1)
+			}
 			base := redistest.Start(b)
-			targets = append(targets, startTarget(b, "single, baseline", merge(env, map[string]string{binaryKey: *redisCPUBaseline, "REDIS_URL": base.Addr}),
-				[]*redistest.Server{base}))
+			targets = append(targets, startTarget(b, name, merge(env, map[string]string{binaryKey: bin, "REDIS_URL": base.Addr}), []*redistest.Server{base}))
 		}
 		if *redisCPUReference != "" {
 			ref := redistest.Start(b)

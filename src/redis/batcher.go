@@ -52,10 +52,12 @@ import (
 // 2 or more overlap round trips. See docs/performance.md.
 const defaultInFlight = 1
 
-// call is one decision's script invocation.
+// call is one decision's script invocation, or its plain HINCRBYs
+// (plain.go).
 type call struct {
-	keys []string
-	arg  []byte // the decision's argument (scriptArg)
+	keys  []string
+	arg   []byte     // the decision's argument (scriptArg)
+	plain *plainCall // when set, the call is plain HINCRBYs, not the script's
 	// deadline is when the call gives up: REDIS_TIMEOUT after its Apply
 	// began (zero: never). A value, not a context with a timer: followers
 	// are woken by their leader anyway, and a timer per decision showed in
@@ -117,9 +119,9 @@ var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.De
 // when the queue is promoted is answered errQueueTimeout, unsent. (So a
 // queued call can learn of its timeout up to one batch late; ctx, which
 // carries Envoy's deadline, still ends the wait at once.)
-func (b *batcher) do(ctx context.Context, deadline time.Time, keys []string, arg []byte) (any, error) {
-	c := &call{keys: keys, arg: arg, deadline: deadline, done: make(chan struct{}, 1)}
-	if len(keys) > heavyKeys {
+func (b *batcher) do(ctx context.Context, deadline time.Time, c *call) (any, error) {
+	c.deadline, c.done = deadline, make(chan struct{}, 1)
+	if len(c.keys) > heavyKeys {
 		b.send(ctx, []*call{c})
 		return c.reply, c.err
 	}

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, time.Time{}, []string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil))
+	reply, err := b.do(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil)})
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -362,7 +362,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.do(ctx, time.Time{}, keys, scriptArg(redisTime, modeEach, hits, nil))
+		_, err := b.do(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil)})
 		done <- err
 	}()
 	for {

@@ -1,6 +1,7 @@
 // Package redis is the Redis-backed limiter.Store: clients for a single node,
 // Sentinel and Cluster (go-redis), the counter keys' Redis form, and the Lua
-// scripts that apply a request's hits atomically in one round trip.
+// scripts that apply a request's hits atomically in one round trip (or, for
+// the default fixed window, plain HINCRBYs on the same counters: plain.go).
 //
 // Keys are CACHE_KEY_PREFIX + "rl:v2:" + the config's injective key, whose
 // {hash tag} puts every limit of one descriptor value in one Cluster slot.

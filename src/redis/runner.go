@@ -134,22 +134,32 @@ func functionMissing(err error) bool {
 // exec runs calls in one round trip and sets every call's reply and err:
 // the only place this package sends batch.lua, batched or not. One call is
 // one FCALL or EVALSHA; several are, with merge, one call holding them all
-// (sendMerged), else a pipeline (Cluster: go-redis sends one per node).
-// Calls that found the function missing, or FCALL refused for good (an ACL
-// that allows FUNCTION LOAD but not FCALL), did not run: they run again as
-// the script, whose answers (or errors) are theirs; a missing library is
-// loaded again when due, a refused FCALL is not tried again.
+// (merged), else a pipeline (Cluster: go-redis sends one per node). Plain
+// calls (plain.go) go in the same pipeline as HINCRBYs. Calls that found
+// the function missing, or FCALL refused for good (an ACL that allows
+// FUNCTION LOAD but not FCALL), did not run: they run again as the script,
+// whose answers (or errors) are theirs; a missing library is loaded again
+// when due, a refused FCALL is not tried again.
 func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 	r.loadIfDue(ctx)
-	if !r.ready.Load() {
-		sendCalls(ctx, r.client, merge, false, batch)
-		return
-	}
-	sendCalls(ctx, r.client, merge, true, batch)
-	var missed []*call
+	fn := r.ready.Load()
+	var scripted, plain []*call
 	for _, c := range batch {
+		if c.plain != nil {
+			plain = append(plain, c)
+		} else {
+			scripted = append(scripted, c)
+		}
+	}
+	if len(plain) == 0 {
+		sendCalls(ctx, r.client, merge, fn, scripted)
+	} else {
+		sendWithPlain(ctx, r.client, merge, fn, scripted, plain)
+	}
+	var missed []*call
+	for _, c := range scripted {
 		switch {
-		case c.err == nil:
+		case c.err == nil || !fn:
 		case functionMissing(c.err):
 			missed = append(missed, c)
 			r.ready.Store(false)
@@ -176,21 +186,67 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 		return
 	}
 	if merge {
-		sendMerged(ctx, client, fn, batch)
+		keys, arg := merged(batch)
+		reply, err := invoke(ctx, client, fn, keys, arg).Result()
+		splitMerged(reply, err, batch)
 		return
 	}
-	cmds := make([]*goredis.Cmd, len(batch))
+	sendWithPlain(ctx, client, false, fn, batch, nil)
+}
+
+// sendWithPlain runs the scripted calls (merged into one with merge) and
+// the plain calls' HINCRBYs in one pipeline. A scripted call that found the
+// script flushed runs again as the script (see sendCalls).
+func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, fn bool, scripted, plain []*call) {
+	queue := func(p goredis.Pipeliner, keys []string, arg []byte) *goredis.Cmd {
+		if fn {
+			return p.FCall(ctx, fnName, keys, arg)
+		}
+		return batchScript.EvalSha(ctx, p, keys, arg)
+	}
+	merge = merge && len(scripted) > 1
+	var one *goredis.Cmd // the merged call
+	cmds := make([]*goredis.Cmd, len(scripted))
+	counts := make([][]*goredis.IntCmd, len(plain))
 	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, c := range batch {
-			if fn {
-				cmds[i] = p.FCall(ctx, fnName, c.keys, c.arg)
-			} else {
-				cmds[i] = batchScript.EvalSha(ctx, p, c.keys, c.arg)
+		if merge {
+			keys, arg := merged(scripted)
+			one = queue(p, keys, arg)
+		} else {
+			for i, c := range scripted {
+				cmds[i] = queue(p, c.keys, c.arg)
+			}
+		}
+		for i, c := range plain {
+			counts[i] = make([]*goredis.IntCmd, len(c.keys))
+			for j, k := range c.keys {
+				counts[i][j] = p.HIncrBy(ctx, k, c.plain.fields[j], c.plain.costs[j])
 			}
 		}
 		return nil
 	})
-	for i, c := range batch {
+	for i, c := range plain {
+		n := make([]int64, len(counts[i]))
+		c.reply, c.err = nil, nil
+		for j, cmd := range counts[i] {
+			if n[j], c.err = cmd.Result(); c.err != nil {
+				break
+			}
+		}
+		if c.err == nil {
+			c.reply = n
+		}
+	}
+	if merge {
+		reply, err := one.Result()
+		if !fn && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			keys, arg := merged(scripted)
+			reply, err = batchScript.Run(ctx, client, keys, arg).Result()
+		}
+		splitMerged(reply, err, scripted)
+		return
+	}
+	for i, c := range scripted {
 		c.reply, c.err = cmds[i].Result()
 		if !fn && c.err != nil && goredis.HasErrorPrefix(c.err, "NOSCRIPT") {
 			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.arg).Result()
@@ -198,26 +254,29 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	}
 }
 
-// sendMerged sends the whole batch as one call and splits the reply,
-// decision after decision (see answerBytes).
-func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, batch []*call) {
-	var keys []string
-	var arg []byte
+// merged is the keys and argument of one call holding every call of
+// batch, decision after decision.
+func merged(batch []*call) (keys []string, arg []byte) {
 	for _, c := range batch {
 		keys = append(keys, c.keys...)
 		arg = append(arg, c.arg...)
 	}
-	reply, err := invoke(ctx, client, fn, keys, arg).Result()
+	return keys, arg
+}
+
+// splitMerged splits the reply (or err) of a merged call among its calls,
+// decision after decision (see answerBytes).
+func splitMerged(reply any, err error, batch []*call) {
 	packed, ok := reply.(string)
 	if err == nil && !ok {
-		err = fmt.Errorf("redis: unexpected script reply %T for %d hits", reply, len(keys))
+		err = fmt.Errorf("redis: unexpected script reply %T for %d decisions", reply, len(batch))
 	}
 	off := 0
 	for _, c := range batch {
 		if err == nil {
 			n, whole := answerBytes(packed[off:], len(c.keys))
 			if !whole {
-				err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d hits", len(packed), len(keys))
+				err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d decisions", len(packed), len(batch))
 			} else {
 				// A call run again (as the script, after the function was
 				// found missing) drops the error of its first run.
@@ -229,7 +288,7 @@ func sendMerged(ctx context.Context, client goredis.UniversalClient, fn bool, ba
 		c.err = err
 	}
 	if err == nil && off != len(packed) {
-		err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d hits", len(packed), len(keys))
+		err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d decisions", len(packed), len(batch))
 		for _, c := range batch {
 			c.reply, c.err = nil, err
 		}

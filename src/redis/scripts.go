@@ -101,7 +101,7 @@ const (
 // scriptArg builds one decision's argument (see batch.lua): the header,
 // then each hit's parameters. One string per decision, rather than one per
 // field, spares Redis a string to parse and Lua a string to make for each;
-// a merged batch concatenates its decisions' into one (sendMerged) for the
+// a merged batch concatenates its decisions' into one (merged) for the
 // same reason. leases, when not nil, holds each hit's
 // lease parameter (see batch.lua and lease.go).
 func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []byte {

@@ -50,10 +50,12 @@ const DefaultLeaseIdle = time.Second
 
 // Store is the Redis limiter.Store. An Apply is one round trip, a single
 // script call over all keys on a single node or Sentinel, one pipeline per
-// node in Cluster mode, with two exceptions: an all-or-nothing batch over
-// several Cluster nodes checks every node, then counts (two round trips),
-// and a leased batch first gives back slices it must (leasepath.go). It
-// is safe for concurrent use.
+// node in Cluster mode, or plain HINCRBYs for the default fixed window
+// (plain.go), with three exceptions: an all-or-nothing batch over several
+// Cluster nodes checks every node, then counts (two round trips), a leased
+// batch first gives back slices it must (leasepath.go), and a plain
+// decision that opened a window sets its TTL after (plain.go). It is safe
+// for concurrent use.
 type Store struct {
 	client    goredis.UniversalClient
 	runner    *runner
@@ -65,6 +67,7 @@ type Store struct {
 	// not answer.
 	cacheMisses atomic.Uint64
 	clock       func() time.Time
+	rclock      *redisClock // Redis's clock, for plain decisions (plain.go)
 	timeout     time.Duration
 	batch       *batcher // nil when pipelining is off
 	leases      *leases  // nil when leasing is off
@@ -98,7 +101,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	_, cluster := client.(*goredis.ClusterClient)
 	s := &Store{client: client, runner: newRunner(client), cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock,
-		timeout: opts.Timeout}
+		rclock: &redisClock{client: client}, timeout: opts.Timeout}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
@@ -239,66 +242,62 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 	return out, nil
 }
 
-// run executes the groups' scripts in one round trip and fills outs. ctx
-// ends at deadline unless batching is on (see Apply).
+// run executes the groups' calls in one round trip and fills outs (plain
+// decisions' follow-ups take a second, plain.go). ctx ends at deadline
+// unless batching is on (see Apply).
 func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
-	if s.batch != nil {
-		return s.runBatched(ctx, deadline, now, mode, groups, outs)
-	}
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		calls[i] = &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
+		calls[i] = s.newCall(ctx, now, mode, g)
 	}
-	s.runner.exec(ctx, false, calls)
+	if s.batch != nil {
+		s.runBatched(ctx, deadline, calls)
+	} else {
+		s.runner.exec(ctx, false, calls)
+	}
+	var f followUps
 	for i, g := range groups {
-		if calls[i].err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), calls[i].err)
+		c := calls[i]
+		if c.err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
 		}
-		if err := fill(calls[i].reply, g, outs); err != nil {
+		if err := s.fill(c, g, outs, &f); err != nil {
 			return err
 		}
 	}
-	return nil
+	return f.send(ctx, deadline, s.client)
 }
 
-// runBatched hands the groups to the batcher, which pipelines them with
-// other decisions' calls.
-func (s *Store) runBatched(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
-	if len(groups) == 1 {
-		g := groups[0]
-		reply, err := s.batch.do(ctx, deadline, g.keys, scriptArg(now, mode, g.hits, g.wants))
-		if err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
-		}
-		return fill(reply, g, outs)
+// runBatched hands the calls to the batcher, which pipelines them with
+// other decisions' calls, and sets each call's reply and err.
+func (s *Store) runBatched(ctx context.Context, deadline time.Time, calls []*call) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.reply, c.err = s.batch.do(ctx, deadline, c)
+		return
 	}
-	type result struct {
-		reply any
-		err   error
-	}
-	res := make([]result, len(groups))
 	var wg sync.WaitGroup
-	for i, g := range groups {
+	for _, c := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i].reply, res[i].err = s.batch.do(ctx, deadline, g.keys, scriptArg(now, mode, g.hits, g.wants))
+			c.reply, c.err = s.batch.do(ctx, deadline, c)
 		}()
 	}
 	wg.Wait()
-	for i, g := range groups {
-		if res[i].err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), res[i].err)
-		}
-		if err := fill(res[i].reply, g, outs); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
-func fill(reply any, g *group, outs []limiter.Outcome) error {
-	got, err := parseOutcomes(reply, len(g.hits), g.grants)
+// fill puts c's answers to g's hits into outs; a plain call's follow-ups
+// go into f.
+func (s *Store) fill(c *call, g *group, outs []limiter.Outcome, f *followUps) error {
+	if c.plain != nil {
+		counts, ok := c.reply.([]int64)
+		if !ok {
+			return fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
+		}
+		return s.plainOutcomes(c, counts, g, outs, f)
+	}
+	got, err := parseOutcomes(c.reply, len(g.hits), g.grants)
 	if err != nil {
 		return err
 	}

@@ -517,7 +517,7 @@ func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 		}
 		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil)})
 	}
-	sendMerged(context.Background(), c, false, calls)
+	sendCalls(context.Background(), c, true, false, calls) // merged: one script call
 	for i, bt := range batches {
 		r := calls[i]
 		if r.err != nil {
@@ -589,9 +589,11 @@ func TestTTLFollowsTheWindow(t *testing.T) {
 func TestTTLOfABatchCountedAhead(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{})
-	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog} {
-		key := "{ahead}:" + alg.String()
-		r := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Second}
+	// The last: a fixed window that counts rejected hits, which takes the
+	// plain path (plain.go).
+	for i, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog, limiter.FixedWindow} {
+		key := fmt.Sprintf("{ahead}:%s%d", alg, i)
+		r := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Second, CountRejected: i == 4}
 		ahead := time.Now().Add(30 * time.Second).Truncate(time.Second)
 		if _, err := s.Apply(context.Background(), limiter.Batch{Now: ahead, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 3}}}); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,125 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// Which decisions take the plain path (one HINCRBY per hit, no function)
+// and which the function, counted by Redis itself, on Redis's clock as the
+// service sends them (no Now), batched and not.
+func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
+	count := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
+	drop := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour}
+	sliding := limiter.Rule{Algorithm: limiter.SlidingWindow, Limit: 100, Period: time.Hour, CountRejected: true}
+	for _, tc := range []struct {
+		name      string
+		batch     limiter.Batch
+		wantPlain bool
+	}{
+		{"count-rejected fixed window", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, true},
+		{"two count-rejected hits", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:b", Rule: count, Cost: 2}}}, true},
+		{"advisory", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1, Advisory: true}}}, true},
+		{"one hit, all or nothing", limiter.Batch{AllOrNothing: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, true},
+		{"rejected hits dropped", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:d", Rule: drop, Cost: 1}}}, false},
+		{"a check (cost 0)", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count}}}, false},
+		{"a refund", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1, Refund: true}}}, false},
+		{"another algorithm beside", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:s", Rule: sliding, Cost: 1}}}, false},
+		{"two hits, all or nothing", limiter.Batch{AllOrNothing: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:b", Rule: count, Cost: 1}}}, false},
+		{"a dry run", limiter.Batch{DryRun: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, false},
+	} {
+		for _, batched := range []bool{false, true} {
+			t.Run(tc.name+"/batched="+strconv.FormatBool(batched), func(t *testing.T) {
+				srv := redistest.Start(t)
+				s := newStore(t, single(t, srv), Options{Batch: batched})
+				if _, err := s.Apply(context.Background(), tc.batch); err != nil {
+					t.Fatal(err)
+				}
+				st, err := srv.CommandStats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls, _ := redistest.ScriptCalls(st)
+				if plain := calls == 0 && st["hincrby"].Calls == len(tc.batch.Hits); plain != tc.wantPlain {
+					t.Errorf("plain = %v (script calls %d, HINCRBY %d), want %v", plain, calls, st["hincrby"].Calls, tc.wantPlain)
+				}
+			})
+		}
+	}
+}
+
+// A plain decision counts in the window of Redis's clock, sets the key's
+// TTL to the window's end (and at most plainTTLSlack more) on the window's
+// first count, and drops the previous window's field.
+func TestPlainDecisionWindowAndTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, Options{})
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
+	key := keyVersion + "{ttl}:k"
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := now.Unix() / 3600
+	// A field of the previous window, as a key that outlived its window
+	// would hold.
+	if err := c.HSet(context.Background(), key, strconv.FormatInt(w-1, 10), "7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl}:k", Rule: r, Cost: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields, err := c.HGetAll(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fields) != 1 || fields[strconv.FormatInt(w, 10)] != "3" {
+		t.Errorf("fields = %v, want only window %d's, counted 3 (the previous window's dropped)", fields, w)
+	}
+	end := time.Unix((w+1)*3600, 0)
+	ttl, err := c.PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Redis's clock has moved on a little since now; the window ends no
+	// sooner than end - now from here.
+	if need := end.Sub(now) - time.Minute; ttl < need || ttl > end.Sub(now)+plainTTLSlack {
+		t.Errorf("PTTL = %v, want the window's end (%v from the first TIME) plus at most %v", ttl, end.Sub(now), plainTTLSlack)
+	}
+	if o := out[0]; !o.Allowed || o.Remaining != 7 || o.ResetAfter <= 0 || o.ResetAfter > end.Sub(now) {
+		t.Errorf("outcome = %+v, want allowed, 7 left, reset by the window's end", o)
+	}
+}
+
+// The estimate of Redis's clock lies between two TIME readings taken
+// around it (with a round trip's room either side).
+func TestRedisClockEstimate(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	rc := &redisClock{client: c}
+	ctx := context.Background()
+	for range 3 {
+		before, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		est, ok := rc.now(ctx)
+		if !ok {
+			t.Fatal("no estimate of Redis's clock")
+		}
+		after, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo, hi := before.UnixMicro()-clockMaxRTT.Microseconds(), after.UnixMicro()+clockMaxRTT.Microseconds(); est < lo || est > hi {
+			t.Errorf("estimate %d µs, want within [%d, %d] (TIME before and after, a round trip's room)", est, lo, hi)
+		}
+	}
+}
