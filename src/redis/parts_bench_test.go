@@ -30,8 +30,8 @@ import (
 //     command taken out (the Lua around it);
 //   - batch.lua: the function itself;
 //   - plain pipeline: one HINCRBY per hit as plain commands, no function
-//     (what a script-free fixed-window path would cost at most, before any
-//     TTL it would need).
+//     (what the plain fixed-window path, plain.go, sends; a window's first
+//     count adds a second call, once per key and window).
 //
 // Per hit: Redis CPU (INFO cpu) and the time in the function (INFO
 // commandstats). docs/performance.md has the figures.
