@@ -259,6 +259,22 @@ descriptors:
 	}
 }
 
+// toTheLimit sends 41 requests of the descriptor desc ("k=value") of
+// sharedConfig (40 an hour) to p: the first 40 must be OK, the last
+// OVER_LIMIT.
+func toTheLimit(t *testing.T, p *proc, desc string) {
+	t.Helper()
+	for i := range 41 {
+		want := rlsv3.RateLimitResponse_OK
+		if i == 40 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if got := p.should(t, "shared", configtest.Desc(desc)).GetOverallCode(); got != want {
+			t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
+		}
+	}
+}
+
 // listedCommands are the commands docs/migrating.md says a Redis user
 // needs beyond the reference's.
 var listedCommands = []string{"+evalsha", "+eval", "+script|load", "+fcall", "+function|load",
@@ -294,15 +310,7 @@ func TestRedisFunctionsAsProductionRunsThem(t *testing.T) {
 				env["REDIS_AUTH"] = "limited:secret"
 			}
 			p := start(t, redisEnv(t, env))
-			for i := range 41 {
-				want := rlsv3.RateLimitResponse_OK
-				if i == 40 {
-					want = rlsv3.RateLimitResponse_OVER_LIMIT
-				}
-				if got := p.should(t, "shared", configtest.Desc("k=fn")).GetOverallCode(); got != want {
-					t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
-				}
-			}
+			toTheLimit(t, p, "k=fn")
 			stats, err := srv.CommandStats()
 			if err != nil {
 				t.Fatal(err)
@@ -332,15 +340,7 @@ func TestRedisPlainFixedWindowAsProductionRunsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_AUTH": "limited:secret"}))
-	for i := range 41 {
-		want := rlsv3.RateLimitResponse_OK
-		if i == 40 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if got := p.should(t, "shared", configtest.Desc("k=plain")).GetOverallCode(); got != want {
-			t.Fatalf("request %d: %v, want %v (limit 40 an hour)", i+1, got, want)
-		}
-	}
+	toTheLimit(t, p, "k=plain")
 	stats, err := srv.CommandStats()
 	if err != nil {
 		t.Fatal(err)
