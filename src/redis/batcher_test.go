@@ -165,12 +165,9 @@ func testBatcherGroups(t *testing.T, inFlight int) {
 // a batch of its own a round trip later.
 func TestBatcherLeaderTakesWhatQueuedBeforeItRan(t *testing.T) {
 	b, srv := newTestBatcher(t, 1)
-	resume := pauseScripts(t, srv)
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
-	res := fillLeaders(t, b, "{late}:busy", r)
-	first := enqueue(t, context.Background(), b, "{late}:k", r, 1)
 	late := make(chan batchResult, 1)
-	yields := 0
+	yields := 0 // only the promoted leader's goroutine yields
 	b.yield = func() {
 		// The promoted leader is about to take its batch: one more
 		// decision arrives first.
@@ -179,6 +176,9 @@ func TestBatcherLeaderTakesWhatQueuedBeforeItRan(t *testing.T) {
 			waitFor(t, b, "the late decision queued", func() bool { return len(b.queue) == 1 })
 		}
 	}
+	resume := pauseScripts(t, srv)
+	res := fillLeaders(t, b, "{late}:busy", r)
+	first := enqueue(t, context.Background(), b, "{late}:k", r, 1)
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,7 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 // plainOutcomes answers g's hits from their counts as fixed_count does in
 // batch.lua, and adds to f what a window's first count or a count past
 // limiter.MaxCount must still do.
-func (s *Store) plainOutcomes(c *call, counts []int64, g *group, outs []limiter.Outcome, f *followUps) error {
+func plainOutcomes(c *call, counts []int64, g *group, outs []limiter.Outcome, f *followUps) error {
 	p := c.plain
 	if len(counts) != len(g.hits) {
 		return fmt.Errorf("redis: %d counts for %d hits", len(counts), len(g.hits))

@@ -255,17 +255,26 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	} else {
 		s.runner.exec(ctx, false, calls)
 	}
+	// Every call that counted leaves its follow-ups, whatever the others
+	// answered: a window's first count must get its TTL.
 	var f followUps
+	var first error
 	for i, g := range groups {
 		c := calls[i]
-		if c.err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
+		err := c.err
+		if err != nil {
+			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
+		} else {
+			err = s.fill(c, g, outs, &f)
 		}
-		if err := s.fill(c, g, outs, &f); err != nil {
-			return err
+		if first == nil {
+			first = err
 		}
 	}
-	return f.send(ctx, deadline, s.client)
+	if err := f.send(ctx, deadline, s.client); first == nil {
+		first = err
+	}
+	return first
 }
 
 // runBatched hands the calls to the batcher, which pipelines them with
@@ -295,7 +304,7 @@ func (s *Store) fill(c *call, g *group, outs []limiter.Outcome, f *followUps) er
 		if !ok {
 			return fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
 		}
-		return s.plainOutcomes(c, counts, g, outs, f)
+		return plainOutcomes(c, counts, g, outs, f)
 	}
 	got, err := parseOutcomes(c.reply, len(g.hits), g.grants)
 	if err != nil {
