@@ -123,3 +123,52 @@ func TestRedisClockEstimate(t *testing.T) {
 		}
 	}
 }
+
+// A reading older than clockEvery is taken again in the background, and
+// meanwhile the old one serves: a reading an hour off is replaced.
+func TestRedisClockReadsAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	rc := &redisClock{client: c}
+	ctx := context.Background()
+	stale := time.Now().Add(-clockEvery - time.Second)
+	off := time.Now().Add(time.Hour).UnixMicro()
+	rc.reading.Store(&clockReading{redis: off, local: stale})
+	if est, ok := rc.now(ctx); !ok || est < off {
+		t.Fatalf("estimate %d, %v: want the old reading's while the new one is taken", est, ok)
+	}
+	for deadline := time.Now().Add(10 * time.Second); rc.reading.Load().local == stale; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale reading was not taken again")
+		}
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, _ := rc.now(ctx)
+	if d := time.Duration(est-now.UnixMicro()) * time.Microsecond; d < -clockMaxRTT || d > clockMaxRTT {
+		t.Errorf("estimate after the new reading is %v off Redis's TIME", d)
+	}
+}
+
+// Until Redis's clock has been read, a decision the plain path could take
+// takes the function: here no Redis answers TIME, and the call is the
+// function's.
+func TestPlainNeedsRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	srv.Stop()
+	s, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
+	g := &group{idx: []int{0}, keys: []string{keyVersion + "{c}:k"}, hits: []*limiter.Hit{{Key: "{c}:k", Rule: r, Cost: 1}}}
+	if got := s.newCall(context.Background(), redisTime, modeEach, g); got.plain != nil || got.arg == nil {
+		t.Errorf("call without Redis's clock = %+v, want the function's", got)
+	}
+	if _, ok := s.rclock.now(context.Background()); ok {
+		t.Error("an estimate of the clock of a Redis that does not answer")
+	}
+}
