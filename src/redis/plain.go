@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -138,52 +137,12 @@ func plainEligible(mode scriptMode, g *group) bool {
 		return false
 	}
 	for _, h := range g.hits {
-		if !plainHit(h) {
+		r := &h.Rule
+		if r.Algorithm != limiter.FixedWindow || !r.CountRejected || r.Overdraft || h.Refund || h.Cost == 0 || r.Period < time.Microsecond {
 			return false
 		}
 	}
 	return true
-}
-
-// plainHit reports whether h alone could be counted by a plain HINCRBY.
-func plainHit(h *limiter.Hit) bool {
-	r := &h.Rule
-	return r.Algorithm == limiter.FixedWindow && r.CountRejected && !r.Overdraft && !h.Refund && h.Cost > 0 && r.Period >= time.Microsecond
-}
-
-// splitPlain splits, in mode 0 (each hit on its own), a group whose hits
-// are not all plain into its plain hits and the rest, so that the plain
-// ones go plain beside the function's call (a request with descriptors of
-// several algorithms), unless a key has hits in both parts. It splits
-// nothing until Redis's clock is known: before, both parts would take the
-// function, in two calls.
-func (s *Store) splitPlain(mode scriptMode, groups []*group) []*group {
-	if mode != modeEach || s.rclock.reading.Load() == nil {
-		return groups
-	}
-	out := groups[:0:0]
-	for _, g := range groups {
-		if g.wants != nil || plainEligible(mode, g) {
-			out = append(out, g)
-			continue
-		}
-		var plain, rest group
-		for j, h := range g.hits {
-			part := &rest
-			if plainHit(h) {
-				part = &plain
-			}
-			part.idx, part.keys, part.hits = append(part.idx, g.idx[j]), append(part.keys, g.keys[j]), append(part.hits, h)
-		}
-		if len(plain.hits) == 0 || shareKey(plain.keys, rest.keys) {
-			// A key in both parts (a refund beside a count, say) must see
-			// its hits in order, in one call.
-			out = append(out, g)
-			continue
-		}
-		out = append(out, &plain, &rest)
-	}
-	return out
 }
 
 // newCall is g's call: plain HINCRBYs when g is eligible and Redis's clock
@@ -293,14 +252,4 @@ func (f *followUps) send(ctx context.Context, deadline time.Time, client goredis
 		return fmt.Errorf("redis: after counting, set %d new windows' TTLs: %w", len(f.windows), err)
 	}
 	return nil
-}
-
-// shareKey reports whether a and b have a key in common.
-func shareKey(a, b []string) bool {
-	for _, k := range a {
-		if slices.Contains(b, k) {
-			return true
-		}
-	}
-	return false
 }

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -171,68 +170,5 @@ func TestPlainNeedsRedisClock(t *testing.T) {
 	}
 	if _, ok := s.rclock.now(context.Background()); ok {
 		t.Error("an estimate of the clock of a Redis that does not answer")
-	}
-}
-
-// In mode 0, a decision's plain hits go plain beside the function's call
-// for its other hits, unless a key has hits on both sides (those must be
-// applied in order, in one call). Watched with MONITOR: who ran each
-// HINCRBY, the client or the code.
-func TestPlainSplitsAMixedDecision(t *testing.T) {
-	count := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
-	sliding := limiter.Rule{Algorithm: limiter.SlidingWindow, Limit: 100, Period: time.Hour}
-	for _, tc := range []struct {
-		name       string
-		hits       []limiter.Hit
-		wantClient int // HINCRBYs the client sent (the plain hits)
-	}{
-		{"a fixed window and a sliding window", []limiter.Hit{{Key: "{m}:a", Rule: count, Cost: 1}, {Key: "{m}:b", Rule: sliding, Cost: 1}}, 1},
-		{"a count and a refund of one key", []limiter.Hit{{Key: "{m}:a", Rule: count, Cost: 1}, {Key: "{m}:a", Rule: count, Cost: 1, Refund: true}}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			s := newStore(t, single(t, srv), Options{})
-			// A first decision reads Redis's clock.
-			if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{m}:first", Rule: count, Cost: 1}}}); err != nil {
-				t.Fatal(err)
-			}
-			mon := srv.Monitor(t)
-			if _, err := s.Apply(context.Background(), limiter.Batch{Hits: tc.hits}); err != nil {
-				t.Fatal(err)
-			}
-			// A marker after the decision: once MONITOR shows it, it has
-			// shown the decision's commands.
-			if _, err := srv.Do("ECHO", "done"); err != nil {
-				t.Fatal(err)
-			}
-			var client, scripts int
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-				client, scripts = 0, 0
-				done := false
-				for _, line := range mon.Lines() {
-					cmd, ok := redistest.ParseMonitorLine(line)
-					if !ok {
-						continue
-					}
-					switch name := strings.ToUpper(cmd.Args[0]); {
-					case name == "ECHO":
-						done = true
-					case name == "HINCRBY" && cmd.Source != "lua":
-						client++
-					case name == "FCALL":
-						scripts++
-					}
-				}
-				if done {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("MONITOR never showed the marker")
-				}
-			}
-			if client != tc.wantClient || scripts != 1 {
-				t.Errorf("HINCRBY from the client %d, FCALL %d: want %d and one function call", client, scripts, tc.wantClient)
-			}
-		})
 	}
 }

@@ -246,7 +246,6 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 // decisions' follow-ups take a second, plain.go). ctx ends at deadline
 // unless batching is on (see Apply).
 func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
-	groups = s.splitPlain(mode, groups)
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
 		calls[i] = s.newCall(ctx, now, mode, g)
