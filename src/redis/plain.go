@@ -130,15 +130,19 @@ func (c *redisClock) read(ctx context.Context) {
 
 // plainEligible reports whether g, in mode, can be decided by plain
 // HINCRBYs: every hit a fixed window that counts rejected hits, with a
-// cost, no lease, refund or overdraft; each hit on its own (mode 0, or one
-// hit, which is all or nothing by itself).
+// cost, no refund or overdraft, and a rule without a lease (even when no
+// slice is asked for: its key's slices are the code's to account, and a
+// plain count beside them let two replicas admit the limit twice, found by
+// TestLeaseThroughTheBinary); each hit on its own (mode 0, or one hit,
+// which is all or nothing by itself).
 func plainEligible(mode scriptMode, g *group) bool {
 	if g.wants != nil || mode != modeEach && !(mode == modeAllOrNothing && len(g.hits) == 1) {
 		return false
 	}
 	for _, h := range g.hits {
 		r := &h.Rule
-		if r.Algorithm != limiter.FixedWindow || !r.CountRejected || r.Overdraft || h.Refund || h.Cost == 0 || r.Period < time.Microsecond {
+		if r.Algorithm != limiter.FixedWindow || !r.CountRejected || r.Overdraft || r.Lease != "" || h.Refund || h.Cost == 0 ||
+			r.Period < time.Microsecond {
 			return false
 		}
 	}

@@ -17,6 +17,8 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 	count := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
 	drop := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour}
 	sliding := limiter.Rule{Algorithm: limiter.SlidingWindow, Limit: 100, Period: time.Hour, CountRejected: true}
+	leased := count
+	leased.Lease = "hot" // the store here leases nothing: no slice is asked for
 	for _, tc := range []struct {
 		name      string
 		batch     limiter.Batch
@@ -29,6 +31,7 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 		{"rejected hits dropped", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:d", Rule: drop, Cost: 1}}}, false},
 		{"a check (cost 0)", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count}}}, false},
 		{"a refund", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1, Refund: true}}}, false},
+		{"a leased rule", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:l", Rule: leased, Cost: 1}}}, false},
 		{"another algorithm beside", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:s", Rule: sliding, Cost: 1}}}, false},
 		{"two hits, all or nothing", limiter.Batch{AllOrNothing: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:b", Rule: count, Cost: 1}}}, false},
 		{"a dry run", limiter.Batch{DryRun: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, false},

@@ -271,10 +271,10 @@ func (c *guardedConn) goAway(event Event, now bool) {
 	}
 	c.pending = event
 	c.mu.Unlock()
-	c.gl.note(event)
 	if event != EventProbationReplaced { // an abuse: its address cools down
 		c.gl.ban(c.RemoteAddr())
 	}
+	c.gl.note(event) // after the ban: the event reports what was done
 	time.AfterFunc(time.Second, func() { _ = c.Close() })
 	if now && c.wmu.TryLock() {
 		c.goAwayIfBetweenFrames()

@@ -121,8 +121,10 @@ func (gl *Listener) leaveLine(w *waiter, reset bool) {
 		_ = w.Conn.Close()
 	}
 	if reset {
-		gl.note(EventResetInLine)
+		// The ban first: the event reports what was done (a test that saw
+		// the event found the cooldown not yet renewed).
 		gl.ban(w.RemoteAddr())
+		gl.note(EventResetInLine)
 	}
 }
 
