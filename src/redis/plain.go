@@ -55,8 +55,10 @@ const clockEvery = 5 * time.Second
 const followUpTimeout = time.Second
 
 // clockMaxRTT is the longest round trip a reading of Redis's clock may
-// take to be kept: a slower one says too little of when TIME ran.
-const clockMaxRTT = 20 * time.Millisecond
+// take to be kept: a slower one says too little of when TIME ran. (A
+// reading is off by at most half its round trip; plainTTLSlack covers
+// that many times over.)
+const clockMaxRTT = 100 * time.Millisecond
 
 // plainCall is a call of HINCRBYs: keys[i] (the call's) field fields[i] by
 // costs[i]. Its reply is the counts, an []int64.

@@ -40,6 +40,10 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 			t.Run(tc.name+"/batched="+strconv.FormatBool(batched), func(t *testing.T) {
 				srv := redistest.Start(t)
 				s := newStore(t, single(t, srv), Options{Batch: batched})
+				knowsRedisClock(t, s.rclock)
+				if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
 				if _, err := s.Apply(context.Background(), tc.batch); err != nil {
 					t.Fatal(err)
 				}
@@ -101,6 +105,21 @@ func TestPlainDecisionWindowAndTTL(t *testing.T) {
 	}
 }
 
+// knowsRedisClock waits until rc has kept a reading of Redis's clock: on
+// a busy machine a TIME can take longer than clockMaxRTT, and a first
+// reading that failed is tried again a second later.
+func knowsRedisClock(t *testing.T, rc *redisClock) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, ok := rc.now(context.Background()); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reading of Redis's clock kept within 30 s")
+		}
+	}
+}
+
 // The estimate of Redis's clock lies between two TIME readings taken
 // around it (with a round trip's room either side).
 func TestRedisClockEstimate(t *testing.T) {
@@ -108,6 +127,7 @@ func TestRedisClockEstimate(t *testing.T) {
 	c := single(t, srv)
 	rc := &redisClock{client: c}
 	ctx := context.Background()
+	knowsRedisClock(t, rc)
 	for range 3 {
 		before, err := c.Time(ctx).Result()
 		if err != nil {
@@ -140,10 +160,13 @@ func TestRedisClockReadsAgain(t *testing.T) {
 	if est, ok := rc.now(ctx); !ok || est < off {
 		t.Fatalf("estimate %d, %v: want the old reading's while the new one is taken", est, ok)
 	}
-	for deadline := time.Now().Add(10 * time.Second); rc.reading.Load().local == stale; time.Sleep(time.Millisecond) {
+	// Each call past clockEvery tries again once the last try is done (a
+	// TIME slower than clockMaxRTT on a busy machine is not kept).
+	for deadline := time.Now().Add(30 * time.Second); rc.reading.Load().local == stale; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stale reading was not taken again")
 		}
+		rc.now(ctx)
 	}
 	now, err := c.Time(ctx).Result()
 	if err != nil {
