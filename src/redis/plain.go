@@ -33,11 +33,16 @@ import (
 //     trip, which only moves hits near a window's edge into one window or
 //     the other; no window ever counts past its limit.
 //   - A window's first count (the count equals the cost) sets the key's TTL
-//     and drops the previous window's field, in a second round trip for that
-//     decision alone, before it is answered. The TTL has plainTTLSlack more
-//     than the function's, for the clock's estimate. A process killed between
-//     the two leaves that key without a TTL until its next window's first
-//     count.
+//     and drops the field of the window before the previous one, in a second
+//     round trip for that decision alone, before it is answered. The TTL has
+//     plainTTLSlack more than the function's, for the clock's estimate, and
+//     is only ever lengthened (PEXPIRE NX, then GT). The previous window's
+//     field stays: another replica, whose estimate is a little behind, may
+//     still count a hit it stamped just before the edge, and that hit must
+//     meet its window's true count, and must not cut the key's TTL back to
+//     its window's end (both found by TestPlainLateHitAcrossAnEdge). A
+//     process killed between the two round trips leaves that key without a
+//     TTL until its next window's first count.
 //   - A count past limiter.MaxCount is set back to it, in the same second
 //     round trip.
 
@@ -151,11 +156,13 @@ func plainEligible(mode scriptMode, g *group) bool {
 	return true
 }
 
-// newCall is g's call: plain HINCRBYs when g is eligible and Redis's clock
-// is known (the windows are then now's, or by that clock when now is
-// redisTime), else the function's.
+// newCall is g's call: plain HINCRBYs when g is eligible, the function
+// library is loaded and Redis's clock is known (the windows are then now's,
+// or by that clock when now is redisTime), else the function's.
 func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
-	if plainEligible(mode, g) {
+	// The follow-ups need Redis 7 (PEXPIRE NX and GT): a loaded function
+	// library says so.
+	if plainEligible(mode, g) && s.runner.ready.Load() {
 		if est, ok := s.rclock.now(ctx); ok {
 			at := now
 			if now == redisTime {
@@ -212,18 +219,19 @@ type followUps struct {
 	clamps  [][2]string // key, field
 }
 
-// newWindow is window w's first count on key: the key expires with the
-// window (plus plainTTLSlack), and the previous window's field goes.
+// newWindow is window w's first count on key: the key lives at least
+// until the window ends (plus plainTTLSlack), and the field of the window
+// before the previous one goes.
 type newWindow struct {
-	key  string
-	prev string // the previous window's field
-	ttl  time.Duration
+	key string
+	old string // the field of window w-2
+	ttl time.Duration
 }
 
 // newWindow records window w's first count on key, the window ending at
 // end µs, its TTL measured from now µs.
 func (f *followUps) newWindow(key string, w, end, now int64) {
-	f.windows = append(f.windows, newWindow{key: key, prev: strconv.FormatInt(w-1, 10),
+	f.windows = append(f.windows, newWindow{key: key, old: strconv.FormatInt(w-2, 10),
 		ttl: time.Duration(end-now)*time.Microsecond + plainTTLSlack})
 }
 
@@ -246,8 +254,12 @@ func (f *followUps) send(ctx context.Context, deadline time.Time, client goredis
 	defer cancel()
 	_, err := client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for _, w := range f.windows {
-			p.PExpire(ctx, w.key, w.ttl)
-			p.HDel(ctx, w.key, w.prev)
+			// NX sets a new key's TTL, GT lengthens an existing one;
+			// neither shortens it (a late hit of an earlier window).
+			ms := w.ttl.Milliseconds()
+			p.Do(ctx, "PEXPIRE", w.key, ms, "NX")
+			p.Do(ctx, "PEXPIRE", w.key, ms, "GT")
+			p.HDel(ctx, w.key, w.old)
 		}
 		for _, c := range f.clamps {
 			p.HSet(ctx, c[0], c[1], strconv.FormatInt(limiter.MaxCount, 10))

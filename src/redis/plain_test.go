@@ -62,7 +62,8 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 
 // A plain decision counts in the window of Redis's clock, sets the key's
 // TTL to the window's end (and at most plainTTLSlack more) on the window's
-// first count, and drops the previous window's field.
+// first count, and drops the field of the window before the previous one
+// (the previous one stays: TestPlainLateHitAcrossAnEdge).
 func TestPlainDecisionWindowAndTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
@@ -74,9 +75,9 @@ func TestPlainDecisionWindowAndTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := now.Unix() / 3600
-	// A field of the previous window, as a key that outlived its window
-	// would hold.
-	if err := c.HSet(context.Background(), key, strconv.FormatInt(w-1, 10), "7").Err(); err != nil {
+	// Fields of the two windows before, as a key that outlived them would
+	// hold.
+	if err := c.HSet(context.Background(), key, strconv.FormatInt(w-2, 10), "5", strconv.FormatInt(w-1, 10), "7").Err(); err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl}:k", Rule: r, Cost: 3}}})
@@ -87,8 +88,8 @@ func TestPlainDecisionWindowAndTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fields) != 1 || fields[strconv.FormatInt(w, 10)] != "3" {
-		t.Errorf("fields = %v, want only window %d's, counted 3 (the previous window's dropped)", fields, w)
+	if len(fields) != 2 || fields[strconv.FormatInt(w, 10)] != "3" || fields[strconv.FormatInt(w-1, 10)] != "7" {
+		t.Errorf("fields = %v, want window %d's counted 3 and the previous window's kept (the one before dropped)", fields, w)
 	}
 	end := time.Unix((w+1)*3600, 0)
 	ttl, err := c.PTTL(context.Background(), key).Result()
@@ -196,5 +197,52 @@ func TestPlainNeedsRedisClock(t *testing.T) {
 	}
 	if _, ok := s.rclock.now(context.Background()); ok {
 		t.Error("an estimate of the clock of a Redis that does not answer")
+	}
+}
+
+// A replica whose estimate of Redis's clock is a little behind may count a
+// hit it stamped just before a window's end after another replica opened
+// the next window. That hit meets its own window's true count (the
+// previous window's field is kept), and the next window's TTL is not cut
+// back to the earlier window's end. (Explicit instants stand for the two
+// replicas' estimates.)
+func TestPlainLateHitAcrossAnEdge(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, Options{})
+	knowsRedisClock(t, s.rclock)
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := now.Truncate(time.Hour).Add(time.Hour)
+	key := "{edge}:k"
+	apply := func(at time.Time, cost uint64) limiter.Outcome {
+		t.Helper()
+		out, err := s.Apply(context.Background(), limiter.Batch{Now: at, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: cost}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	apply(edge.Add(-time.Millisecond), 8)                      // the window before the edge, 8 of 10
+	apply(edge.Add(time.Millisecond), 1)                       // a replica opens the next window
+	if o := apply(edge.Add(-time.Millisecond), 3); o.Allowed { // a late hit of the window before
+		t.Errorf("a late hit of cost 3 on a window at 8 of 10: %+v, want rejected (its window's true count)", o)
+	}
+	// And a late hit that is its window's first on the key (a first count:
+	// the TTL follow-up runs) must not shorten the next window's TTL.
+	key = "{edge}:first"
+	apply(edge.Add(time.Millisecond), 1)
+	apply(edge.Add(-time.Millisecond), 1)
+	for _, k := range []string{"{edge}:k", "{edge}:first"} {
+		ttl, err := c.PTTL(context.Background(), keyVersion+k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if need := edge.Add(time.Hour).Sub(now) - time.Minute; ttl < need {
+			t.Errorf("%s: PTTL %v after the late hit, want the next window's end (%v from the first TIME)", k, ttl, edge.Add(time.Hour).Sub(now))
+		}
 	}
 }
