@@ -64,6 +64,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
   - key: over
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: per_second
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: per_minute
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
 `
 
 type loadTarget struct {
@@ -518,6 +522,11 @@ func BenchmarkLoad(b *testing.B) {
 			{name: "3 descriptors, OK-heavy", descs: 3},
 			{name: "1 descriptor, OVER_LIMIT-heavy", descs: 1, over: true},
 			{name: fmt.Sprintf("1 descriptor, fixed %d req/s", *loadRate), descs: 1, rate: *loadRate},
+			// A fixed window of each length: a per-second window's count
+			// is nearly always its key's first (10,000 values).
+			{name: "1 descriptor, per-second windows, OK-heavy", descs: 1, key: "per_second"},
+			{name: "1 descriptor, per-minute windows, OK-heavy", descs: 1, key: "per_minute"},
+			{name: fmt.Sprintf("1 descriptor, per-second windows, fixed %d req/s", *loadRate), descs: 1, rate: *loadRate, key: "per_second"},
 		}
 		var rows []string
 		rows = append(rows, fmt.Sprintf("load: %d callers (closed loop) over %d connections, %v per target and scenario in %d turns, after %v warm-up; %s",

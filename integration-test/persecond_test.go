@@ -93,13 +93,13 @@ func TestRedisPerSecond(t *testing.T) {
 				p.should(t, "ps", configtest.Desc("slow=c"))
 			}
 			// Each call with a limit of a side is one count (a fixed
-			// window's HINCRBY, plain or in the script) on that side's
+			// window's INCRBY, plain or in the script) on that side's
 			// Redis (on a Cluster, spread over its masters). The
 			// per-second keys may have expired by now; the counts are
 			// counted.
 			calls := func(servers []*redistest.Server) (n int) {
 				for _, s := range servers {
-					n += commandCalls(t, s, "hincrby")
+					n += commandCalls(t, s, "incrby")
 				}
 				return n
 			}
@@ -110,8 +110,14 @@ func TestRedisPerSecond(t *testing.T) {
 				t.Errorf("REDIS_URL counted %d hits, want 6 (the hour limit's)", got)
 			}
 			mainKeys := keysOn(t, main.servers...)
-			if len(mainKeys) != 2 || !strings.Contains(mainKeys[0], "slow") || !strings.Contains(mainKeys[1], "slow") {
-				t.Errorf("REDIS_URL holds %q, want the hour limit's two keys alone", mainKeys)
+			slow := 0
+			for _, k := range mainKeys {
+				if strings.Contains(k, "slow") {
+					slow++
+				}
+			}
+			if len(mainKeys) < 2 || len(mainKeys) > 4 || slow != len(mainKeys) {
+				t.Errorf("REDIS_URL holds %q, want the hour limit's two counters alone (a key per window: an edge may split them)", mainKeys)
 			}
 			// Both stores export their series side by side.
 			resp, err := http.Get("http://" + p.httpAddr + "/metrics")

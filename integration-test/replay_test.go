@@ -311,8 +311,8 @@ func TestReplayBasicConfig(t *testing.T) {
 			// Only the per-second limit (key1, one call) went to the
 			// per-second Redis, and only with REDIS_PERSECOND; its key
 			// may have expired already, its count (a script call or a
-			// plain HINCRBY) is counted.
-			if got, want := scriptCalls(t, redis.perSecond)+commandCalls(t, redis.perSecond, "hincrby") > 0, tc.perSecond; got != want {
+			// plain INCRBY) is counted.
+			if got, want := scriptCalls(t, redis.perSecond)+commandCalls(t, redis.perSecond, "incrby") > 0, tc.perSecond; got != want {
 				t.Errorf("REDIS_PERSECOND=%v: the per-second Redis counted: %v", tc.perSecond, got)
 			}
 		})

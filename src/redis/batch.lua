@@ -35,8 +35,8 @@
 -- its keys before the next one starts, so each is exactly what it would be
 -- alone, in order.
 --
--- State: a fixed window's count is an integer in a hash under KEY, whose
--- field is the window's number (see int_str); a sliding window's and
+-- State: a fixed window's count is an integer under KEY|w, w the window's
+-- number (win_key), which expires when its window ends; a sliding window's and
 -- a token bucket's state is three little-endian doubles under KEY, {a, b,
 -- c} (see each algorithm's st); a sliding log's is a blob of (t, n)
 -- pairs. Each is written so that it expires once it is equivalent to no
@@ -76,9 +76,11 @@
 -- kept while the tat stays within it.
 local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
   if alg == 0 then
-    redis.call('HSET', key, int_str(s1), int_str(s2))
-    if not found then
-      new_window(key, s1, exp)
+    local wk = win_key(key, s1)
+    if found then
+      redis.call('SET', wk, int_str(s2), 'KEEPTTL')
+    else
+      redis.call('SET', wk, int_str(s2), 'PX', int_str(ttl_ms(exp)))
     end
     return
   elseif alg == 3 then
@@ -159,27 +161,28 @@ end
 
 -- fixed_incr is fixed_window for the common hit of a rule that drops
 -- rejected hits (no refund, overdraft, count-rejected or lease; advisory
--- changes nothing in mode 0) in one command: HINCRBY
--- counts it, and a rejected hit is taken back (HINCRBY of -cost, or HDEL of
--- the field it created) before the script goes on, so nothing else ever
+-- changes nothing in mode 0) in one command: INCRBY
+-- counts it, and a rejected hit is taken back (DECRBY, or DEL of
+-- the key it created) before the script goes on, so nothing else ever
 -- sees it: it consumes nothing, as in fixed_window, whose answers these
 -- are. Returns the hit's answer (see put).
 local function fixed_incr(key, now, limit, p, cost)
   local w = math.floor(now / p)
-  local field = int_str(w)
+  local wk = win_key(key, w)
   local reset = (w + 1) * p - now
-  local c = redis.call('HINCRBY', key, field, int_str(cost))
+  local c = redis.call('INCRBY', wk, int_str(cost))
   if limit > 0 and c <= limit then
     if c == cost then
-      -- The window's first count (or its count was refunded to 0).
-      new_window(key, w, (w + 1) * p)
+      -- The window's first count (or its count was refunded to 0: the
+      -- same TTL again).
+      new_window(wk, (w + 1) * p)
     end
     return 1, limit - c, reset, 0
   end
   if c == cost then
-    redis.call('HDEL', key, field)
+    redis.call('DEL', wk)
   elseif cost > 0 then
-    redis.call('HINCRBY', key, field, int_str(-cost))
+    redis.call('DECRBY', wk, int_str(cost))
   end
   local rem = limit - (c - cost)
   if rem < 0 then
@@ -190,25 +193,25 @@ end
 
 -- fixed_count is fixed_window for the common hit of a rule that counts
 -- rejected hits (count-rejected, no refund, overdraft or lease; advisory
--- changes nothing in mode 0): HINCRBY counts it whether or not it fits, as
+-- changes nothing in mode 0): INCRBY counts it whether or not it fits, as
 -- envoyproxy/ratelimit does, and it is rejected when the count passes the
 -- limit. A check (cost 0) only reads. Returns the hit's answer (see put).
 local function fixed_count(key, now, limit, p, cost)
   local w = math.floor(now / p)
-  local field = int_str(w)
+  local wk = win_key(key, w)
   local reset = (w + 1) * p - now
   local c
   if cost > 0 then
-    c = redis.call('HINCRBY', key, field, int_str(cost))
+    c = redis.call('INCRBY', wk, int_str(cost))
     if c == cost then
-      new_window(key, w, (w + 1) * p)
+      new_window(wk, (w + 1) * p)
     end
     if c > MAX_COUNT then
-      redis.call('HSET', key, field, int_str(MAX_COUNT))
+      redis.call('SET', wk, int_str(MAX_COUNT), 'KEEPTTL')
       c = MAX_COUNT
     end
   else
-    c = tonumber(redis.call('HGET', key, field) or '0')
+    c = tonumber(redis.call('GET', wk) or '0')
   end
   if c <= limit then
     return 1, limit - c, reset, 0

@@ -50,7 +50,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, w
 		// The common case: one group of every hit, built without a map.
 		g := &group{idx: make([]int, len(b.Hits)), keys: make([]string, len(b.Hits)), hits: make([]*limiter.Hit, len(b.Hits))}
 		for i := range b.Hits {
-			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+b.Hits[i].Key, &b.Hits[i]
+			g.idx[i], g.keys[i], g.hits[i] = i, s.prefix+tagged(b.Hits[i].Key), &b.Hits[i]
 		}
 		if len(b.Hits) == 0 {
 			return nil, false
@@ -84,7 +84,7 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, w
 			gs = append(gs, g)
 		}
 		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, s.prefix+h.Key)
+		g.keys = append(g.keys, s.prefix+tagged(h.Key))
 		g.hits = append(g.hits, h)
 		if wants != nil {
 			g.wants = append(g.wants, wants[i])
@@ -98,6 +98,18 @@ func (s *Store) groups(b limiter.Batch, outs []limiter.Outcome, now time.Time, w
 	return gs, cachedReject
 }
 
+// tagged is key with a hash tag: itself, as every key the service makes
+// carries one, or else key in braces. A fixed window's count and a key's
+// held hits live in keys named after it (batch.lua's win_key and
+// held_key), which Redis Cluster must find in its slot.
+func tagged(key string) string {
+	if hashTag(key) != key {
+		return key
+	}
+	return "{" + key + "}"
+}
+
+// hashTag is key's Redis Cluster hash tag, or key itself when it has none.
 func hashTag(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {

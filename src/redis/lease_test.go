@@ -30,7 +30,7 @@ func leaseOptions() Options {
 
 // windowCount reads a window algorithm's current count from Redis: a
 // sliding window's is the second of the three doubles under its key, a
-// fixed window's the integer in its hash under the newest window's field.
+// fixed window's the integer under its newest window's key (KEY|w).
 func windowCount(t testing.TB, c goredis.UniversalClient, key string) uint64 {
 	t.Helper()
 	ctx := context.Background()
@@ -38,10 +38,7 @@ func windowCount(t testing.TB, c goredis.UniversalClient, key string) uint64 {
 	if err != nil {
 		t.Fatalf("TYPE %s: %v", key, err)
 	}
-	switch typ {
-	case "none":
-		return 0
-	case "hash":
+	if typ == "none" {
 		_, n := newestWindow(t, c, keyVersion+key)
 		return n
 	}
@@ -52,22 +49,41 @@ func windowCount(t testing.TB, c goredis.UniversalClient, key string) uint64 {
 	return uint64(math.Float64frombits(binary.LittleEndian.Uint64(b[8:16])))
 }
 
-// newestWindow reads a fixed window's hash (see batch.lua): the highest
-// window number in it, and that window's count.
+// newestWindow reads a fixed window's counts (see win_key in state.lua):
+// the highest window number with a key beside key, and that window's
+// count; -1 and 0 when there is none.
 func newestWindow(t testing.TB, c goredis.UniversalClient, key string) (w int64, count uint64) {
 	t.Helper()
-	fields, err := c.HGetAll(context.Background(), key).Result()
+	ctx := context.Background()
+	glob := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(key)
+	node := goredis.Cmdable(c)
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		// KEYS asks one node: the one whose slot key's hash tag names.
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node = n
+	}
+	keys, err := node.Keys(ctx, glob+"|*").Result()
 	if err != nil {
-		t.Fatalf("HGETALL %s: %v", key, err)
+		t.Fatalf("KEYS %s|*: %v", key, err)
 	}
 	w = -1
-	for f, v := range fields {
-		fw, err1 := strconv.ParseInt(f, 10, 64)
-		n, err2 := strconv.ParseUint(v, 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("HGETALL %s: field %q = %q, want window numbers and counts", key, f, v)
+	for _, k := range keys {
+		fw, err := strconv.ParseInt(k[len(key)+1:], 10, 64)
+		if err != nil {
+			continue // KEY|h, held hits
 		}
 		if fw > w {
+			v, err := node.Get(ctx, k).Result()
+			if err == goredis.Nil {
+				continue // expired since
+			}
+			n, err2 := strconv.ParseUint(v, 10, 64)
+			if err != nil || err2 != nil {
+				t.Fatalf("GET %s = %q: %v %v, want a count", k, v, err, err2)
+			}
 			w, count = fw, n
 		}
 	}

@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,65 +19,65 @@ import (
 //
 // The common decision, a fixed window that counts the hits it rejects
 // (REJECTED_HITS=count, the default) with no lease, refund or overdraft,
-// needs nothing of batch.lua that a plain HINCRBY cannot do: the count goes
+// needs nothing of batch.lua that plain commands cannot do: the count goes
 // up whatever the answer, and the answer is the count against the limit.
-// So such a decision is sent as one HINCRBY per hit, pipelined with the
-// batch, not as part of a function call: Redis spends about half the CPU on
-// it (docs/performance.md, BenchmarkDecisionParts). The state is the
-// function's, the same hash field per window, so both paths (and replicas
-// of either version) count the same counters.
+// So such a decision is sent as two commands per hit, INCRBY of its
+// window's key (win_key in state.lua: KEY|w) and PEXPIREAT of that key at
+// the window's end with NX, in one MULTI/EXEC with a TIME. Redis spends
+// about half the CPU on it that the function does (docs/performance.md).
 //
-// What the function did besides, the plain path does so:
-//   - Redis's clock picks the window. The store keeps its offset to Redis's
-//     TIME (redisClock); until it knows it, decisions take the function. A
-//     window is then picked by Redis's clock as estimated when the decision
-//     is sent, not as read when it runs: the two differ by about a round
-//     trip, which only moves hits near a window's edge into one window or
-//     the other; no window ever counts past its limit.
-//   - A window's first count (the count equals the cost) sets the key's TTL
-//     and drops the field of the window before the previous one, in a second
-//     round trip for that decision alone, before it is answered. The TTL has
-//     plainTTLSlack more than the function's, for the clock's estimate, and
-//     is only ever lengthened (PEXPIRE NX, then GT). The previous window's
-//     field stays: another replica, whose estimate is a little behind, may
-//     still count a hit it stamped just before the edge, and that hit must
-//     meet its window's true count, and must not cut the key's TTL back to
-//     its window's end (both found by TestPlainLateHitAcrossAnEdge). A
-//     process killed between the two round trips leaves that key without a
-//     TTL until its next window's first count.
-//   - A count past limiter.MaxCount is set back to it, in the same second
-//     round trip.
-
-// plainTTLSlack is added to a plain window key's TTL: the estimate of
-// Redis's clock may be behind by up to a round trip of the TIME that made
-// it, and a key must not expire before its window ends.
-const plainTTLSlack = time.Second
+// One writer, one lifecycle. The function and this path write the same
+// keys the same way: a window's count is its own key, which gets its TTL
+// (the window's end) in the transaction that creates it and is never
+// dropped or shortened by anyone. So no writer can undo another's count,
+// and no key is ever without its TTL, whatever moment a process dies
+// (nothing of a transaction runs before its EXEC).
+//
+// One clock. The function picks a hit's window by Redis's TIME. This path
+// must pick it before it sends, so it uses an estimate of Redis's clock
+// (redisClock), and then checks it by the TIME read in the same
+// transaction, at the instant the counts were made: a hit whose window is
+// not the one TIME falls in (an estimate behind or ahead, a Redis stalled
+// past an edge, a clock that jumped, a transaction that straddled an edge
+// cannot happen, EXEC runs at one instant) is not answered from its count.
+// It is decided again by the function, on Redis's clock, in a second round
+// trip, and the estimate is read again. What the discarded count did: in a
+// window that had ended, its key is deleted by its own PEXPIREAT (a time
+// in the past), so it counts nowhere; in a window still to come, it counts
+// there, which can only reject sooner, never admit more. So every answer
+// is what the function would have answered at that instant: no window
+// ever counts past its limit, whichever path its hits took.
+//
+// Where the plain path does not serve, the function does, exactly as
+// before: on Redis Cluster (a TIME is not sent to a given node), with a
+// caller's clock (Batch.Now), until the function library has loaded
+// (PEXPIREAT ... NX needs Redis 7) and Redis's clock is known, and once
+// Redis refused one of its commands (an ACL without INCRBY, PEXPIREAT,
+// MULTI, EXEC or TIME).
 
 // clockEvery is how old a reading of Redis's clock may grow before it is
 // taken again (in the background; the old one serves meanwhile).
 const clockEvery = 5 * time.Second
 
-// followUpTimeout bounds the follow-ups of a store without a timeout
-// (REDIS_TIMEOUT 0).
-const followUpTimeout = time.Second
-
 // clockMaxRTT is the longest round trip a reading of Redis's clock may
-// take to be kept: a slower one says too little of when TIME ran. (A
-// reading is off by at most half its round trip; plainTTLSlack covers
-// that many times over.)
+// take to be kept: a slower one says too little of when TIME ran. (An
+// estimate that is off only sends more hits to the function: see above.)
 const clockMaxRTT = 100 * time.Millisecond
 
-// plainCall is a call of HINCRBYs: keys[i] (the call's) field fields[i] by
-// costs[i]. Its reply is the counts, an []int64.
+// plainCall is a decision's hits as plain commands: INCRBY wkeys[i] by
+// costs[i], each key expiring at expireAt[i].
 type plainCall struct {
-	fields []string
-	costs  []int64
-	now    int64 // µs: the instant the windows are of (the batch's, or Redis's clock as estimated)
-	// ttlNow is the instant TTLs are measured from: now, or Redis's clock
-	// when now is ahead of it (a reservation for a coming window), so that
-	// a key lives until its window ends by Redis's clock (as batch.lua's
-	// ttl_now).
-	ttlNow int64
+	wkeys    []string
+	costs    []int64
+	windows  []int64 // each hit's window number, by the estimate of Redis's clock
+	expireAt []int64 // ms since the Unix epoch: when each hit's window ends
+}
+
+// plainReply is a plain call's reply: each hit's count, and Redis's TIME
+// (µs) in the transaction that made them.
+type plainReply struct {
+	counts []int64
+	at     int64
 }
 
 // redisClock estimates Redis's clock: a TIME reading and the local
@@ -123,6 +125,17 @@ func (c *redisClock) now(ctx context.Context) (int64, bool) {
 	return r.redis + time.Since(r.local).Microseconds(), true
 }
 
+// stale makes the next estimate take a new reading (in the background,
+// the current one serving meanwhile): a plain call found its estimate off.
+func (c *redisClock) stale() {
+	r := c.reading.Load()
+	if r == nil || time.Since(r.local) > clockEvery {
+		return
+	}
+	back := clockEvery + time.Second
+	c.reading.CompareAndSwap(r, &clockReading{redis: r.redis - back.Microseconds(), local: r.local.Add(-back)})
+}
+
 // read takes a reading of Redis's clock; one whose round trip took longer
 // than clockMaxRTT (or failed) is not kept.
 func (c *redisClock) read(ctx context.Context) {
@@ -136,10 +149,11 @@ func (c *redisClock) read(ctx context.Context) {
 }
 
 // plainEligible reports whether g, in mode, can be decided by plain
-// HINCRBYs: every hit a fixed window that counts rejected hits, with a
-// cost, no refund or overdraft, and a rule without a lease (even when no
-// slice is asked for: its key's slices are the code's to account, and a
-// plain count beside them let two replicas admit the limit twice, found by
+// commands: every hit a fixed window that counts rejected hits, with a
+// cost (at most limiter.MaxCount, so that no count needs clamping), no
+// refund or overdraft, and a rule without a lease (even when no slice is
+// asked for: its key's slices are the code's to account, and a plain
+// count beside them let two replicas admit the limit twice, found by
 // TestLeaseThroughTheBinary); each hit on its own (mode 0, or one hit,
 // which is all or nothing by itself).
 func plainEligible(mode scriptMode, g *group) bool {
@@ -149,30 +163,27 @@ func plainEligible(mode scriptMode, g *group) bool {
 	for _, h := range g.hits {
 		r := &h.Rule
 		if r.Algorithm != limiter.FixedWindow || !r.CountRejected || r.Overdraft || r.Lease != "" || h.Refund || h.Cost == 0 ||
-			r.Period < time.Microsecond {
+			h.Cost > limiter.MaxCount || r.Period < time.Microsecond {
 			return false
 		}
 	}
 	return true
 }
 
-// newCall is g's call: plain HINCRBYs when g is eligible, the function
-// library is loaded and Redis's clock is known (the windows are then now's,
-// or by that clock when now is redisTime), else the function's.
+// newCall is g's call: plain commands when the plain path serves (see
+// above) and g is eligible, else the function's.
 func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
-	// The follow-ups need Redis 7 (PEXPIRE NX and GT): a loaded function
-	// library says so.
-	if plainEligible(mode, g) && s.runner.ready.Load() {
+	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() {
 		if est, ok := s.rclock.now(ctx); ok {
-			at := now
-			if now == redisTime {
-				at = est
-			}
-			p := &plainCall{now: at, ttlNow: min(at, est), fields: make([]string, len(g.hits)), costs: make([]int64, len(g.hits))}
+			n := len(g.hits)
+			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n)}
 			for i, h := range g.hits {
-				w := at / int64(h.Rule.Period/time.Microsecond)
-				p.fields[i] = strconv.FormatInt(w, 10)
-				p.costs[i] = int64(min(h.Cost, 1<<53)) // as scriptArg clamps it
+				period := int64(h.Rule.Period / time.Microsecond)
+				w := est / period
+				p.wkeys[i] = windowKey(g.keys[i], w)
+				p.costs[i] = int64(h.Cost)
+				p.windows[i] = w
+				p.expireAt[i] = ((w+1)*period + 999) / 1000 // as batch.lua's ttl_ms, rounded up
 			}
 			return &call{keys: g.keys, plain: p}
 		}
@@ -180,27 +191,33 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 	return &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
 }
 
-// plainOutcomes answers g's hits from their counts as fixed_count does in
-// batch.lua, and adds to f what a window's first count or a count past
-// limiter.MaxCount must still do.
-func plainOutcomes(c *call, counts []int64, g *group, outs []limiter.Outcome, f *followUps) error {
-	p := c.plain
-	if len(counts) != len(g.hits) {
-		return fmt.Errorf("redis: %d counts for %d hits", len(counts), len(g.hits))
+// windowKey is key's count of window w: batch.lua's win_key.
+func windowKey(key string, w int64) string {
+	return key + "|" + strconv.FormatInt(w, 10)
+}
+
+// plainOutcomes answers g's hits from a plain call's counts as
+// fixed_count does in batch.lua, each where its window is the one Redis's
+// TIME fell in when they were counted; it returns the hits (as a group)
+// that are not, to be decided by the function, or nil.
+func plainOutcomes(c *call, g *group, outs []limiter.Outcome) (*group, error) {
+	r, ok := c.reply.(*plainReply)
+	if !ok || len(r.counts) != len(g.hits) {
+		return nil, fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
 	}
+	var again *group
 	for j, h := range g.hits {
 		period := int64(h.Rule.Period / time.Microsecond)
-		w := p.now / period
-		end := (w + 1) * period
-		reset := time.Duration(end-p.now) * time.Microsecond
-		n := counts[j]
-		if n == p.costs[j] {
-			f.newWindow(c.keys[j], w, end, p.ttlNow)
+		w := c.plain.windows[j]
+		if r.at/period != w {
+			if again == nil {
+				again = &group{}
+			}
+			again.idx, again.keys, again.hits = append(again.idx, g.idx[j]), append(again.keys, g.keys[j]), append(again.hits, h)
+			continue
 		}
-		if n > limiter.MaxCount {
-			f.clamp(c.keys[j], p.fields[j])
-			n = limiter.MaxCount
-		}
+		reset := time.Duration((w+1)*period-r.at) * time.Microsecond
+		n := min(r.counts[j], limiter.MaxCount)
 		o := limiter.Outcome{ResetAfter: reset}
 		if limit := int64(min(h.Rule.Limit, 1<<62)); n <= limit {
 			o.Allowed, o.Remaining = true, uint64(limit-n)
@@ -209,65 +226,50 @@ func plainOutcomes(c *call, counts []int64, g *group, outs []limiter.Outcome, f 
 		}
 		outs[g.idx[j]] = o
 	}
-	return nil
+	return again, nil
 }
 
-// followUps is what plain decisions' counts left to do, sent in one
-// pipeline before they are answered.
-type followUps struct {
-	windows []newWindow
-	clamps  [][2]string // key, field
-}
-
-// newWindow is window w's first count on key: the key lives at least
-// until the window ends (plus plainTTLSlack), and the field of the window
-// before the previous one goes.
-type newWindow struct {
-	key string
-	old string // the field of window w-2
-	ttl time.Duration
-}
-
-// newWindow records window w's first count on key, the window ending at
-// end µs, its TTL measured from now µs.
-func (f *followUps) newWindow(key string, w, end, now int64) {
-	f.windows = append(f.windows, newWindow{key: key, old: strconv.FormatInt(w-2, 10),
-		ttl: time.Duration(end-now)*time.Microsecond + plainTTLSlack})
-}
-
-// clamp records key's field to set back to limiter.MaxCount.
-func (f *followUps) clamp(key, field string) {
-	f.clamps = append(f.clamps, [2]string{key, field})
-}
-
-// send runs the follow-ups in one round trip, by deadline (zero: within
-// followUpTimeout). A caller that went away does not stop them: the counts
-// are made, and a key must not be left without its TTL.
-func (f *followUps) send(ctx context.Context, deadline time.Time, client goredis.UniversalClient) error {
-	if len(f.windows)+len(f.clamps) == 0 {
-		return nil
+// plainRefused reports an error that says Redis will never run a plain
+// call's commands for this user (an ACL without them) or does not know
+// them: the function, which the ACL allowed, serves from then on.
+func plainRefused(err error) bool {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return false
 	}
-	if deadline.IsZero() {
-		deadline = time.Now().Add(followUpTimeout)
+	msg := strings.ToLower(reply.Error())
+	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command")
+}
+
+// queuePlain queues c's commands on p: per hit, INCRBY of its window's key
+// and PEXPIREAT of it at the window's end, NX (a key that has its TTL
+// keeps it).
+func queuePlain(ctx context.Context, p goredis.Pipeliner, c *call) []*goredis.IntCmd {
+	counts := make([]*goredis.IntCmd, len(c.plain.wkeys))
+	for j, k := range c.plain.wkeys {
+		counts[j] = p.IncrBy(ctx, k, c.plain.costs[j])
+		p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancel()
-	_, err := client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, w := range f.windows {
-			// NX sets a new key's TTL, GT lengthens an existing one;
-			// neither shortens it (a late hit of an earlier window).
-			ms := w.ttl.Milliseconds()
-			p.Do(ctx, "PEXPIRE", w.key, ms, "NX")
-			p.Do(ctx, "PEXPIRE", w.key, ms, "GT")
-			p.HDel(ctx, w.key, w.old)
+	return counts
+}
+
+// plainReplies sets each plain call's reply from its counts and the
+// transaction's TIME (or its error).
+func plainReplies(plain []*call, counts [][]*goredis.IntCmd, at *goredis.TimeCmd) {
+	t, terr := at.Result()
+	for i, c := range plain {
+		c.reply, c.err = nil, terr
+		if terr != nil {
+			continue
 		}
-		for _, c := range f.clamps {
-			p.HSet(ctx, c[0], c[1], strconv.FormatInt(limiter.MaxCount, 10))
+		n := make([]int64, len(counts[i]))
+		for j, cmd := range counts[i] {
+			if n[j], c.err = cmd.Result(); c.err != nil {
+				break
+			}
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("redis: after counting, set %d new windows' TTLs: %w", len(f.windows), err)
+		if c.err == nil {
+			c.reply = &plainReply{counts: n, at: t.UnixMicro()}
+		}
 	}
-	return nil
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
-// Which decisions take the plain path (one HINCRBY per hit, no function)
-// and which the function, counted by Redis itself, on Redis's clock as the
-// service sends them (no Now), batched and not.
+// Which decisions take the plain path (INCRBY and PEXPIREAT per hit in a
+// transaction with a TIME, no function) and which the function, counted by
+// Redis itself, on Redis's clock as the service sends them (no Now),
+// batched and not.
 func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 	count := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
 	drop := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour}
@@ -35,6 +36,8 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 		{"another algorithm beside", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:s", Rule: sliding, Cost: 1}}}, false},
 		{"two hits, all or nothing", limiter.Batch{AllOrNothing: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}, {Key: "{p}:b", Rule: count, Cost: 1}}}, false},
 		{"a dry run", limiter.Batch{DryRun: true, Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, false},
+		{"a caller's clock", limiter.Batch{Now: time.Now(), Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: 1}}}, false},
+		{"a cost past the largest count", limiter.Batch{Hits: []limiter.Hit{{Key: "{p}:a", Rule: count, Cost: limiter.MaxCount + 1}}}, false},
 	} {
 		for _, batched := range []bool{false, true} {
 			t.Run(tc.name+"/batched="+strconv.FormatBool(batched), func(t *testing.T) {
@@ -52,57 +55,14 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 				calls, _ := redistest.ScriptCalls(st)
-				if plain := calls == 0 && st["hincrby"].Calls == len(tc.batch.Hits); plain != tc.wantPlain {
-					t.Errorf("plain = %v (script calls %d, HINCRBY %d), want %v", plain, calls, st["hincrby"].Calls, tc.wantPlain)
+				n := len(tc.batch.Hits)
+				plain := calls == 0 && st["incrby"].Calls == n && st["pexpireat"].Calls == n && st["exec"].Calls == 1 && st["time"].Calls == 1
+				if plain != tc.wantPlain {
+					t.Errorf("plain = %v (script calls %d, INCRBY %d, PEXPIREAT %d, EXEC %d, TIME %d), want %v", plain, calls,
+						st["incrby"].Calls, st["pexpireat"].Calls, st["exec"].Calls, st["time"].Calls, tc.wantPlain)
 				}
 			})
 		}
-	}
-}
-
-// A plain decision counts in the window of Redis's clock, sets the key's
-// TTL to the window's end (and at most plainTTLSlack more) on the window's
-// first count, and drops the field of the window before the previous one
-// (the previous one stays: TestPlainLateHitAcrossAnEdge).
-func TestPlainDecisionWindowAndTTL(t *testing.T) {
-	srv := redistest.Start(t)
-	c := single(t, srv)
-	s := newStore(t, c, Options{})
-	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
-	key := keyVersion + "{ttl}:k"
-	now, err := c.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := now.Unix() / 3600
-	// Fields of the two windows before, as a key that outlived them would
-	// hold.
-	if err := c.HSet(context.Background(), key, strconv.FormatInt(w-2, 10), "5", strconv.FormatInt(w-1, 10), "7").Err(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl}:k", Rule: r, Cost: 3}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields, err := c.HGetAll(context.Background(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fields) != 2 || fields[strconv.FormatInt(w, 10)] != "3" || fields[strconv.FormatInt(w-1, 10)] != "7" {
-		t.Errorf("fields = %v, want window %d's counted 3 and the previous window's kept (the one before dropped)", fields, w)
-	}
-	end := time.Unix((w+1)*3600, 0)
-	ttl, err := c.PTTL(context.Background(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Redis's clock has moved on a little since now; the window ends no
-	// sooner than end - now from here.
-	if need := end.Sub(now) - time.Minute; ttl < need || ttl > end.Sub(now)+plainTTLSlack {
-		t.Errorf("PTTL = %v, want the window's end (%v from the first TIME) plus at most %v", ttl, end.Sub(now), plainTTLSlack)
-	}
-	if o := out[0]; !o.Allowed || o.Remaining != 7 || o.ResetAfter <= 0 || o.ResetAfter > end.Sub(now) {
-		t.Errorf("outcome = %+v, want allowed, 7 left, reset by the window's end", o)
 	}
 }
 
@@ -200,49 +160,3 @@ func TestPlainNeedsRedisClock(t *testing.T) {
 	}
 }
 
-// A replica whose estimate of Redis's clock is a little behind may count a
-// hit it stamped just before a window's end after another replica opened
-// the next window. That hit meets its own window's true count (the
-// previous window's field is kept), and the next window's TTL is not cut
-// back to the earlier window's end. (Explicit instants stand for the two
-// replicas' estimates.)
-func TestPlainLateHitAcrossAnEdge(t *testing.T) {
-	srv := redistest.Start(t)
-	c := single(t, srv)
-	s := newStore(t, c, Options{})
-	knowsRedisClock(t, s.rclock)
-	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
-	now, err := c.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge := now.Truncate(time.Hour).Add(time.Hour)
-	key := "{edge}:k"
-	apply := func(at time.Time, cost uint64) limiter.Outcome {
-		t.Helper()
-		out, err := s.Apply(context.Background(), limiter.Batch{Now: at, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: cost}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out[0]
-	}
-	apply(edge.Add(-time.Millisecond), 8)                      // the window before the edge, 8 of 10
-	apply(edge.Add(time.Millisecond), 1)                       // a replica opens the next window
-	if o := apply(edge.Add(-time.Millisecond), 3); o.Allowed { // a late hit of the window before
-		t.Errorf("a late hit of cost 3 on a window at 8 of 10: %+v, want rejected (its window's true count)", o)
-	}
-	// And a late hit that is its window's first on the key (a first count:
-	// the TTL follow-up runs) must not shorten the next window's TTL.
-	key = "{edge}:first"
-	apply(edge.Add(time.Millisecond), 1)
-	apply(edge.Add(-time.Millisecond), 1)
-	for _, k := range []string{"{edge}:k", "{edge}:first"} {
-		ttl, err := c.PTTL(context.Background(), keyVersion+k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if need := edge.Add(time.Hour).Sub(now) - time.Minute; ttl < need {
-			t.Errorf("%s: PTTL %v after the late hit, want the next window's end (%v from the first TIME)", k, ttl, edge.Add(time.Hour).Sub(now))
-		}
-	}
-}

@@ -135,7 +135,7 @@ func functionMissing(err error) bool {
 // the only place this package sends batch.lua, batched or not. One call is
 // one FCALL or EVALSHA; several are, with merge, one call holding them all
 // (merged), else a pipeline (Cluster: go-redis sends one per node). Plain
-// calls (plain.go) go in the same pipeline as HINCRBYs. Calls that found
+// calls (plain.go) make it a transaction, with their commands and a TIME. Calls that found
 // the function missing, or FCALL refused for good (an ACL that allows
 // FUNCTION LOAD but not FCALL), did not run: they run again as the script,
 // whose answers (or errors) are theirs; a missing library is loaded again
@@ -194,8 +194,9 @@ func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bo
 	sendWithPlain(ctx, client, false, fn, batch, nil)
 }
 
-// sendWithPlain runs the scripted calls (merged into one with merge) and
-// the plain calls' HINCRBYs in one pipeline. A scripted call that found the
+// sendWithPlain runs the plain calls (plain.go) in one transaction with a
+// TIME, and the scripted calls (merged into one with merge) in it too, so
+// that the batch is still one round trip. A scripted call that found the
 // script flushed runs again as the script (see sendCalls).
 func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, fn bool, scripted, plain []*call) {
 	queue := func(p goredis.Pipeliner, keys []string, arg []byte) *goredis.Cmd {
@@ -206,9 +207,16 @@ func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, f
 	}
 	merge = merge && len(scripted) > 1
 	var one *goredis.Cmd // the merged call
+	var at *goredis.TimeCmd
 	cmds := make([]*goredis.Cmd, len(scripted))
 	counts := make([][]*goredis.IntCmd, len(plain))
-	_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	queueAll := func(p goredis.Pipeliner) error {
+		if len(plain) > 0 {
+			at = p.Time(ctx)
+		}
+		for i, c := range plain {
+			counts[i] = queuePlain(ctx, p, c)
+		}
 		if merge {
 			keys, arg := merged(scripted)
 			one = queue(p, keys, arg)
@@ -217,25 +225,20 @@ func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, f
 				cmds[i] = queue(p, c.keys, c.arg)
 			}
 		}
-		for i, c := range plain {
-			counts[i] = make([]*goredis.IntCmd, len(c.keys))
-			for j, k := range c.keys {
-				counts[i][j] = p.HIncrBy(ctx, k, c.plain.fields[j], c.plain.costs[j])
-			}
-		}
 		return nil
-	})
-	for i, c := range plain {
-		n := make([]int64, len(counts[i]))
-		c.reply, c.err = nil, nil
-		for j, cmd := range counts[i] {
-			if n[j], c.err = cmd.Result(); c.err != nil {
-				break
-			}
+	}
+	if len(plain) > 0 {
+		_, err := client.TxPipelined(ctx, queueAll)
+		plainReplies(plain, counts, at)
+		if len(scripted) > 0 && goredis.HasErrorPrefix(err, "EXECABORT") {
+			// Redis refused a command of the transaction as it was queued
+			// (a plain one: an ACL, maxmemory), so nothing of it ran: the
+			// scripted calls run again, alone.
+			sendWithPlain(ctx, client, merge, fn, scripted, nil)
+			return
 		}
-		if c.err == nil {
-			c.reply = n
-		}
+	} else {
+		_, _ = client.Pipelined(ctx, queueAll)
 	}
 	if merge {
 		reply, err := one.Result()

@@ -61,10 +61,11 @@ func functionLibrary(code string) (fn, src string) {
 	return fn, src
 }
 
-// keyVersion names the state format written by batch.lua. v2: a fixed
-// window's count is an integer in a hash under KEY, one field per window,
-// which HINCRBY updates; v1 kept it in a blob. See docs/migrating.md.
-const keyVersion = "rl:v2:"
+// keyVersion names the state format written by batch.lua and plain.go.
+// v3: a fixed window's count is an integer under its own key, KEY|w, that
+// expires when window w ends (win_key in state.lua); v2 kept a hash of
+// windows under KEY, v1 a blob. See docs/stores.md and docs/migrating.md.
+const keyVersion = "rl:v3:"
 
 // scriptMode is how batch.lua applies one decision's hits (its mode
 // argument).

@@ -2,8 +2,8 @@
 -- lease.lua) reads and steps of a key: numbers formatted once per call,
 -- TTLs, a window's state, the step of each algorithm, a hit's flags.
 
--- int_str is integer n in decimal: a cost, a TTL, or the hash field of a
--- fixed window's count for window n. redis.call turns a number argument
+-- int_str is integer n in decimal: a cost, a TTL, or the window number
+-- in a fixed window's key (win_key). redis.call turns a number argument
 -- into a string with snprintf, which costs more than the command it
 -- passes it to; a batch's hits share one clock and mostly a few costs, so
 -- each is formatted once per call.
@@ -29,13 +29,21 @@ local function ttl_ms(exp)
   return math.max(1, math.ceil((exp - ttl_now) / 1000))
 end
 
--- new_window follows a fixed window's first count, window w's, ending in
--- at exp µs: the key expires with the window, and the window before it (a
--- key can outlive its window by the TTL's rounding up to a millisecond)
--- goes, so a busy key holds one or two fields, never more.
-local function new_window(key, w, exp)
-  redis.call('PEXPIRE', key, int_str(ttl_ms(exp)))
-  redis.call('HDEL', key, int_str(w - 1))
+-- win_key is the key of window w's count of a fixed window on key: its
+-- own key, beside key in its hash slot (the store sends only keys with a
+-- hash tag). It holds the count as an integer, and expires when its window
+-- ends by Redis's clock, from its first write on (new_window here, or
+-- plain.go's PEXPIREAT ... NX in the same transaction): nothing else ever
+-- drops or shortens it, so every writer, the function or the plain path,
+-- of any version that writes this format, meets one lifecycle.
+local function win_key(key, w)
+  return key .. '|' .. int_str(w)
+end
+
+-- new_window follows the first count of window w, whose key is wk, ending
+-- at exp µs: the key expires with its window.
+local function new_window(wk, exp)
+  redis.call('PEXPIRE', wk, int_str(ttl_ms(exp)))
 end
 
 -- state_window is the window whose fixed-window state (alg 0) a hit reads:
@@ -49,11 +57,12 @@ local function state_window(now, p, refund, lease)
 end
 
 -- load reads a key's state: three doubles (zeros when absent; a fixed
--- window's is {w, count, 0}, from window w's key), or for a sliding log
--- (alg 3) its blob ("" when absent), and whether the key was there.
+-- window's is {w, count, 0}, from window w's key, win_key), or for a
+-- sliding log (alg 3) its blob ("" when absent), and whether the key was
+-- there.
 local function load(key, alg, w)
   if alg == 0 then
-    local c = tonumber(redis.call('HGET', key, int_str(w)) or '')
+    local c = tonumber(redis.call('GET', win_key(key, w)) or '')
     if c then
       return w, c, 0, true
     end

@@ -50,12 +50,13 @@ const DefaultLeaseIdle = time.Second
 
 // Store is the Redis limiter.Store. An Apply is one round trip, a single
 // script call over all keys on a single node or Sentinel, one pipeline per
-// node in Cluster mode, or plain HINCRBYs for the default fixed window
-// (plain.go), with three exceptions: an all-or-nothing batch over several
-// Cluster nodes checks every node, then counts (two round trips), a leased
-// batch first gives back slices it must (leasepath.go), and a plain
-// decision that opened a window sets its TTL after (plain.go). It is safe
-// for concurrent use.
+// node in Cluster mode, or plain commands in a transaction for the default
+// fixed window (plain.go), with three exceptions: an all-or-nothing batch
+// over several Cluster nodes checks every node, then counts (two round
+// trips), a leased batch first gives back slices it must (leasepath.go),
+// and a plain hit whose window, picked by an estimate of Redis's clock,
+// turned out not to be the one Redis's clock was in is decided again by
+// the function (plain.go). It is safe for concurrent use.
 type Store struct {
 	client    goredis.UniversalClient
 	runner    *runner
@@ -68,6 +69,7 @@ type Store struct {
 	cacheMisses atomic.Uint64
 	clock       func() time.Time
 	rclock      *redisClock // Redis's clock, for plain decisions (plain.go)
+	plainOff    atomic.Bool // Redis refused a plain command: the function only
 	timeout     time.Duration
 	batch       *batcher // nil when pipelining is off
 	leases      *leases  // nil when leasing is off
@@ -242,39 +244,68 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 	return out, nil
 }
 
-// run executes the groups' calls in one round trip and fills outs (plain
-// decisions' follow-ups take a second, plain.go). ctx ends at deadline
-// unless batching is on (see Apply).
+// run executes the groups' calls in one round trip and fills outs. Plain
+// hits that must be decided again (plain.go) take a second, as the
+// function's. ctx ends at deadline unless batching is on (see Apply).
 func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
 		calls[i] = s.newCall(ctx, now, mode, g)
 	}
-	if s.batch != nil {
-		s.runBatched(ctx, deadline, calls)
-	} else {
-		s.runner.exec(ctx, false, calls)
-	}
-	// Every call that counted leaves its follow-ups, whatever the others
-	// answered: a window's first count must get its TTL.
-	var f followUps
+	s.send(ctx, deadline, calls)
+	var again []*group
 	var first error
 	for i, g := range groups {
 		c := calls[i]
-		err := c.err
-		if err != nil {
-			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
-		} else {
-			err = s.fill(c, g, outs, &f)
+		var err error
+		switch {
+		case c.plain != nil && c.err != nil && plainRefused(c.err):
+			s.plainOff.Store(true)
+			again = append(again, g)
+		case c.err != nil:
+			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
+		case c.plain != nil:
+			var late *group
+			if late, err = plainOutcomes(c, g, outs); late != nil {
+				again = append(again, late)
+			}
+		default:
+			err = s.fill(c, g, outs)
 		}
 		if first == nil {
 			first = err
 		}
 	}
-	if err := f.send(ctx, deadline, s.client); first == nil {
-		first = err
+	if len(again) == 0 || first != nil {
+		return first
 	}
-	return first
+	// The function decides them on Redis's clock; the estimate that
+	// picked their windows is read again.
+	s.rclock.stale()
+	calls = calls[:0]
+	for _, g := range again {
+		calls = append(calls, &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)})
+	}
+	s.send(ctx, deadline, calls)
+	for i, g := range again {
+		if err := calls[i].err; err != nil {
+			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
+		}
+		if err := s.fill(calls[i], g, outs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send sends the calls, through the batcher when batching is on, and sets
+// each call's reply and err.
+func (s *Store) send(ctx context.Context, deadline time.Time, calls []*call) {
+	if s.batch != nil {
+		s.runBatched(ctx, deadline, calls)
+	} else {
+		s.runner.exec(ctx, false, calls)
+	}
 }
 
 // runBatched hands the calls to the batcher, which pipelines them with
@@ -296,16 +327,9 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, calls []*cal
 	wg.Wait()
 }
 
-// fill puts c's answers to g's hits into outs; a plain call's follow-ups
-// go into f.
-func (s *Store) fill(c *call, g *group, outs []limiter.Outcome, f *followUps) error {
-	if c.plain != nil {
-		counts, ok := c.reply.([]int64)
-		if !ok {
-			return fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
-		}
-		return plainOutcomes(c, counts, g, outs, f)
-	}
+// fill puts the answers of c, a call of the function, to g's hits into
+// outs.
+func (s *Store) fill(c *call, g *group, outs []limiter.Outcome) error {
 	got, err := parseOutcomes(c.reply, len(g.hits), g.grants)
 	if err != nil {
 		return err

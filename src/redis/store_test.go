@@ -157,7 +157,7 @@ func TestFiveDescriptorsOneRoundTrip(t *testing.T) {
 	total := 0
 	for cmd, n := range after {
 		switch cmd {
-		case "info", "get", "set", "time", "hincrby", "hdel", "pexpire": // ours, or run inside the script
+		case "info", "get", "set", "time", "incrby", "decrby", "pexpire": // ours, or run inside the script
 		default:
 			total += n - before[cmd]
 		}
@@ -568,7 +568,7 @@ func TestTTLFollowsTheWindow(t *testing.T) {
 					case limiter.TokenBucket:
 						need = r.Period / time.Duration(r.Limit) // one token's interval, GCRA's tat - now after one hit
 					}
-					pttl, err := srv.Do("PTTL", keyVersion+key)
+					pttl, err := srv.Do("PTTL", stateKey(keyVersion+key, r, now))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -589,8 +589,8 @@ func TestTTLFollowsTheWindow(t *testing.T) {
 func TestTTLOfABatchCountedAhead(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{})
-	// The last: a fixed window that counts rejected hits, which takes the
-	// plain path (plain.go).
+	// The last: a fixed window that counts rejected hits (fixed_count in
+	// batch.lua).
 	for i, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog, limiter.FixedWindow} {
 		key := fmt.Sprintf("{ahead}:%s%d", alg, i)
 		r := limiter.Rule{Algorithm: alg, Limit: 10, Period: time.Second, CountRejected: i == 4}
@@ -598,7 +598,7 @@ func TestTTLOfABatchCountedAhead(t *testing.T) {
 		if _, err := s.Apply(context.Background(), limiter.Batch{Now: ahead, Hits: []limiter.Hit{{Key: key, Rule: r, Cost: 3}}}); err != nil {
 			t.Fatal(err)
 		}
-		pttl, err := srv.Do("PTTL", keyVersion+key)
+		pttl, err := srv.Do("PTTL", stateKey(keyVersion+key, r, ahead))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -676,11 +676,10 @@ func TestScriptFlushMidLoadCluster(t *testing.T) {
 	}
 }
 
-// TestFixedWindowKeepsOneField: a fixed window's hash gets a field per
-// window, and a new window's first hit drops the one before, so a key hit
-// window after window holds one field (two only for the millisecond its
-// TTL rounds past its window).
-func TestFixedWindowKeepsOneField(t *testing.T) {
+// TestFixedWindowKeyPerWindow: a fixed window's count of each window is
+// its own key (win_key in state.lua), which lives no longer than a window:
+// a key hit window after window holds no more than two.
+func TestFixedWindowKeyPerWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{})
 	r := limiter.Rule{Limit: 100, Period: time.Minute}
@@ -692,15 +691,27 @@ func TestFixedWindowKeepsOneField(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		fields, err := srv.Do("HGETALL", keyVersion+key)
+		wk := stateKey(keyVersion+key, r, now)
+		if got, err := srv.Do("GET", wk); err != nil || got != "3" {
+			t.Errorf("window %d: GET %s = %q (%v), want this window's count, 3", w, wk, got, err)
+		}
+		pttl, err := srv.Do("PTTL", wk)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprint(now.UnixMicro()/int64(time.Minute/time.Microsecond)) + " 3"
-		if got := strings.Join(strings.Fields(fields), " "); got != want {
-			t.Errorf("window %d: HGETALL = %q, want only this window's count: %q", w, got, want)
+		if ms, _ := strconv.Atoi(pttl); ms <= 0 || ms > 60_000 {
+			t.Errorf("window %d: PTTL %s = %s ms, want at most the window", w, wk, pttl)
 		}
 	}
+}
+
+// stateKey is where r's state for key is at now: a fixed window's count
+// under its window's own key, any other algorithm's under key.
+func stateKey(key string, r limiter.Rule, now time.Time) string {
+	if r.Algorithm != limiter.FixedWindow {
+		return key
+	}
+	return windowKey(key, now.UnixMicro()/r.Period.Microseconds())
 }
 
 // TestTokenBucketTTLIsKept: a token bucket's TTL is set with room to
