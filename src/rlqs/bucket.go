@@ -138,10 +138,24 @@ type poolSpec struct {
 	rule        limiter.Rule
 }
 
+// reported is a report's requests, allowed and denied: a sum that
+// saturates, since a client may report numbers near 2^64.
+func reported(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) uint64 {
+	return satAdd(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+}
+
+// satAdd is a+b, or the largest uint64 where that wraps.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
 // noteUsage takes one report of the bucket's usage, received at now.
 func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
-	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
-	b.counted += n
+	n := reported(u)
+	b.counted = satAdd(b.counted, n)
 	if n > 0 {
 		b.lastTraffic = now
 	}

@@ -31,17 +31,17 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 		key  string
 		mine uint64
 	}
-	s.mu.Lock()
-	pubs := make([]pub, 0, len(s.pools))
-	for _, p := range s.pools {
-		perSecond := float64(p.rule.Limit) / p.rule.Period.Seconds()
-		d := 0.0
-		for m := range p.members {
-			d += math.Min(m.want(), perSecond)
+	var pubs []pub
+	s.locked(func() {
+		for _, p := range s.pools {
+			perSecond := float64(p.rule.Limit) / p.rule.Period.Seconds()
+			d := 0.0
+			for m := range p.members {
+				d += math.Min(m.want(), perSecond)
+			}
+			pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))})
 		}
-		pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))})
-	}
-	s.mu.Unlock()
+	})
 	if len(pubs) == 0 {
 		return
 	}

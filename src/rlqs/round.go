@@ -22,8 +22,11 @@ type job struct {
 	q        uint32 // tokens per fill interval
 	f        int64  // the fill interval, seconds
 	capacity uint64
-	trials   []*ledger
-	asks     []*ask
+	// members are the bucket's members as planned, trials their ledgers
+	// with the grant in (by index).
+	members []*member
+	trials  []*ledger
+	asks    []*ask
 	// Set by reserve.
 	refused bool
 	failed  bool
@@ -33,15 +36,20 @@ type job struct {
 	credited bool
 }
 
-// ask is a job's request to the store for one member and window.
+// ask is a job's request to the store for one member and window. It
+// holds what it needs of the member as the plan saw it: the round reads
+// it after releasing the service's lock, when a closing stream may have
+// emptied the bucket's members (leave).
 type ask struct {
-	j   *job
-	m   int // index into j.b.members and j.trials
-	w   int64
-	n   uint64
-	at  time.Time
-	key string
-	ok  bool
+	j    *job
+	m    int     // index into j.trials
+	mb   *member // the member, which keeps its ledger once it has left
+	rule limiter.Rule
+	w    int64
+	n    uint64
+	at   time.Time
+	key  string
+	ok   bool
 }
 
 // round renews and refills: every bucket when only is nil, else only
@@ -53,24 +61,29 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	if only == nil {
 		s.exchangeDemand(ctx, now)
 	}
-	s.mu.Lock()
-	jobs := s.plan(now, only)
-	s.mu.Unlock()
+	var jobs []*job
+	s.locked(func() { jobs = s.plan(now, only) })
 	// Check first, so that a grant the store cannot hold in full is cut
 	// to what it can before anything is counted: counting a part of it
 	// would hold tokens nobody is sent.
 	s.reserve(ctx, jobs, true)
-	s.mu.Lock()
-	for i, j := range jobs {
-		if j.failed && !j.refused && !j.b.gone {
-			jobs[i] = s.cut(j, now)
+	s.locked(func() {
+		for i, j := range jobs {
+			if j.failed && !j.refused && !j.b.gone {
+				jobs[i] = s.cut(j, now)
+			}
 		}
-	}
-	s.mu.Unlock()
+	})
 	s.reserve(ctx, jobs, false)
+	s.locked(func() { s.commit(now, jobs) })
+}
+
+// locked runs f with the service's lock held, released however f ends (a
+// panic recovered by guard must not leave it held).
+func (s *Service) locked(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.commit(now, jobs)
+	f()
 }
 
 // credit records what the store granted for a job's asks: in its trial
@@ -85,7 +98,7 @@ func (s *Service) credit(j *job) {
 		if a.ok {
 			j.trials[a.m].held[a.w] += a.n
 			if j.refused || j.failed {
-				j.b.members[a.m].l.held[a.w] += a.n
+				a.mb.l.held[a.w] += a.n
 			}
 		}
 	}
@@ -210,19 +223,15 @@ func (p *pool) fill() {
 // instant, and notes what it refused.
 func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
 	byAt := map[time.Time][]*ask{}
-	rules := map[string]limiter.Rule{}
-	s.mu.Lock()
 	for _, j := range jobs {
 		for _, a := range j.asks {
 			byAt[a.at] = append(byAt[a.at], a)
-			rules[a.key] = j.b.members[a.m].p.rule
 		}
 	}
-	s.mu.Unlock()
 	for at, asks := range byAt {
 		hits := make([]limiter.Hit, len(asks))
 		for i, a := range asks {
-			hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: rules[a.key], Cost: a.n}
+			hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
 		}
 		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
 		if err != nil {
@@ -309,7 +318,7 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 		}
 		j.kind = kindDeny
 	case j.kind == kindLimited:
-		for i, m := range b.members {
+		for i, m := range j.members {
 			m.l = j.trials[i]
 		}
 		b.sentQ, b.sentF = j.q, j.f

@@ -131,13 +131,14 @@ type Service struct {
 	stats *stats
 
 	storeLog *logthrottle.Throttle
+	panicLog *logthrottle.Throttle
 }
 
 // New returns a Service; Run drives its renewals.
 func New(o Options) *Service {
 	o = o.withDefaults()
 	return &Service{o: o, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stats: newStats(),
-		storeLog: &logthrottle.Throttle{Every: logEvery}}
+		storeLog: &logthrottle.Throttle{Every: logEvery}, panicLog: &logthrottle.Throttle{Every: logEvery}}
 }
 
 // Run renews and refills every Push until ctx is done.
@@ -149,7 +150,7 @@ func (s *Service) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.round(ctx, nil)
+			_ = s.safeRound(ctx, nil)
 		}
 	}
 }
@@ -205,14 +206,32 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 			}
 			return err
 		}
-		if fresh := s.report(st, msg); len(fresh) > 0 {
+		fresh, err := s.safeReport(st, msg)
+		if err != nil {
+			cancel()
+			<-sendErr
+			return err
+		}
+		if len(fresh) > 0 {
 			// The initial report is answered at once. The round runs to
 			// its end even if the stream goes meanwhile: what it reserves
 			// is then held for nobody, which is safe; cut short, it would
 			// count as a store error.
-			s.round(context.WithoutCancel(ctx), fresh)
+			if err := s.safeRound(context.WithoutCancel(ctx), fresh); err != nil {
+				cancel()
+				<-sendErr
+				return err
+			}
 		}
 	}
+}
+
+// safeRound is round, a panic in it recovered (see recovered): the locks
+// it holds are released on the way out (round and locked defer them).
+func (s *Service) safeRound(ctx context.Context, only []*bucket) (err error) {
+	defer s.recovered(&err, "a grant round")
+	s.round(ctx, only)
+	return nil
 }
 
 func (s *Service) open() (*stream, error) {
@@ -259,6 +278,12 @@ func (s *Service) leave(b *bucket) {
 	b.members = nil
 }
 
+// safeReport is report, a panic in it recovered (see recovered).
+func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) (fresh []*bucket, err error) {
+	defer s.recovered(&err, "a usage report")
+	return s.report(st, msg), nil
+}
+
 // report takes one message of usage and returns the buckets it created.
 func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
 	now := s.o.Clock()
@@ -296,7 +321,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			// existing and go unanswered until a round. With requests, the
 			// Envoy made it anew.
 			if at, ok := st.abandoned[key]; ok {
-				if now.Sub(at) < abandonedFor && u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() == 0 {
+				if now.Sub(at) < abandonedFor && reported(u) == 0 {
 					s.stats.anomalies.WithLabelValues("report_after_abandon").Inc()
 					continue
 				}

@@ -1,9 +1,13 @@
 package rlqs
 
 import (
+	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // stats are the service's own series; Collectors hands them to a registry.
@@ -17,6 +21,7 @@ type stats struct {
 	storeErrors prometheus.Counter
 	shortfalls  prometheus.Counter
 	dropped     prometheus.Counter
+	panics      prometheus.Counter
 }
 
 func newStats() *stats {
@@ -36,6 +41,7 @@ func newStats() *stats {
 		storeErrors: c("ratelimit_rlqs_store_errors_total", "RLQS reservations the store failed: no grant was renewed for their buckets."),
 		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants cut to what the store could still hold (the limit was held for other buckets, or for this one's earlier, higher grants)."),
 		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped because the Envoy read slower than renewals were sent."),
+		panics:      c("ratelimit_rlqs_panics_total", "Panics recovered in RLQS work (a grant round, a stream's report): the stream it served was ended, the process kept serving."),
 	}
 }
 
@@ -47,7 +53,7 @@ func (s *Service) Collectors() []prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
 	}
 	return []prometheus.Collector{st.assignments, st.reported, st.anomalies, st.refused, st.shadow, st.abandoned,
-		st.storeErrors, st.shortfalls, st.dropped,
+		st.storeErrors, st.shortfalls, st.dropped, st.panics,
 		gauge("ratelimit_rlqs_streams", "Open RLQS streams.", func() float64 { n, _ := s.counts(); return float64(n) }),
 		gauge("ratelimit_rlqs_buckets", "RLQS buckets tracked across streams.", func() float64 { _, n := s.counts(); return float64(n) }),
 	}
@@ -70,6 +76,24 @@ func (s *Service) storeError(err error) {
 		s.o.Logger.WithError(err).WithField("suppressed", n).
 			Warn("rlqs: the store failed; no grant is renewed while it does (assignments run out to each Envoy's fallback)")
 	}
+}
+
+// recovered turns a panic in RLQS work into an error: counted, logged
+// (at most once per logEvery, with how many were held back, and the
+// first's stack), and returned, so that the stream it served ends and the
+// process, and every other call it serves, goes on. Deferred as
+// defer s.recovered(&err, what).
+func (s *Service) recovered(err *error, what string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.stats.panics.Inc()
+	if n, ok := s.panicLog.Due(time.Now()); ok {
+		s.o.Logger.WithField("panic", fmt.Sprint(r)).WithField("suppressed", n).WithField("stack", string(debug.Stack())).
+			Error("rlqs: a panic in " + what + " was recovered; the stream it served is ended")
+	}
+	*err = status.Errorf(codes.Internal, "rlqs: internal error in %s", what)
 }
 
 // logEvery spaces the service's repeated warnings.
