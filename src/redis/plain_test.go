@@ -159,4 +159,3 @@ func TestPlainNeedsRedisClock(t *testing.T) {
 		t.Error("an estimate of the clock of a Redis that does not answer")
 	}
 }
-
