@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
@@ -29,6 +33,38 @@ func TestMemcacheTwoReplicasExact(t *testing.T) {
 			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=hot"))}
 			if got := send(t, procs, req, 10, 10); got != 40 {
 				t.Errorf("200 concurrent calls through two replicas on a limit of 40: %d admitted, want exactly 40", got)
+			}
+		})
+	}
+}
+
+// TestMemcacheOutage: with memcached gone, the binary answers OK by
+// default, as envoyproxy/ratelimit does on memcache (it logs the failure
+// and answers as if nothing were counted), so that Envoy's
+// failure_mode_deny blocks nothing the reference passed;
+// BACKEND_FAILURE_POLICY=error keeps this service's own answer
+// (Unavailable).
+func TestMemcacheOutage(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   codes.Code
+	}{{"", codes.OK}, {"error", codes.Unavailable}} {
+		t.Run("BACKEND_FAILURE_POLICY="+tc.policy, func(t *testing.T) {
+			mc := memcachedtest.Start(t)
+			env := redisEnv(t, map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr})
+			if tc.policy != "" {
+				env["BACKEND_FAILURE_POLICY"] = tc.policy
+			}
+			p := start(t, env)
+			p.should(t, "shared", configtest.Desc("k=outage")) // served while memcached is up
+			mc.Stop()
+			for i := range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				resp, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=outage"))})
+				cancel()
+				if got := status.Code(err); got != tc.want || err == nil && resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("call %d with memcached down: %v %v, want %v (and OK)", i+1, resp.GetOverallCode(), err, tc.want)
+				}
 			}
 		})
 	}

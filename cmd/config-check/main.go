@@ -31,6 +31,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,10 +168,25 @@ func gatherPaths(args []string, ignoreDot bool, stderr io.Writer) (paths []strin
 		for _, path := range slices.Sorted(maps.Keys(skipped)) {
 			fmt.Fprintf(stderr, "warning: %s: %v; skipped, as the service skips it\n", path, skipped[path])
 		}
-		paths = append(paths, found...)
+		// The service reads every file of its directory; a directory given
+		// here may be a repository's (examples/), so files named as
+		// something else than YAML are counted, not checked.
+		var other []string
+		for _, path := range found {
+			switch filepath.Ext(path) {
+			case ".yaml", ".yml", "":
+				paths = append(paths, path)
+			default:
+				other = append(other, filepath.Base(path))
+			}
+		}
+		if len(other) > 0 {
+			fmt.Fprintf(stderr, "warning: %s: %d files not named *.yaml or *.yml, or without an extension, not checked (%s); the service reads every file of its config directory, and would refuse these unless they are descriptor configs\n",
+				p, len(other), strings.Join(other[:min(len(other), 5)], ", ")+map[bool]string{true: ", ...", false: ""}[len(other) > 5])
+		}
 	}
 	if len(paths) == 0 {
-		fmt.Fprintln(stderr, "no config files (*.yaml, *.yml) found")
+		fmt.Fprintln(stderr, "no config files found")
 		return nil, 1
 	}
 	return paths, 0

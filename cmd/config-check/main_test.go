@@ -67,6 +67,7 @@ func TestRun(t *testing.T) {
 		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
 			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
 		{"the examples directory: configs checked, the rest named", []string{"../../examples"}, 0, "OK: 5 files, domains ai_gateway, app, example, quota", []string{
+			"files not named *.yaml or *.yml, or without an extension, not checked (",
 			"skipped: ../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config",
 			"skipped: ../../examples/envoy-gateway/envoy-gateway.yaml: Kubernetes objects (EnvoyGateway), not a descriptor config",
 			"skipped: ../../examples/envoy-rlqs.yaml: an Envoy bootstrap, not a descriptor config",

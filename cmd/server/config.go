@@ -30,6 +30,9 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 	opts.Skipped = func(path string, why error) {
 		log.WithField("file", path).WithError(why).Warn("skipping a config entry that is not a regular file")
 	}
+	opts.Noted = func(path, note string) {
+		log.WithField("file", path).Warn(note)
+	}
 	start := startFiles
 	if strings.EqualFold(s.ConfigType, "GRPC_XDS_SOTW") {
 		start = startXDS

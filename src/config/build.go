@@ -33,6 +33,9 @@ type Options struct {
 	// that LoadDir passes over because it is not a regular file (a FIFO,
 	// socket or device would block or never end a read).
 	Skipped func(path string, why error)
+	// Noted, when set, hears of each file LoadFiles reads only in part
+	// (File.Ignored): what a user may not expect, said once per load.
+	Noted func(path, note string)
 }
 
 // Config is a validated, immutable set of domains. It is safe for concurrent

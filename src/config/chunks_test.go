@@ -160,7 +160,6 @@ func TestOneMeaningPerFile(t *testing.T) {
 		after      int // the error's line, counted from the marker's
 	}{
 		{"...\n]\n", "f.yaml:%d: invalid YAML:", 1},
-		{"---\ndomain: e\n", "f.yaml:%d: more than one YAML document", 0},
 	} {
 		for _, rules := range []int{small, large} {
 			data := build(rules, tc.tail)
@@ -169,6 +168,13 @@ func TestOneMeaningPerFile(t *testing.T) {
 			if want := fmt.Sprintf(tc.want, line); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%q after the document, %d rules: error %v, want %q", tc.tail, rules, err, want)
 			}
+		}
+	}
+	// A second document is not read, and Ignored says so, at both sizes.
+	for _, rules := range []int{small, large} {
+		f, err := Parse("f.yaml", build(rules, "---\ndomain: e\n"))
+		if want := fmt.Sprintf("from line %d on are not read", 2*rules+3); err != nil || !strings.Contains(f.Ignored, want) || f.Domain == "e" {
+			t.Errorf("a second document after the first, %d rules: %v, ignored %q: want the first read and %q", rules, err, f.Ignored, want)
 		}
 	}
 	for _, rules := range []int{small, large} {

@@ -69,8 +69,9 @@ func fileKind(m fs.FileMode) string {
 	return "mode " + m.String()
 }
 
-// FindFiles lists the config files under dir: every *.yaml and *.yml file,
-// recursively, sorted. Entries whose name starts with ".." are always skipped:
+// FindFiles lists the config files under dir: every file, recursively,
+// sorted, whatever its name ends with, as envoyproxy/ratelimit reads its
+// runtime directory (a ConfigMap's keys often have no extension). Entries whose name starts with ".." are always skipped:
 // they are the internals of a Kubernetes ConfigMap volume (..data and the
 // timestamped directories), whose files are already visible through the
 // top-level links and would otherwise be read twice. With ignoreDotfiles,
@@ -90,9 +91,6 @@ func FindFiles(dir string, ignoreDotfiles bool) (files []string, skipped map[str
 			return nil
 		}
 		if d.IsDir() {
-			return nil
-		}
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
 			return nil
 		}
 		if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
@@ -130,6 +128,9 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if f.Ignored != "" && opts.Noted != nil {
+			opts.Noted(f.Name, f.Ignored)
 		}
 		files = append(files, f)
 	}
@@ -176,7 +177,7 @@ func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
 		}
 	}
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("no config files (*.yaml, *.yml) in %s", dir)
+		return nil, fmt.Errorf("no config files in %s", dir)
 	}
 	return LoadFiles(paths, opts)
 }

@@ -5,9 +5,40 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
+
+// TestEveryFileIsRead: as envoyproxy/ratelimit reads its runtime
+// directory, every regular file is a config file, whatever its name ends
+// with (a ConfigMap's keys often have none), and a file's YAML documents
+// after the first are not read, but said (Options.Noted).
+func TestEveryFileIsRead(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml":      "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"more-limits": "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+		"c.json":      `{"domain": "c", "descriptors": [{"key": "k", "rate_limit": {"unit": "hour", "requests_per_unit": 2}}]}`,
+		"two-docs.yml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n---\n" +
+			"domain: e\ndescriptors: []\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var noted []string
+	cfg, err := LoadDir(dir, false, Options{Noted: func(p, note string) { noted = append(noted, filepath.Base(p)+": "+note) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Domains(); len(got) != 4 || got[0] != "a" || got[1] != "b" || got[2] != "c" || got[3] != "d" {
+		t.Errorf("domains %v, want a, b (no extension), c (JSON) and d (the first document of two-docs.yml)", got)
+	}
+	if len(noted) != 1 || !strings.Contains(noted[0], "two-docs.yml: the YAML documents from line 5 on are not read") {
+		t.Errorf("noted %q, want the second document of two-docs.yml", noted)
+	}
+}
 
 // TestOnlyRegularFilesAreConfig: a FIFO, a socket, a device and a dangling
 // link named *.yaml are skipped with a reason, never opened for a blocking
@@ -18,10 +49,11 @@ func TestOnlyRegularFilesAreConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "target.txt"), []byte("domain: e\n"), 0o644); err != nil {
+	elsewhere := t.TempDir() // a link's target outside the directory: not read twice
+	if err := os.WriteFile(filepath.Join(elsewhere, "target.txt"), []byte("domain: e\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("target.txt", filepath.Join(dir, "linked.yaml")); err != nil {
+	if err := os.Symlink(filepath.Join(elsewhere, "target.txt"), filepath.Join(dir, "linked.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {

@@ -22,6 +22,10 @@ type File struct {
 	Domain      string
 	Line        int // of the domain key
 	Descriptors []*Descriptor
+	// Ignored, when not empty, says what of the file was not read: the
+	// YAML documents after the first, as envoyproxy/ratelimit reads a
+	// file.
+	Ignored string
 }
 
 // Descriptor is one entry of a descriptor list, as written.
@@ -125,12 +129,14 @@ func parseWhole(name string, data []byte) (*File, error) {
 		}
 	}
 	f.Descriptors = d.descriptors(fields["descriptors"], "descriptors")
-	// Only comments and blank lines may follow the document: a second one,
-	// or text that does not parse, would give the file a second meaning.
+	// Documents after the first are not read, as envoyproxy/ratelimit
+	// (yaml.Unmarshal) does not read them: said, so that a user who meant
+	// them as more domains finds out. Text after the first that does not
+	// parse is still an error: the file is not what it seems.
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case err == nil:
-		d.errAt(extra.Line, "", "more than one YAML document; put each domain in its own file")
+		f.Ignored = fmt.Sprintf("the YAML documents from line %d on are not read (only a file's first document is, as envoyproxy/ratelimit reads it): put each domain in a file of its own", extra.Line)
 	case !errors.Is(err, io.EOF):
 		d.errs = append(d.errs, d.yamlError(err, data))
 	}

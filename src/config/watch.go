@@ -104,26 +104,16 @@ func (wt *Watcher) Run(ctx context.Context) {
 
 // relevant reports whether a change to path can change the config: path is
 // on the way to the config directory (the root symlink, or a missing
-// directory's parents), the directory itself, or inside it and named as
-// config is (FindFiles): *.yaml and *.yml files, Kubernetes' ..data and
-// timestamped directories, and names without an extension, which is how
-// directories are named (a removed one cannot be asked). Other files there
-// (editor swap and backup files, notes, say) neither trigger nor postpone a
-// reload. The root's parent is watched for the root symlink only; other
-// files there (say, RUNTIME_ROOT=/tmp/rt with /tmp busy) must not reload
-// the config on every write.
+// directory's parents), the directory itself, or anything inside it, since
+// every file there is read (FindFiles). The root's parent is watched for
+// the root symlink only; other files there (say, RUNTIME_ROOT=/tmp/rt with
+// /tmp busy) must not reload the config on every write.
 func (o WatchOptions) relevant(path string) bool {
 	path, dir := filepath.Clean(path), filepath.Clean(o.Dir)
 	if path == dir || !o.within(path) {
 		return o.within(path)
 	}
-	name := filepath.Base(path)
-	switch ext := filepath.Ext(name); {
-	case ext == ".yaml" || ext == ".yml" || ext == "" || strings.HasPrefix(name, ".."):
-		return true
-	}
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
+	return true
 }
 
 // within reports whether path is the config directory, inside it, or on

@@ -72,11 +72,25 @@ func buildResponse(dc *decision, globalShadow, globalQuota bool) *rlsv3.RateLimi
 // aside: when a descriptor in rate limit mode is past a limit, or when
 // every descriptor in quota mode (quota_mode, or all under QUOTA_MODE) is:
 // quota mode admits while some quota is left. Shadow-mode descriptors never
-// reject.
+// reject. As in envoyproxy/ratelimit, a descriptor that passes without a
+// limit (nothing matched, or its limits were replaced) is a passing quota
+// descriptor under QUOTA_MODE, and a shadow-mode one in quota mode passes
+// as a quota descriptor; an unlimited one is neither.
 func rejects(p *config.Plan, outs []limiter.Outcome, globalQuota bool) bool {
 	quotas, quotasOver := 0, 0
 	for _, d := range p.Descs {
-		if d.Count == 0 || d.Shadow() {
+		switch {
+		case d.Unlimited:
+			continue
+		case d.Count == 0:
+			if globalQuota {
+				quotas++
+			}
+			continue
+		case d.Shadow():
+			if globalQuota || d.Quota() {
+				quotas++
+			}
 			continue
 		}
 		over := false

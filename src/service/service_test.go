@@ -177,6 +177,20 @@ func TestShouldRateLimit(t *testing.T) {
 				st(ok, limit(2, minute), 0, reset), st(over, limit(2, minute), 0, reset), st(ok, limit(2, minute), 1, reset)}}},
 			{req("web", d("ip=7")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st(over, limit(2, minute), 0, reset)}}},
 		}},
+		// As the reference: a descriptor with no limit (nothing matched) is
+		// a passing quota descriptor under QUOTA_MODE, so the request
+		// passes while its limited descriptor is over; an unlimited one is
+		// no quota descriptor.
+		{"global quota mode beside a descriptor without a limit", Options{QuotaMode: true}, []call{
+			{req("web", d("nope=x"), d("ip=11")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: ok}, st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("nope=x"), d("ip=11")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: ok}, st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("nope=x"), d("ip=11")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: ok}, st(over, limit(2, minute), 0, reset)}}},
+			{req("web", d("ip=10.0.0.1"), d("ip=11")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: ok, LimitRemaining: math.MaxUint32}, st(over, limit(2, minute), 0, reset)}}},
+		}},
 		// As the reference: the overall code is OK, each status says what
 		// would have been decided.
 		{"global shadow mode", Options{ShadowMode: true}, []call{

@@ -16,8 +16,9 @@ type Decisions struct {
 	StopCacheKeyIncrementWhenOverlimit bool `envconfig:"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" default:"false"`
 
 	// BackendFailurePolicy answers descriptors without their own
-	// failure_policy when the store fails: error, allow, deny or local.
-	BackendFailurePolicy string `envconfig:"BACKEND_FAILURE_POLICY" default:"error"`
+	// failure_policy when the store fails: error, allow, deny or local;
+	// unset, FailurePolicy picks one for the backend.
+	BackendFailurePolicy string `envconfig:"BACKEND_FAILURE_POLICY"`
 
 	// Response decorations.
 	LimitResponseHeadersEnabled bool   `envconfig:"LIMIT_RESPONSE_HEADERS_ENABLED" default:"false"`
@@ -30,12 +31,26 @@ type Decisions struct {
 	ResponseDynamicMetadataRules bool `envconfig:"RESPONSE_DYNAMIC_METADATA_RULES" default:"false"`
 }
 
+// FailurePolicy is BACKEND_FAILURE_POLICY, or when it is unset what
+// envoyproxy/ratelimit does on that backend: on memcache it logs a failed
+// call and answers as if nothing were counted (allow); on Redis it answers
+// an error (error, here Unavailable).
+func (s Settings) FailurePolicy() config.FailurePolicy {
+	switch {
+	case s.BackendFailurePolicy != "":
+		return config.FailurePolicy(s.BackendFailurePolicy)
+	case s.Backend() == "memcache":
+		return config.PolicyAllow
+	}
+	return config.PolicyError
+}
+
 // ServiceOptions is what the settings say of the RLS handler: how it
 // decides and answers, and the request bounds; cmd/server adds the stores,
 // the config holder, metrics and the log.
 func (s Settings) ServiceOptions() service.Options {
 	return service.Options{
-		FailurePolicy:              config.FailurePolicy(s.BackendFailurePolicy),
+		FailurePolicy:              s.FailurePolicy(),
 		ShadowMode:                 s.ShadowMode,
 		QuotaMode:                  s.QuotaMode,
 		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,

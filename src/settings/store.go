@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/memcache"
 	"github.com/openrls/ratelimit/src/redis"
@@ -232,7 +231,7 @@ func (s Settings) validateStore(bad complaint) {
 	if strings.ContainsAny(s.CacheKeyPrefix, "{}") {
 		bad("CACHE_KEY_PREFIX", "must not contain { or }: they would break the Redis Cluster hash tag of every key")
 	}
-	if !config.FailurePolicy(s.BackendFailurePolicy).Valid() {
+	if !s.FailurePolicy().Valid() {
 		bad("BACKEND_FAILURE_POLICY", "unknown policy %q (want error, allow, deny or local)", s.BackendFailurePolicy)
 	}
 	if s.CircuitBreakerFailures < 0 {
