@@ -5,7 +5,20 @@ BIN := bin
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: build run redis test check fuzz bench pgo vet clean
+.PHONY: help build run redis test check fuzz bench pgo vet clean
+
+# make alone lists the targets.
+.DEFAULT_GOAL := help
+help:
+	@echo "make run     build bin/ and run the service on the embedded store with examples/ratelimit-config.yaml"
+	@echo "make test    every test: unit, Redis- and memcached-backed, the built binary, fuzz seeds"
+	@echo "make check   what CI runs: make test's tests under the race detector, then fuzzing"
+	@echo "make build   build bin/server, bin/config-check and bin/client"
+	@echo "make redis   a throwaway Redis on 127.0.0.1:6379 (REDIS_URL=127.0.0.1:6379 make run beside it)"
+	@echo "make bench   the benchmarks of docs/performance.md (long)"
+	@echo "make fuzz    longer fuzzing (FUZZTIME=5m)"
+	@echo "make vet     go vet and gofmt"
+	@echo "make clean   remove bin/ and .run/"
 
 # One set of build flags for build, run, vet and test, the Dockerfile's: cgo
 # off, -trimpath. With the toolchain's defaults for tests (cgo on here) the
@@ -17,15 +30,18 @@ export GOFLAGS := $(GOFLAGS) -trimpath -buildvcs=auto
 # Compile progress as it happens (scripts/buildprogress): go build -v names
 # each package it compiles; a line per 10 of them, every other line
 # (downloads, errors) as it comes, and a line when one large package keeps
-# the build silent for 15 s. It is compiled first, on its own, with awk
-# reporting (fflush: mawk holds its output back otherwise): with `go run`
-# in the pipe, its own compile of the standard library left a cold, busy
-# machine silent for 34 s.
+# the build silent for 15 s. It is compiled first, on its own, a shell
+# loop reporting meanwhile (not awk: mawk, Debian's awk, reads a pipe in
+# blocks, which held the lines back for 33 s on a cold machine; and not
+# `go run`, whose own compile of the standard library left a cold, busy
+# machine silent for 34 s).
 PROGRESS := $(BIN)/buildprogress
 $(PROGRESS): scripts/buildprogress/main.go
 	@echo "progress: compiling the progress reporter first (the standard library, with empty caches)"
 	@$(GO) build -v -o $@ ./scripts/buildprogress 2>&1 | \
-		awk '/^[^ :]+$$/ { if (++n % 10 == 0) { print "  " n " packages compiled"; fflush() } next } { print; fflush() }'
+		{ n=0; while IFS= read -r line; do \
+			case "$$line" in *" "*|*:*) echo "$$line";; *) n=$$((n+1)); [ $$((n % 10)) -eq 0 ] && echo "  $$n packages compiled";; esac; \
+		done; true; }
 
 # The same steps as the Dockerfile's build stage.
 build: $(PROGRESS)

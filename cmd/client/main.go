@@ -1,6 +1,6 @@
 // Command client asks a rate limit service for a decision, as Envoy would:
 //
-//	client -addr localhost:8081 -domain example -descriptors generic_key=demo [-descriptors k=v,k2=v2] [-hits 1]
+//	client -addr localhost:8081 -domain example -descriptors generic_key=demo [-descriptors k=v,k2=v2] [-hits 1] [-refund]
 //	client -explain [-debug_addr localhost:6070] -domain example -descriptors generic_key=demo
 //
 // -explain asks the service's debug port how its config decides the
@@ -29,6 +29,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/buildinfo"
 	"github.com/openrls/ratelimit/src/cmdline"
@@ -79,7 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "localhost:8081", "gRPC address of the rate limit service")
 	fs.StringVar(addr, "dial_string", "localhost:8081", "the same as -addr, under the reference client's name")
 	domain := fs.String("domain", "", "rate limit domain (required)")
-	hits := fs.Uint("hits", 0, "hits_addend: how many hits this request counts (0 means 1)")
+	hits := fs.Uint64("hits", 1, "how many hits each descriptor counts (its hits_addend); 0 is a check, which counts nothing")
+	refund := fs.Bool("refund", false, "give -hits back instead of counting them (is_negative_hits), as a usage report after the fact does")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
 	explain := fs.Bool("explain", false, "print how the service's config decides the request, counting nothing (asks the debug port)")
 	debugAddr := fs.String("debug_addr", "localhost:6070", "debug port address of the service, for -explain")
@@ -90,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), `client asks a rate limit service for a decision, as Envoy would.
 
 Usage:
-  client [-addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...] [-descriptors ...] [-hits N]
+  client [-addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...] [-descriptors ...] [-hits N] [-refund]
   client -explain [-debug_addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...]
   client -version
 
@@ -119,7 +121,12 @@ Flags:
 	if *explain {
 		return explainRemote(*debugAddr, *domain, descs, *timeout, stdout, stderr)
 	}
-	resp, err := ask(*addr, &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)}, *timeout)
+	for _, d := range descs {
+		// Each descriptor's own hits_addend, which (unlike the request's,
+		// where 0 means 1) can say 0: a check.
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(*hits), *refund
+	}
+	resp, err := ask(*addr, &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs}, *timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "client:", err)
 		return 1

@@ -61,6 +61,14 @@ func TestRun(t *testing.T) {
 			"  api_key=k1,path=/api/upload/x: OK, limit 20/minute, remaining 19"},
 		{"the reference client's -dial_string", []string{"-dial_string", addr, "-domain", "example", "-descriptors", "remote_address=192.0.2.9"}, 0,
 			"  remote_address=192.0.2.9: OK, limit 10/second"},
+		// The check-then-report flow, and a refund: each descriptor's own
+		// hits_addend, 0 for a check.
+		{"a check counts nothing", []string{"-addr", addr, "-domain", "example", "-descriptors", "api_key=k7,path=/api/upload/x", "-hits", "0"}, 0,
+			"  api_key=k7,path=/api/upload/x: OK, limit 20/minute, remaining 20"},
+		{"usage of 5", []string{"-addr", addr, "-domain", "example", "-descriptors", "api_key=k7,path=/api/upload/x", "-hits", "5"}, 0,
+			"remaining 15"},
+		{"a refund of 3", []string{"-addr", addr, "-domain", "example", "-descriptors", "api_key=k7,path=/api/upload/x", "-hits", "3", "-refund"}, 0,
+			"remaining 18"},
 		{"bad descriptor", []string{"-addr", addr, "-domain", "example", "-descriptors", "novalue"}, 1, ""},
 		{"missing domain", []string{"-addr", addr, "-descriptors", "a=b"}, 1, ""},
 		{"help", []string{"-h"}, 0, "Usage:\n  client [-addr HOST:PORT] -domain DOMAIN"},

@@ -331,3 +331,64 @@ func TestPlainAndFunctionAnswerAlike(t *testing.T) {
 	}
 	t.Fatal("no run stayed within one day-long window")
 }
+
+// A window key the process has seen exist is counted with INCRBY alone;
+// one Redis lost since (a flush here) is created by that INCRBY without a
+// TTL, and the store gives it its TTL right after: no key is left without
+// one.
+func TestKnownWindowsSkipTheTTLAndRepairALostKey(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, Options{})
+	knowsRedisClock(t, s.rclock)
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
+	hit := func() {
+		t.Helper()
+		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{known}:k", Rule: r, Cost: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 { // until one run stays in one hour-long window
+		if err := c.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := redisNow(t, c)
+		if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			hit()
+		}
+		st, err := srv.CommandStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.FlushAll(context.Background()).Err(); err != nil { // Redis loses the key
+			t.Fatal(err)
+		}
+		hit()
+		if redisNow(t, c).Unix()/3600 != before.Unix()/3600 {
+			continue
+		}
+		if st["incrby"].Calls != 3 || st["pexpireat"].Calls != 1 {
+			t.Errorf("3 hits on one window: INCRBY %d, PEXPIREAT %d; want 3 and 1 (the key's first)", st["incrby"].Calls, st["pexpireat"].Calls)
+		}
+		wk := windowKey(keyVersion+"{known}:k", before.Unix()/3600)
+		waitUntil(t, "the lost key, created again by a hit, has its TTL", func() bool {
+			ttl, err := c.PTTL(context.Background(), wk).Result()
+			return err == nil && ttl > 0
+		})
+		return
+	}
+	t.Fatal("no run stayed within one hour-long window")
+}
+
+// waitUntil polls cond for a background step, up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30 s: %s", what)
+		}
+	}
+}

@@ -23,7 +23,8 @@ import (
 // up whatever the answer, and the answer is the count against the limit.
 // So such a decision is sent as two commands per hit, INCRBY of its
 // window's key (win_key in state.lua: KEY|w) and PEXPIREAT of that key at
-// the window's end with NX, in one MULTI/EXEC with a TIME. Redis spends
+// the window's end with NX, in one MULTI/EXEC with a TIME; once the
+// process knows the key exists (windows.go), the INCRBY alone. Redis spends
 // about half the CPU on it that the function does (docs/performance.md).
 //
 // One writer, one lifecycle. The function and this path write the same
@@ -65,12 +66,15 @@ const clockEvery = 5 * time.Second
 const clockMaxRTT = 100 * time.Millisecond
 
 // plainCall is a decision's hits as plain commands: INCRBY wkeys[i] by
-// costs[i], each key expiring at expireAt[i].
+// costs[i], each key expiring at expireAt[i] (PEXPIREAT, sent unless the
+// key is known to exist: known[i]).
 type plainCall struct {
 	wkeys    []string
 	costs    []int64
 	windows  []int64 // each hit's window number, by the estimate of Redis's clock
 	expireAt []int64 // ms since the Unix epoch: when each hit's window ends
+	tags     []uint64
+	known    []bool
 }
 
 // plainReply is a plain call's reply: each hit's count, and Redis's TIME
@@ -176,7 +180,8 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() {
 		if est, ok := s.rclock.now(ctx); ok {
 			n := len(g.hits)
-			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n)}
+			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),
+				tags: make([]uint64, n), known: make([]bool, n)}
 			for i, h := range g.hits {
 				period := int64(h.Rule.Period / time.Microsecond)
 				w := est / period
@@ -184,6 +189,8 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 				p.costs[i] = int64(h.Cost)
 				p.windows[i] = w
 				p.expireAt[i] = ((w+1)*period + 999) / 1000 // as batch.lua's ttl_ms, rounded up
+				p.tags[i] = s.known.tag(p.wkeys[i])
+				p.known[i] = s.known.has(p.tags[i])
 			}
 			return &call{keys: g.keys, plain: p}
 		}
@@ -199,8 +206,10 @@ func windowKey(key string, w int64) string {
 // plainOutcomes answers g's hits from a plain call's counts as
 // fixed_count does in batch.lua, each where its window is the one Redis's
 // TIME fell in when they were counted; it returns the hits (as a group)
-// that are not, to be decided by the function, or nil.
-func plainOutcomes(c *call, g *group, outs []limiter.Outcome) (*group, error) {
+// that are not, to be decided by the function, or nil. It notes the window
+// keys that now exist in known, and adds to orphans those the call created
+// without their TTL (see knownWindows).
+func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindows, orphans *[]orphan) (*group, error) {
 	r, ok := c.reply.(*plainReply)
 	if !ok || len(r.counts) != len(g.hits) {
 		return nil, fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
@@ -209,12 +218,19 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome) (*group, error) {
 	for j, h := range g.hits {
 		period := int64(h.Rule.Period / time.Microsecond)
 		w := c.plain.windows[j]
+		orphaned := c.plain.known[j] && r.counts[j] == c.plain.costs[j]
+		if orphaned {
+			*orphans = append(*orphans, orphan{key: c.plain.wkeys[j], expireAt: c.plain.expireAt[j]})
+		}
 		if r.at/period != w {
 			if again == nil {
 				again = &group{}
 			}
 			again.idx, again.keys, again.hits = append(again.idx, g.idx[j]), append(again.keys, g.keys[j]), append(again.hits, h)
 			continue
+		}
+		if !orphaned {
+			known.add(c.plain.tags[j]) // counted in its window: the key is there, with its TTL
 		}
 		reset := time.Duration((w+1)*period-r.at) * time.Microsecond
 		n := min(r.counts[j], limiter.MaxCount)
@@ -242,13 +258,15 @@ func plainRefused(err error) bool {
 }
 
 // queuePlain queues c's commands on p: per hit, INCRBY of its window's key
-// and PEXPIREAT of it at the window's end, NX (a key that has its TTL
-// keeps it).
+// and, unless the key is known to exist, PEXPIREAT of it at the window's
+// end, NX (a key that has its TTL keeps it).
 func queuePlain(ctx context.Context, p goredis.Pipeliner, c *call) []*goredis.IntCmd {
 	counts := make([]*goredis.IntCmd, len(c.plain.wkeys))
 	for j, k := range c.plain.wkeys {
 		counts[j] = p.IncrBy(ctx, k, c.plain.costs[j])
-		p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
+		if !c.plain.known[j] {
+			p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
+		}
 	}
 	return counts
 }

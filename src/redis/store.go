@@ -70,6 +70,7 @@ type Store struct {
 	clock       func() time.Time
 	rclock      *redisClock // Redis's clock, for plain decisions (plain.go)
 	plainOff    atomic.Bool // Redis refused a plain command: the function only
+	known       *knownWindows
 	timeout     time.Duration
 	batch       *batcher // nil when pipelining is off
 	leases      *leases  // nil when leasing is off
@@ -103,7 +104,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	_, cluster := client.(*goredis.ClusterClient)
 	s := &Store{client: client, runner: newRunner(client), cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock,
-		rclock: &redisClock{client: client}, timeout: opts.Timeout}
+		rclock: &redisClock{client: client}, known: newKnownWindows(), timeout: opts.Timeout}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
@@ -254,6 +255,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	}
 	s.send(ctx, deadline, calls)
 	var again []*group
+	var orphans []orphan
 	var first error
 	for i, g := range groups {
 		c := calls[i]
@@ -266,7 +268,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
 		case c.plain != nil:
 			var late *group
-			if late, err = plainOutcomes(c, g, outs); late != nil {
+			if late, err = plainOutcomes(c, g, outs, s.known, &orphans); late != nil {
 				again = append(again, late)
 			}
 		default:
@@ -275,6 +277,9 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 		if first == nil {
 			first = err
 		}
+	}
+	if len(orphans) > 0 {
+		expireOrphans(s.client, orphans)
 	}
 	if len(again) == 0 || first != nil {
 		return first

@@ -1,0 +1,69 @@
+package redis
+
+import (
+	"context"
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// knownWindows remembers window keys (KEY|w) this process has seen exist,
+// so that a plain hit on one sends its INCRBY alone, without the PEXPIREAT
+// that only a new key needs: a window key that exists has its TTL, since it
+// is only ever created with it, in one transaction (plain.go) or one
+// function call (batch.lua). It is a direct-mapped table of 64-bit hashes
+// of the keys: a slot holds the last key that landed in it, so memory is
+// fixed (512 KiB) and a lookup takes no lock.
+//
+// A key it wrongly believes exists (Redis lost it: a flush, a failover to a
+// replica without it, eviction; or a late hit whose window had expired)
+// is created by the INCRBY alone, without a TTL. The reply says so (the
+// count is the hit's cost: the key was new), and the store then sets the
+// TTL right after (orphans), in the background: so only a process that
+// dies in that moment, after Redis lost the key, leaves one key without a
+// TTL.
+type knownWindows struct {
+	seed  maphash.Seed
+	slots [1 << 16]atomic.Uint64
+}
+
+func newKnownWindows() *knownWindows { return &knownWindows{seed: maphash.MakeSeed()} }
+
+// tag is wkey's hash, never 0 (an empty slot).
+func (k *knownWindows) tag(wkey string) uint64 {
+	return maphash.String(k.seed, wkey) | 1
+}
+
+func (k *knownWindows) has(tag uint64) bool {
+	return k.slots[tag&uint64(len(k.slots)-1)].Load() == tag
+}
+
+func (k *knownWindows) add(tag uint64) {
+	k.slots[tag&uint64(len(k.slots)-1)].Store(tag)
+}
+
+// orphan is a window key a plain hit created without its TTL.
+type orphan struct {
+	key      string
+	expireAt int64 // ms since the Unix epoch
+}
+
+// orphanTimeout bounds the background call that gives orphans their TTL.
+const orphanTimeout = 5 * time.Second
+
+// expireOrphans gives each orphan its TTL, PEXPIREAT ... NX (a key that
+// got one meanwhile keeps it), in one pipeline, in the background.
+func expireOrphans(client goredis.UniversalClient, orphans []orphan) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
+		defer cancel()
+		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, o := range orphans {
+				p.Do(ctx, "PEXPIREAT", o.key, o.expireAt, "NX")
+			}
+			return nil
+		})
+	}()
+}
