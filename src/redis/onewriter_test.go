@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestPlainWindowKeyAndTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	s := newStore(t, c, Options{})
-	knowsRedisClock(t, s.rclock)
+	plainReady(t, s)
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
 	for range 5 { // until one run stays in one hour-long window
 		before := redisNow(t, c)
@@ -108,6 +109,7 @@ func TestPlainWrongEstimateTakesTheFunction(t *testing.T) {
 				srv := redistest.Start(t)
 				c := single(t, srv)
 				s := newStore(t, c, Options{Batch: batched})
+				plainReady(t, s)
 				r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: time.Hour, CountRejected: true}
 				for range 5 { // until one run stays in one hour-long window
 					if err := c.FlushAll(context.Background()).Err(); err != nil {
@@ -162,7 +164,7 @@ func TestPlainStalledRedisAcrossAnEdge(t *testing.T) {
 			srv := redistest.Start(t)
 			c := single(t, srv)
 			s := newStore(t, c, Options{Batch: batched, Timeout: 30 * time.Second})
-			knowsRedisClock(t, s.rclock)
+			plainReady(t, s)
 			r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 5, Period: time.Second, CountRejected: true}
 			est, _ := s.rclock.now(context.Background())
 			w := est/1e6 + 1
@@ -233,7 +235,7 @@ func TestWritersInterleavedOnOneKey(t *testing.T) {
 	first := redisNow(t, c).UnixMicro()
 	for i, st := range stores {
 		s := newStore(t, c, Options{Batch: i%2 == 0})
-		knowsRedisClock(t, s.rclock)
+		plainReady(t, s)
 		if st.skew != 0 {
 			skewClock(t, c, s.rclock, st.skew)
 		}
@@ -301,7 +303,7 @@ func TestPlainAndFunctionAnswerAlike(t *testing.T) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	plain := newStore(t, c, Options{})
-	knowsRedisClock(t, plain.rclock)
+	plainReady(t, plain)
 	function := newStore(t, c, Options{})
 	function.plainOff.Store(true)
 	for range 5 { // until one run stays in one day-long window
@@ -327,6 +329,9 @@ func TestPlainAndFunctionAnswerAlike(t *testing.T) {
 		if redisNow(t, c).Unix()/86400 != before && !mismatch {
 			continue
 		}
+		if st, err := srv.CommandStats(); err != nil || st["exec"].Calls < 200 {
+			t.Errorf("%d transactions (%v): want the plain store's 200 hits on the plain path", st["exec"].Calls, err)
+		}
 		return
 	}
 	t.Fatal("no run stayed within one day-long window")
@@ -340,7 +345,7 @@ func TestKnownWindowsSkipTheTTLAndRepairALostKey(t *testing.T) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	s := newStore(t, c, Options{})
-	knowsRedisClock(t, s.rclock)
+	plainReady(t, s)
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
 	hit := func() {
 		t.Helper()
@@ -390,5 +395,110 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within 30 s: %s", what)
 		}
+	}
+}
+
+// A Redis user whose ACL allows the function's commands but not the plain
+// path's (MULTI, EXEC, PEXPIREAT) is decided by the function, from the
+// first refusal on, and no decision fails.
+func TestPlainRefusedByTheACL(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "limited", "on", ">secret", "~*", "-@all", "+evalsha", "+eval", "+script|load", "+fcall",
+		"+function|load", "+get", "+set", "+del", "+incrby", "+decrby", "+pexpire", "+time", "+ping", "+hello"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", Auth: "limited:secret", PoolSize: 4, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{Batch: true})
+	plainReady(t, s)
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 24 * time.Hour, CountRejected: true}
+	allowed := 0
+	for range 5 {
+		out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{acl}:k", Rule: r, Cost: 1}}})
+		if err != nil {
+			t.Fatalf("a decision failed: %v", err)
+		}
+		if out[0].Allowed {
+			allowed++
+		}
+	}
+	if !s.plainOff.Load() || allowed != 3 {
+		t.Errorf("plain off %v, %d of 5 admitted: want the function from the refusal on, and 3", s.plainOff.Load(), allowed)
+	}
+}
+
+// On Redis Cluster each master's plain hits go to it in a transaction of
+// their own, dated by that node's TIME: hits spread over the masters are
+// counted plain (no function call), exactly the limit is admitted per key,
+// and an estimate an hour off sends them to the function.
+func TestPlainOnCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			s := newStore(t, c, Options{Batch: batched})
+			plainReady(t, s)
+			r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 3, Period: 24 * time.Hour, CountRejected: true}
+			for _, skew := range []time.Duration{0, -25 * time.Hour} {
+				for _, n := range nodes {
+					if _, err := n.Do("CONFIG", "RESETSTAT"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				allowed := map[string]int{}
+				for i := range 5 {
+					var hits []limiter.Hit
+					for k := range 12 { // twelve tags: every master gets some
+						hits = append(hits, limiter.Hit{Key: fmt.Sprintf("{cl%v%v-%d}:k", batched, skew, k), Rule: r, Cost: 1})
+					}
+					if skew != 0 {
+						skewClock(t, c, s.rclock, skew)
+					}
+					out, err := s.Apply(context.Background(), limiter.Batch{Hits: hits})
+					if err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					for j, o := range out {
+						if o.Allowed {
+							allowed[hits[j].Key]++
+						}
+					}
+				}
+				for k, n := range allowed {
+					if n != 3 {
+						t.Errorf("skew %v: %s admitted %d of 5, limit 3", skew, k, n)
+					}
+				}
+				scripts, execs := 0, 0
+				for _, n := range nodes {
+					st, err := n.CommandStats()
+					if err != nil {
+						t.Fatal(err)
+					}
+					calls, _ := redistest.ScriptCalls(st)
+					scripts += calls
+					if st["exec"].Calls > 0 {
+						execs++
+					}
+				}
+				if skew == 0 && (scripts != 0 || execs != len(nodes)) {
+					t.Errorf("on time: %d script calls, transactions on %d of %d masters: want none, and every master's own", scripts, execs, len(nodes))
+				}
+				if skew != 0 && scripts == 0 {
+					t.Error("an estimate a day off: no hit went to the function")
+				}
+			}
+		})
 	}
 }

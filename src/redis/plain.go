@@ -49,9 +49,12 @@ import (
 // is what the function would have answered at that instant: no window
 // ever counts past its limit, whichever path its hits took.
 //
+// On Redis Cluster each slot's plain calls go to its master in a
+// transaction of their own, whose TIME is that node's clock
+// (sendPlainPerSlot).
+//
 // Where the plain path does not serve, the function does, exactly as
-// before: on Redis Cluster (a TIME is not sent to a given node), with a
-// caller's clock (Batch.Now), until the function library has loaded
+// before: with a caller's clock (Batch.Now), until the function library has loaded
 // (PEXPIREAT ... NX needs Redis 7) and Redis's clock is known, and once
 // Redis refused one of its commands (an ACL without INCRBY, PEXPIREAT,
 // MULTI, EXEC or TIME).
@@ -177,7 +180,7 @@ func plainEligible(mode scriptMode, g *group) bool {
 // newCall is g's call: plain commands when the plain path serves (see
 // above) and g is eligible, else the function's.
 func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
-	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() {
+	if now == redisTime && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
 		if est, ok := s.rclock.now(ctx); ok {
 			n := len(g.hits)
 			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),
@@ -196,6 +199,36 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 		}
 	}
 	return &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
+}
+
+// plainAllowed reports whether the permission probe (plainProbe) has
+// found the plain path's commands allowed; until it knows, it runs the
+// probe in the background (at most once per probeEvery) and the function
+// serves. A refusal turns the plain path off for good.
+func (s *Store) plainAllowed() bool {
+	if s.plainOK.Load() {
+		return true
+	}
+	if !s.probeMu.TryLock() {
+		return false
+	}
+	if time.Since(s.lastProbe) < probeEvery {
+		s.probeMu.Unlock()
+		return false
+	}
+	s.lastProbe = time.Now()
+	go func() {
+		defer s.probeMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		switch ok, known := plainProbe(ctx, s.client); {
+		case ok:
+			s.plainOK.Store(true)
+		case known:
+			s.plainOff.Store(true)
+		}
+	}()
+	return false
 }
 
 // windowKey is key's count of window w: batch.lua's win_key.
@@ -277,7 +310,14 @@ func plainReplies(plain []*call, counts [][]*goredis.IntCmd, at *goredis.TimeCmd
 	t, terr := at.Result()
 	for i, c := range plain {
 		c.reply, c.err = nil, terr
-		if terr != nil {
+		// A command Redis refused as it was queued (an ACL) fails the
+		// transaction (EXECABORT): its own error says why.
+		for _, cmd := range counts[i] {
+			if err := cmd.Err(); plainRefused(err) {
+				c.err = err
+			}
+		}
+		if c.err != nil {
 			continue
 		}
 		n := make([]int64, len(counts[i]))

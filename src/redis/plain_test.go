@@ -43,7 +43,7 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 			t.Run(tc.name+"/batched="+strconv.FormatBool(batched), func(t *testing.T) {
 				srv := redistest.Start(t)
 				s := newStore(t, single(t, srv), Options{Batch: batched})
-				knowsRedisClock(t, s.rclock)
+				plainReady(t, s)
 				if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 					t.Fatal(err)
 				}
@@ -62,6 +62,22 @@ func TestPlainPathTakesTheDefaultFixedWindow(t *testing.T) {
 						st["incrby"].Calls, st["pexpireat"].Calls, st["exec"].Calls, st["time"].Calls, tc.wantPlain)
 				}
 			})
+		}
+	}
+}
+
+// plainReady waits until s may take the plain path: Redis's clock is
+// known and the permission probe has passed (the ACL test waits for its
+// refusal instead).
+func plainReady(t *testing.T, s *Store) {
+	t.Helper()
+	knowsRedisClock(t, s.rclock)
+	for deadline := time.Now().Add(30 * time.Second); !s.plainAllowed(); time.Sleep(20 * time.Millisecond) {
+		if s.plainOff.Load() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plain path's permission probe did not pass within 30 s")
 		}
 	}
 }

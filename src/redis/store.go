@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ type Store struct {
 	clock       func() time.Time
 	rclock      *redisClock // Redis's clock, for plain decisions (plain.go)
 	plainOff    atomic.Bool // Redis refused a plain command: the function only
+	plainOK     atomic.Bool // plainProbe found the plain commands allowed
+	probeMu     sync.Mutex  // held by the one probe in flight
+	lastProbe   time.Time   // guarded by probeMu
 	known       *knownWindows
 	timeout     time.Duration
 	batch       *batcher // nil when pipelining is off
@@ -263,6 +267,8 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 		switch {
 		case c.plain != nil && c.err != nil && plainRefused(c.err):
 			s.plainOff.Store(true)
+			again = append(again, g)
+		case c.plain != nil && errors.Is(c.err, errMoved):
 			again = append(again, g)
 		case c.err != nil:
 			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)

@@ -67,3 +67,52 @@ func expireOrphans(client goredis.UniversalClient, orphans []orphan) {
 		})
 	}()
 }
+
+// probeKey is the key the plain path's permission probe names; nothing is
+// ever written to it.
+const probeKey = keyVersion + "{probe}"
+
+// plainProbe says whether Redis lets this user run the plain path's
+// commands, before any is sent for a decision: a MULTI the ACL refused
+// would leave the INCRBYs after it to run on their own, and the function
+// would then count those hits again. It opens a transaction on a
+// connection of its own, queues INCRBY, PEXPIREAT and TIME (an ACL
+// refuses a command as it is queued) and discards it: nothing runs. It
+// returns whether the plain path may serve, and whether that is known
+// (false after an error that may pass: the network, a loading Redis).
+func plainProbe(ctx context.Context, client goredis.UniversalClient) (ok, known bool) {
+	var node *goredis.Client
+	switch c := client.(type) {
+	case *goredis.Client:
+		node = c
+	case *goredis.ClusterClient:
+		n, err := c.MasterForKey(ctx, probeKey)
+		if err != nil {
+			return false, false
+		}
+		node = n
+	default:
+		return false, true // a client this store does not make: the function serves
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	if err := conn.Do(ctx, "MULTI").Err(); err != nil {
+		return false, plainRefused(err)
+	}
+	cmds, err := conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		p.Do(ctx, "INCRBY", probeKey, 0)
+		p.Do(ctx, "PEXPIREAT", probeKey, 1, "NX")
+		p.Do(ctx, "TIME")
+		p.Do(ctx, "DISCARD")
+		return nil
+	})
+	for _, c := range cmds {
+		if plainRefused(c.Err()) {
+			return false, true
+		}
+	}
+	return err == nil, err == nil
+}
+
+// probeEvery spaces permission probes that found nothing definite.
+const probeEvery = time.Second

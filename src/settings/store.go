@@ -171,20 +171,35 @@ func (r *Redis) normalize() {
 }
 
 // isSocketPath tells a Unix socket path from host:port or a redis://
-// URL: a path has a slash or no port.
+// URL: a path has a slash. (A host:port whose port is no number, say
+// localhost:notaport, is a mistake in the port, named as such by
+// validate, not a socket.)
 func isSocketPath(url string) bool {
 	if a, err := redis.ParseAddress(url); err != nil || a.URL {
 		return false
 	}
-	if strings.Contains(url, "/") {
-		return true
+	return strings.Contains(url, "/")
+}
+
+// badTCPAddress names the first address of a TCP REDIS_URL (a list for
+// Cluster, and for Sentinel after the master's name) that is not
+// host:port with a port from 1 to 65535, or returns "".
+func badTCPAddress(url, typ string) string {
+	if a, err := redis.ParseAddress(url); err == nil && a.URL {
+		return ""
 	}
-	_, port, found := strings.Cut(url, ":")
-	if !found {
-		return url != ""
+	addrs := strings.Split(url, ",")
+	if typ == "sentinel" && len(addrs) > 1 {
+		addrs = addrs[1:]
 	}
-	_, err := strconv.Atoi(port)
-	return err != nil
+	for _, addr := range addrs {
+		addr = strings.TrimSpace(addr)
+		_, port, err := net.SplitHostPort(addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return addr
+		}
+	}
+	return ""
 }
 
 // Backend is the store to use, with the default applied.
@@ -261,6 +276,11 @@ func (r Redis) validate(prefix string, bad complaint) {
 	case "tcp", "unix":
 	default:
 		bad(prefix+"SOCKET_TYPE", "unknown socket type %q (want tcp or unix)", r.SocketType)
+	}
+	if r.SocketType == "tcp" && r.URL != "" {
+		if a := badTCPAddress(r.URL, r.Type); a != "" {
+			bad(prefix+"URL", "%q is not host:port with a port from 1 to 65535 (a Unix socket is a path: /run/redis.sock, or set %sSOCKET_TYPE=unix)", a, prefix)
+		}
 	}
 	validType := r.Type == "single" || r.Type == "sentinel" || r.Type == "cluster"
 	if r.URL != "" && validType && (r.SocketType == "tcp" || r.SocketType == "unix") {
