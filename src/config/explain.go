@@ -69,7 +69,7 @@ func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDesc
 		case dp.Shadow():
 			b.WriteString("  shadow_mode: counted, and never rejects: past the limit the answer is still OK (the over-limit stats say it would have been rejected)\n")
 		case n != nil && n.quotaMode:
-			b.WriteString("  quota_mode: counted, and never rejects by itself: past the limit the answer is still OK unless another descriptor rejects\n")
+			b.WriteString("  quota_mode: counted; past the limit its status is OVER_LIMIT, and the request is rejected only when every quota-mode descriptor of it is past its limit (or another descriptor rejects)\n")
 		}
 		if n != nil {
 			for _, l := range n.limits {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,16 +434,7 @@ func TestPlainRefusedByTheACL(t *testing.T) {
 // counted plain (no function call), exactly the limit is admitted per key,
 // and an estimate an hour off sends them to the function.
 func TestPlainOnCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	nodes, c := startCluster(t)
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
 			s := newStore(t, c, Options{Batch: batched})

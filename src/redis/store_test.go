@@ -34,6 +34,22 @@ func single(t testing.TB, srv *redistest.Server) goredis.UniversalClient {
 	return c
 }
 
+// startCluster starts a 3-master Cluster and a client of it.
+func startCluster(t *testing.T) ([]*redistest.Server, goredis.UniversalClient) {
+	t.Helper()
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return nodes, c
+}
+
 func newStore(t testing.TB, c goredis.UniversalClient, opts Options) *Store {
 	t.Helper()
 	s, err := New(c, opts)
@@ -59,16 +75,7 @@ func TestConformanceSingleBatched(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	nodes, c := startCluster(t)
 	s := newStore(t, c, Options{})
 	limitertest.Run(t, func(*testing.T) limiter.Store { return s })
 	batched := newStore(t, c, Options{Batch: true})
@@ -614,16 +621,7 @@ func TestTTLOfABatchCountedAhead(t *testing.T) {
 // failover) costs no error and no double count, batched or not: a call
 // that found it gone did not run, and is run again once.
 func TestScriptFlushMidLoadCluster(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	c, err := NewClient(ClientOptions{URL: strings.Join(addrs, ","), Type: "cluster", PoolSize: 16, Timeout: testTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	nodes, c := startCluster(t)
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
 			s := newStore(t, c, Options{Batch: batched})

@@ -75,11 +75,14 @@ const probeKey = keyVersion + "{probe}"
 // plainProbe says whether Redis lets this user run the plain path's
 // commands, before any is sent for a decision: a MULTI the ACL refused
 // would leave the INCRBYs after it to run on their own, and the function
-// would then count those hits again. It opens a transaction on a
-// connection of its own, queues INCRBY, PEXPIREAT and TIME (an ACL
-// refuses a command as it is queued) and discards it: nothing runs. It
-// returns whether the plain path may serve, and whether that is known
-// (false after an error that may pass: the network, a loading Redis).
+// would then count those hits again. On a connection of its own, closed
+// after (a transaction left open must not go back to the pool), it runs a
+// transaction of INCRBY of probeKey by 0, PEXPIREAT of it in the past and
+// TIME: an ACL refuses a command as it is queued, which aborts the
+// transaction, and one that runs leaves nothing (the key it makes, it
+// deletes). It returns whether the plain path may serve, and
+// whether that is known (false after an error that may pass: the
+// network, a loading Redis).
 func plainProbe(ctx context.Context, client goredis.UniversalClient) (ok, known bool) {
 	var node *goredis.Client
 	switch c := client.(type) {
@@ -94,18 +97,22 @@ func plainProbe(ctx context.Context, client goredis.UniversalClient) (ok, known 
 	default:
 		return false, true // a client this store does not make: the function serves
 	}
-	conn := node.Conn()
-	defer conn.Close()
-	if err := conn.Do(ctx, "MULTI").Err(); err != nil {
-		return false, plainRefused(err)
-	}
-	cmds, err := conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	o := node.Options()
+	probe := goredis.NewClient(&goredis.Options{Network: o.Network, Addr: o.Addr, Dialer: o.Dialer, Username: o.Username,
+		Password: o.Password, CredentialsProvider: o.CredentialsProvider, DB: o.DB, TLSConfig: o.TLSConfig, Protocol: o.Protocol,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: 1})
+	defer probe.Close()
+	// One write: if the ACL refused MULTI, the INCRBY by 0 runs alone and
+	// the PEXPIREAT deletes what it made.
+	cmds, err := probe.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.Do(ctx, "INCRBY", probeKey, 0)
 		p.Do(ctx, "PEXPIREAT", probeKey, 1, "NX")
 		p.Do(ctx, "TIME")
-		p.Do(ctx, "DISCARD")
 		return nil
 	})
+	if plainRefused(err) {
+		return false, true
+	}
 	for _, c := range cmds {
 		if plainRefused(c.Err()) {
 			return false, true

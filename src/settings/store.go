@@ -185,8 +185,8 @@ func isSocketPath(url string) bool {
 // Cluster, and for Sentinel after the master's name) that is not
 // host:port with a port from 1 to 65535, or returns "".
 func badTCPAddress(url, typ string) string {
-	if a, err := redis.ParseAddress(url); err == nil && a.URL {
-		return ""
+	if strings.Contains(url, "://") {
+		return "" // a URL: ClientOptions.Check reads it, its password hidden
 	}
 	addrs := strings.Split(url, ",")
 	if typ == "sentinel" && len(addrs) > 1 {
