@@ -49,12 +49,12 @@ import (
 // is what the function would have answered at that instant: no window
 // ever counts past its limit, whichever path its hits took.
 //
-// On Redis Cluster each slot's plain calls go to its master in a
-// transaction of their own, whose TIME is that node's clock
-// (sendPlainPerSlot).
-//
 // Where the plain path does not serve, the function does, exactly as
-// before: with a caller's clock (Batch.Now), until the function library has loaded
+// before: on Redis Cluster (a TIME must run on the node of the keys it
+// dates, in the transaction that counts them, and a transaction may not
+// span slots: a transaction per hit's slot, tried, cost Redis more than
+// the function, docs/performance.md), with a caller's clock (Batch.Now),
+// until the function library has loaded
 // (PEXPIREAT ... NX needs Redis 7) and Redis's clock is known, and once
 // Redis refused one of its commands (an ACL without INCRBY, PEXPIREAT,
 // MULTI, EXEC or TIME).
@@ -180,7 +180,7 @@ func plainEligible(mode scriptMode, g *group) bool {
 // newCall is g's call: plain commands when the plain path serves (see
 // above) and g is eligible, else the function's.
 func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
-	if now == redisTime && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
+	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
 		if est, ok := s.rclock.now(ctx); ok {
 			n := len(g.hits)
 			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),

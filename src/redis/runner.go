@@ -151,24 +151,9 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 			scripted = append(scripted, c)
 		}
 	}
-	switch cc, cluster := r.client.(*goredis.ClusterClient); {
-	case len(plain) == 0:
+	if len(plain) == 0 {
 		sendCalls(ctx, r.client, merge, fn, scripted)
-	case cluster:
-		// A TIME must run on the node of the keys it dates: each slot's
-		// plain calls go to its master in a transaction of their own,
-		// beside the scripted calls' pipeline.
-		var wg sync.WaitGroup
-		if len(scripted) > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sendCalls(ctx, r.client, merge, fn, scripted)
-			}()
-		}
-		sendPlainPerSlot(ctx, cc, plain)
-		wg.Wait()
-	default:
+	} else {
 		sendWithPlain(ctx, r.client, merge, fn, scripted, plain)
 	}
 	var missed []*call
@@ -270,64 +255,6 @@ func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, f
 			c.reply, c.err = batchScript.Run(ctx, client, c.keys, c.arg).Result()
 		}
 	}
-}
-
-// sendPlainPerSlot runs Cluster plain calls: per hash tag (so per slot:
-// Redis Cluster refuses a transaction over several), one transaction with
-// a TIME and that tag's calls, sent to the slot's master itself, the
-// transactions in parallel. A node that no longer serves a slot
-// (resharding, a failover) refuses the queued commands (MOVED, ASK), so
-// nothing of that transaction ran (EXECABORT): its calls get errMoved, and
-// the store decides them again through the function, which the Cluster
-// client routes anew.
-func sendPlainPerSlot(ctx context.Context, cc *goredis.ClusterClient, plain []*call) {
-	byTag := map[string][]*call{}
-	for _, c := range plain {
-		tag := hashTag(c.plain.wkeys[0])
-		byTag[tag] = append(byTag[tag], c)
-	}
-	var wg sync.WaitGroup
-	for _, calls := range byTag {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			node, err := cc.MasterForKey(ctx, calls[0].plain.wkeys[0])
-			if err != nil {
-				for _, c := range calls {
-					c.reply, c.err = nil, fmt.Errorf("%w: %v", errMoved, err)
-				}
-				return
-			}
-			var at *goredis.TimeCmd
-			counts := make([][]*goredis.IntCmd, len(calls))
-			_, err = node.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-				at = p.Time(ctx)
-				for i, c := range calls {
-					counts[i] = queuePlain(ctx, p, c)
-				}
-				return nil
-			})
-			plainReplies(calls, counts, at)
-			if goredis.HasErrorPrefix(err, "EXECABORT") || isMoved(err) {
-				for _, c := range calls {
-					if !plainRefused(c.err) {
-						c.reply, c.err = nil, fmt.Errorf("%w: %v", errMoved, err)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// errMoved marks a plain call that did not run because its node no longer
-// served its keys' slot: the function decides it instead.
-var errMoved = errors.New("redis: the slot moved; nothing of the plain call ran")
-
-// isMoved reports a Cluster redirection.
-func isMoved(err error) bool {
-	return goredis.HasErrorPrefix(err, "MOVED") || goredis.HasErrorPrefix(err, "ASK") || goredis.HasErrorPrefix(err, "TRYAGAIN") ||
-		goredis.HasErrorPrefix(err, "CLUSTERDOWN")
 }
 
 // merged is the keys and argument of one call holding every call of

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -267,8 +266,6 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 		switch {
 		case c.plain != nil && c.err != nil && plainRefused(c.err):
 			s.plainOff.Store(true)
-			again = append(again, g)
-		case c.plain != nil && errors.Is(c.err, errMoved):
 			again = append(again, g)
 		case c.err != nil:
 			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
