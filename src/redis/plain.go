@@ -31,8 +31,9 @@ import (
 // keys the same way: a window's count is its own key, which gets its TTL
 // (the window's end) in the transaction that creates it and is never
 // dropped or shortened by anyone. So no writer can undo another's count,
-// and no key is ever without its TTL, whatever moment a process dies
-// (nothing of a transaction runs before its EXEC).
+// and no key is without its TTL, whatever moment a process dies (nothing
+// of a transaction runs before its EXEC; windows.go says the one
+// exception, after Redis lost a key).
 //
 // One clock. The function picks a hit's window by Redis's TIME. This path
 // must pick it before it sends, so it uses an estimate of Redis's clock
@@ -54,10 +55,10 @@ import (
 // dates, in the transaction that counts them, and a transaction may not
 // span slots: a transaction per hit's slot, tried, cost Redis more than
 // the function, docs/performance.md), with a caller's clock (Batch.Now),
-// until the function library has loaded
-// (PEXPIREAT ... NX needs Redis 7) and Redis's clock is known, and once
-// Redis refused one of its commands (an ACL without INCRBY, PEXPIREAT,
-// MULTI, EXEC or TIME).
+// until the function library has loaded (PEXPIREAT ... NX needs Redis 7),
+// Redis's clock is known and the permission probe has passed
+// (plainAllowed), and once Redis refused one of its commands (an ACL
+// without INCRBY, PEXPIREAT, MULTI, EXEC or TIME).
 
 // clockEvery is how old a reading of Redis's clock may grow before it is
 // taken again (in the background; the old one serves meanwhile).

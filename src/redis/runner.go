@@ -135,8 +135,8 @@ func functionMissing(err error) bool {
 // the only place this package sends batch.lua, batched or not. One call is
 // one FCALL or EVALSHA; several are, with merge, one call holding them all
 // (merged), else a pipeline (Cluster: go-redis sends one per node). Plain
-// calls (plain.go) make it a transaction, with their commands and a TIME. Calls that found
-// the function missing, or FCALL refused for good (an ACL that allows
+// calls (plain.go) make it a transaction, with their commands and a TIME.
+// Calls that found the function missing, or FCALL refused for good (an ACL that allows
 // FUNCTION LOAD but not FCALL), did not run: they run again as the script,
 // whose answers (or errors) are theirs; a missing library is loaded again
 // when due, a refused FCALL is not tried again.
