@@ -119,3 +119,17 @@ func TestRedisURLTLS(t *testing.T) {
 		t.Errorf("database 0 holds %q (%v), want the counter in database 1", keys, err)
 	}
 }
+
+// TestRedisUnreachableNamesTheSetting: a Redis that does not answer at
+// start-up leaves the service serving (the reference's way), and its
+// warning says what the health check will show and which variable to
+// change.
+func TestRedisUnreachableNamesTheSetting(t *testing.T) {
+	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": "127.0.0.1:1"}))
+	log := p.stderr.String()
+	for _, want := range []string{"redis is not reachable yet", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true", "set REDIS_URL"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the start-up log does not say %q:\n%s", want, log)
+		}
+	}
+}

@@ -125,7 +125,9 @@ func newRedis(ctx context.Context, name string, r settings.Redis, s settings.Set
 	pctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	if err := store.Preload(pctx); err != nil {
-		log.WithError(err).Warn("redis is not reachable yet; serving anyway and retrying per request")
+		log.WithError(err).WithField("url", redis.MaskURL(r.URL)).Warnf(
+			"redis is not reachable yet; serving anyway and retrying per request (decisions get the failure policy until it is; the health check stays healthy unless %sHEALTH_CHECK_ACTIVE_CONNECTION=true). If the address is wrong, set %sURL (host:port, a redis:// URL, or a socket path with %sSOCKET_TYPE=unix)",
+			name, name, name)
 	}
 	if err := store.FunctionsRefused(); err != nil {
 		log.WithError(err).Info("redis refuses Lua functions (Redis before 7, or an ACL without FUNCTION): decisions run as a script, which costs Redis more per call")
