@@ -92,26 +92,45 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fs.Usage()
 		return 0
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	// Flags may come after the paths too (config-check DIR -summary):
+	// parse, take the next argument that is not a flag, parse the rest.
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest, args = append(rest, fs.Arg(0)), fs.Args()[1:]
 	}
 	if o.version {
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return 0
 	}
-	args = fs.Args()
+	args = rest
 	var explain *rlsv3.RateLimitRequest
 	if o.explain != "" {
 		if len(args) == 0 {
 			fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
 			return 2
 		}
+		// The descriptors come first, or after the paths when the
+		// flags do (config-check FILE -explain DOMAIN 'k=v'): the first
+		// argument that is no file and holds a '='.
+		at := 0
+		for i, a := range args {
+			if _, err := os.Stat(a); err != nil && strings.Contains(a, "=") {
+				at = i
+				break
+			}
+		}
 		var err error
-		if explain, err = config.ParseRequest(o.explain, strings.Split(args[0], ";")); err != nil {
+		if explain, err = config.ParseRequest(o.explain, strings.Split(args[at], ";")); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}
-		args = args[1:]
+		args = append(args[:at:at], args[at+1:]...)
 	}
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary | -explain DOMAIN DESCRIPTORS] PATH...")
