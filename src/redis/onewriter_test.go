@@ -481,3 +481,32 @@ func TestClusterTakesTheFunction(t *testing.T) {
 		})
 	}
 }
+
+// A count the plain path takes past limiter.MaxCount (hits of the largest
+// cost) is set back to it, as the function does, so that a shared key
+// never reaches INCRBY's overflow, where every decision on it would fail.
+func TestPlainCountPastMaxIsSetBack(t *testing.T) {
+	srv := redistest.Start(t)
+	c := single(t, srv)
+	s := newStore(t, c, Options{})
+	plainReady(t, s)
+	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: 24 * time.Hour, CountRejected: true}
+	before := redisNow(t, c)
+	for range 3 {
+		out, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{max}:k", Rule: r, Cost: limiter.MaxCount}}})
+		if err != nil || out[0].Allowed {
+			t.Fatalf("a hit of the largest cost: %+v %v, want rejected", out, err)
+		}
+	}
+	if st, err := srv.CommandStats(); err != nil || st["exec"].Calls == 0 {
+		t.Fatalf("no transaction (%v): the hits did not take the plain path", err)
+	}
+	wk := windowKey(keyVersion+"{max}:k", before.Unix()/86400)
+	waitUntil(t, "the count set back to limiter.MaxCount", func() bool {
+		n, err := c.Get(context.Background(), wk).Int64()
+		return err == nil && n == limiter.MaxCount
+	})
+	if ttl, err := c.PTTL(context.Background(), wk).Result(); err != nil || ttl <= 0 {
+		t.Errorf("PTTL %v (%v) after the count was set back: want its TTL kept", ttl, err)
+	}
+}

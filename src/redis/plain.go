@@ -158,12 +158,12 @@ func (c *redisClock) read(ctx context.Context) {
 
 // plainEligible reports whether g, in mode, can be decided by plain
 // commands: every hit a fixed window that counts rejected hits, with a
-// cost (at most limiter.MaxCount, so that no count needs clamping), no
-// refund or overdraft, and a rule without a lease (even when no slice is
-// asked for: its key's slices are the code's to account, and a plain
-// count beside them let two replicas admit the limit twice, found by
-// TestLeaseThroughTheBinary); each hit on its own (mode 0, or one hit,
-// which is all or nothing by itself).
+// cost of at most limiter.MaxCount (a count past it is set back after,
+// sendRepairs), no refund or overdraft, and a rule without a lease (even
+// when no slice is asked for: its key's slices are the code's to account,
+// and a plain count beside them let two replicas admit the limit twice,
+// found by TestLeaseThroughTheBinary); each hit on its own (mode 0, or one
+// hit, which is all or nothing by itself).
 func plainEligible(mode scriptMode, g *group) bool {
 	if g.wants != nil || mode != modeEach && !(mode == modeAllOrNothing && len(g.hits) == 1) {
 		return false
@@ -241,9 +241,10 @@ func windowKey(key string, w int64) string {
 // fixed_count does in batch.lua, each where its window is the one Redis's
 // TIME fell in when they were counted; it returns the hits (as a group)
 // that are not, to be decided by the function, or nil. It notes the window
-// keys that now exist in known, and adds to orphans those the call created
-// without their TTL (see knownWindows).
-func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindows, orphans *[]orphan) (*group, error) {
+// keys that now exist in known, and adds to repairs the keys the call
+// created without their TTL (see knownWindows) and the counts it took past
+// limiter.MaxCount.
+func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindows, repairs *[]repair) (*group, error) {
 	r, ok := c.reply.(*plainReply)
 	if !ok || len(r.counts) != len(g.hits) {
 		return nil, fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
@@ -254,7 +255,10 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 		w := c.plain.windows[j]
 		orphaned := c.plain.known[j] && r.counts[j] == c.plain.costs[j]
 		if orphaned {
-			*orphans = append(*orphans, orphan{key: c.plain.wkeys[j], expireAt: c.plain.expireAt[j]})
+			*repairs = append(*repairs, repair{key: c.plain.wkeys[j], expireAt: c.plain.expireAt[j]})
+		}
+		if r.counts[j] > limiter.MaxCount {
+			*repairs = append(*repairs, repair{key: c.plain.wkeys[j]})
 		}
 		if r.at/period != w {
 			if again == nil {

@@ -258,7 +258,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 	}
 	s.send(ctx, deadline, calls)
 	var again []*group
-	var orphans []orphan
+	var repairs []repair
 	var first error
 	for i, g := range groups {
 		c := calls[i]
@@ -271,7 +271,7 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
 		case c.plain != nil:
 			var late *group
-			if late, err = plainOutcomes(c, g, outs, s.known, &orphans); late != nil {
+			if late, err = plainOutcomes(c, g, outs, s.known, &repairs); late != nil {
 				again = append(again, late)
 			}
 		default:
@@ -281,8 +281,8 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 			first = err
 		}
 	}
-	if len(orphans) > 0 {
-		expireOrphans(s.client, orphans)
+	if len(repairs) > 0 {
+		sendRepairs(s.client, repairs)
 	}
 	if len(again) == 0 || first != nil {
 		return first

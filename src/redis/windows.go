@@ -7,6 +7,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // knownWindows remembers window keys (KEY|w) this process has seen exist,
@@ -21,7 +23,7 @@ import (
 // replica without it, eviction; or a late hit whose window had expired)
 // is created by the INCRBY alone, without a TTL. The reply says so (the
 // count is the hit's cost: the key was new), and the store then sets the
-// TTL right after (orphans), in the background: so only a process that
+// TTL right after (sendRepairs), in the background: so only a process that
 // dies in that moment, after Redis lost the key, leaves one key without a
 // TTL.
 type knownWindows struct {
@@ -44,24 +46,35 @@ func (k *knownWindows) add(tag uint64) {
 	k.slots[tag&uint64(len(k.slots)-1)].Store(tag)
 }
 
-// orphan is a window key a plain hit created without its TTL.
-type orphan struct {
+// repair is what a plain call's counts left to mend, in the background
+// after the answer: a window key it created without its TTL (an orphan,
+// see above), or a count it took past limiter.MaxCount.
+type repair struct {
 	key      string
-	expireAt int64 // ms since the Unix epoch
+	expireAt int64 // ms since the Unix epoch; 0: a count to set back, not an orphan
 }
 
-// orphanTimeout bounds the background call that gives orphans their TTL.
-const orphanTimeout = 5 * time.Second
+// repairTimeout bounds the background call that mends them.
+const repairTimeout = 5 * time.Second
 
-// expireOrphans gives each orphan its TTL, PEXPIREAT ... NX (a key that
-// got one meanwhile keeps it), in one pipeline, in the background.
-func expireOrphans(client goredis.UniversalClient, orphans []orphan) {
+// sendRepairs mends them in one pipeline, in the background: an orphan
+// gets its TTL (PEXPIREAT ... NX: a key that got one meanwhile keeps it),
+// and a count past limiter.MaxCount is set back to it, as batch.lua's
+// fixed_count does (SET ... XX KEEPTTL: a key that expired meanwhile is
+// not made again). Without that, hits of the largest cost would take a
+// shared key to INCRBY's overflow, and every decision on it would fail
+// until its window ended.
+func sendRepairs(client goredis.UniversalClient, repairs []repair) {
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), repairTimeout)
 		defer cancel()
 		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, o := range orphans {
-				p.Do(ctx, "PEXPIREAT", o.key, o.expireAt, "NX")
+			for _, r := range repairs {
+				if r.expireAt != 0 {
+					p.Do(ctx, "PEXPIREAT", r.key, r.expireAt, "NX")
+				} else {
+					p.Do(ctx, "SET", r.key, limiter.MaxCount, "XX", "KEEPTTL")
+				}
 			}
 			return nil
 		})
