@@ -71,7 +71,8 @@ func fileKind(m fs.FileMode) string {
 
 // FindFiles lists the config files under dir: every file, recursively,
 // sorted, whatever its name ends with, as envoyproxy/ratelimit reads its
-// runtime directory (a ConfigMap's keys often have no extension). Entries whose name starts with ".." are always skipped:
+// runtime directory (a ConfigMap's keys often have no extension). Entries
+// whose name starts with ".." are always skipped:
 // they are the internals of a Kubernetes ConfigMap volume (..data and the
 // timestamped directories), whose files are already visible through the
 // top-level links and would otherwise be read twice. With ignoreDotfiles,

@@ -79,7 +79,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 }
 
 // locked runs f with the service's lock held, released however f ends (a
-// panic recovered by guard must not leave it held).
+// panic recovered by safeRound must not leave it held).
 func (s *Service) locked(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -191,6 +191,15 @@ func TestShouldRateLimit(t *testing.T) {
 			{req("web", d("ip=10.0.0.1"), d("ip=11")), &rlsv3.RateLimitResponse{OverallCode: over, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
 				{Code: ok, LimitRemaining: math.MaxUint32}, st(over, limit(2, minute), 0, reset)}}},
 		}},
+		// A shadow-mode descriptor passes as a quota descriptor too.
+		{"global quota mode beside a shadow-mode descriptor", Options{QuotaMode: true}, []call{
+			{req("web", d("shadow=3"), d("ip=13")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(ok, limit(2, minute), 1, reset)}}},
+			{req("web", d("shadow=3"), d("ip=13")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(ok, limit(2, minute), 0, reset)}}},
+			{req("web", d("shadow=3"), d("ip=13")), &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				st(ok, limit(1, minute), 0, reset), st(over, limit(2, minute), 0, reset)}}},
+		}},
 		// As the reference: the overall code is OK, each status says what
 		// would have been decided.
 		{"global shadow mode", Options{ShadowMode: true}, []call{
