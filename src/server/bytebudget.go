@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/openrls/ratelimit/src/server/h2guard"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,9 +24,11 @@ import (
 // GRPC_MAX_CALLS_IN_FLIGHT. Requests under untracked bytes (all of Envoy's,
 // in practice) are left to the calls-in-flight cap, which bounds them at
 // a few MB: they cost no map operation.
+//
+// The budget itself (h2guard.Budget) is shared with the gRPC listener's
+// guards, which count a request's bytes against it while they arrive.
 type byteBudget struct {
-	max  int64
-	used atomic.Int64
+	*h2guard.Budget
 	// taken maps a request the codec decoded to the bytes it took;
 	// refused holds those it did not decode. The interceptor, which runs
 	// right after the codec for the same call, settles both.
@@ -40,7 +44,7 @@ type byteBudget struct {
 // untracked is the size under which a request takes nothing.
 const untracked = 4 << 10
 
-func newByteBudget(max int) *byteBudget { return &byteBudget{max: int64(max)} }
+func newByteBudget(b *h2guard.Budget) *byteBudget { return &byteBudget{Budget: b} }
 
 // admit takes n bytes for req, reporting false (req refused, not to be
 // decoded) when they do not fit.
@@ -48,8 +52,7 @@ func (b *byteBudget) admit(req *rlsv3.RateLimitRequest, n int) bool {
 	if n < untracked {
 		return true
 	}
-	if b.used.Add(int64(n)) > b.max {
-		b.used.Add(-int64(n))
+	if !b.Take(int64(n)) {
 		b.entries.Add(1)
 		b.refused.Store(req, struct{}{})
 		return false
@@ -62,7 +65,7 @@ func (b *byteBudget) admit(req *rlsv3.RateLimitRequest, n int) bool {
 // release gives back what req took, if anything (a decode that failed).
 func (b *byteBudget) release(req any) {
 	if n, ok := b.taken.LoadAndDelete(req); ok {
-		b.used.Add(-n.(int64))
+		b.Give(n.(int64))
 		b.entries.Add(-1)
 	}
 }
@@ -78,7 +81,7 @@ func (b *byteBudget) interceptor(note func()) grpc.UnaryServerInterceptor {
 			b.entries.Add(-1)
 			note()
 			return nil, status.Error(codes.ResourceExhausted,
-				fmt.Sprintf("more than %d bytes of requests in flight (GRPC_MAX_REQUEST_BYTES_IN_FLIGHT)", b.max))
+				fmt.Sprintf("more than %d bytes of requests in flight (GRPC_MAX_REQUEST_BYTES_IN_FLIGHT)", b.Max()))
 		}
 		defer b.release(req)
 		return handler(ctx, req)

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/openrls/ratelimit/src/server/h2guard"
 )
 
 // TestByteBudget: the codec takes a large request's bytes before decoding
@@ -28,7 +30,7 @@ func TestByteBudget(t *testing.T) {
 		return mem.BufferSlice{mem.SliceBuffer(b)}
 	}
 	big := wire(40 << 10)
-	budget := newByteBudget(100 << 10) // two big requests fit, not three
+	budget := newByteBudget(h2guard.NewBudget(100 << 10)) // two big requests fit, not three
 	codec := newLenientCodec(budget)
 	refusals := 0
 	intercept := budget.interceptor(func() { refusals++ })
@@ -78,7 +80,7 @@ func TestByteBudget(t *testing.T) {
 		t.Error("after a call was answered, a request that fits was not decoded")
 	}
 	_ = call(second, func() {})
-	if got := budget.used.Load(); got != int64(big.Len()) {
+	if got := budget.Used(); got != int64(big.Len()) {
 		t.Errorf("%d bytes in use, want the one request still held (%d)", got, big.Len())
 	}
 	if got := budget.entries.Load(); got != 1 {
@@ -88,7 +90,7 @@ func TestByteBudget(t *testing.T) {
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte{0xff}, big.Materialize()...))}, &rlsv3.RateLimitRequest{}); err == nil {
 		t.Fatal("a malformed request decoded")
 	}
-	if got := budget.used.Load(); got != int64(big.Len()) {
+	if got := budget.Used(); got != int64(big.Len()) {
 		t.Errorf("%d bytes in use after a malformed request, want %d", got, big.Len())
 	}
 }

@@ -18,7 +18,7 @@ import (
 // what one client may hold, keepalive, and the lenient codec.
 func grpcOptions(o Options, gl *h2guard.Listener) []grpc.ServerOption {
 	sopts := slices.Clone(o.GRPCOptions)
-	budget := newByteBudget(o.MaxRequestBytesInFlight)
+	budget := newByteBudget(o.Guard.Bytes)
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(gl.Creds(credentials.NewTLS(o.TLS))))
 	}

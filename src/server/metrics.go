@@ -17,8 +17,7 @@ import (
 // how many were held back (an attacker must not flood the log either):
 // Options.OnGuard.
 func GuardMetrics(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Event) {
-	events := []h2guard.Event{h2guard.EventConnectionRefused, h2guard.EventCallRefused, h2guard.EventRapidReset, h2guard.EventUnreadAnswers,
-		h2guard.EventProbationReplaced, h2guard.EventConnectionHeld, h2guard.EventResetInLine}
+	events := h2guard.Events
 	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
 	for _, e := range events {
 		counts[e] = new(atomic.Uint64)
@@ -26,7 +25,8 @@ func GuardMetrics(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Ev
 			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
 	}
 	logged := map[h2guard.Event]*logthrottle.Throttle{}
-	for _, e := range []h2guard.Event{h2guard.EventRapidReset, h2guard.EventUnreadAnswers, h2guard.EventResetInLine} {
+	for _, e := range []h2guard.Event{h2guard.EventRapidReset, h2guard.EventUnreadAnswers, h2guard.EventResetInLine,
+		h2guard.EventRequestBytes, h2guard.EventBudgetFull, h2guard.EventStalledBody} {
 		logged[e] = &logthrottle.Throttle{Every: 10 * time.Second}
 	}
 	return func(e h2guard.Event) {

@@ -233,6 +233,9 @@ func (o Options) withDefaults() Options {
 		o.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight
 	}
 	o.Timeouts = o.Timeouts.withDefaults()
+	if o.Guard.Bytes == nil {
+		o.Guard.Bytes = h2guard.NewBudget(int64(o.MaxRequestBytesInFlight))
+	}
 	o.Guard = o.Guard.WithDefaults()
 	if o.OnGuard == nil {
 		o.OnGuard = func(h2guard.Event) {}

@@ -30,12 +30,15 @@ type frameReader struct {
 	hdr     [frameHeader]byte
 	have    int    // bytes of hdr read
 	skip    uint32 // payload bytes of the current frame still to pass
+	// want is set by a frame's callback to see that frame's payload.
+	want bool
 }
 
-// feed passes b through, calling frame for each complete frame header,
-// and returns how many bytes it passed: all of them, unless frame returns
-// true (stop), which ends the pass right after that frame's header.
-func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) (stop bool)) int {
+// feed passes b through, calling frame for each complete frame header and
+// payload with the payload of each frame whose callback set want, and
+// returns how many bytes it passed: all of them, unless a callback returns
+// true (stop), which ends the pass right after what it was shown.
+func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) (stop bool), payload func([]byte) (stop bool)) int {
 	total := len(b)
 	for len(b) > 0 {
 		switch {
@@ -46,13 +49,17 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) 
 		case f.skip > 0:
 			n := min(int(f.skip), len(b))
 			f.skip -= uint32(n)
+			chunk := b[:n]
 			b = b[n:]
+			if f.want && payload(chunk) {
+				return total - len(b)
+			}
 		default:
 			n := copy(f.hdr[f.have:], b)
 			f.have += n
 			b = b[n:]
 			if f.have == frameHeader {
-				f.have = 0
+				f.have, f.want = 0, false
 				f.skip = uint32(f.hdr[0])<<16 | uint32(f.hdr[1])<<8 | uint32(f.hdr[2])
 				if frame(f.hdr[3], f.hdr[4], binary.BigEndian.Uint32(f.hdr[5:9])&0x7fffffff) {
 					return total - len(b)
@@ -63,12 +70,18 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) 
 	return total
 }
 
+// length is the payload length of the frame whose header was read last.
+func (f *frameReader) length() uint32 {
+	return uint32(f.hdr[0])<<16 | uint32(f.hdr[1])<<8 | uint32(f.hdr[2])
+}
+
 // atBoundary reports whether the stream of frames is between two frames.
 func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 && f.have == 0 }
 
 // startWatching makes gc parse its frames, and the sweeper look at it.
 func (gl *Listener) startWatching(gc *guardedConn) {
 	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
+	gc.share = gl.joinShare(gc.host)
 	gc.done = make(chan struct{})
 	gl.conns.Store(gc, struct{}{})
 }
@@ -130,6 +143,9 @@ type guardedConn struct {
 	done                  chan struct{} // closed by Close (watched connections)
 
 	in frameReader // the client's frames; touched by grpc-go's reader only
+	// share is the address's count of body bytes (nil for a Unix socket's
+	// peer); see bodies.go.
+	share *share
 
 	// wmu orders the socket writes (grpc-go's and a GOAWAY): only a
 	// writer holds it, while its write may block on a peer that does not
@@ -145,6 +161,10 @@ type guardedConn struct {
 	second  int64            // that second (unix)
 	cut     atomic.Bool      // reads end: a guard tripped
 	pending Event            // a GOAWAY to write at the next frame boundary
+	// messages holds the client streams' unfinished messages, body the
+	// DATA frame being read (see bodies.go).
+	messages map[uint32]*message
+	body     body
 }
 
 func (c *guardedConn) Read(b []byte) (int, error) {
@@ -159,7 +179,7 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 		// Bytes past the frame that tripped a guard never reach grpc-go:
 		// a read carries hundreds of an attacker's frames, each a stream
 		// it would otherwise still start.
-		n = c.in.feed(b[:n], c.inbound)
+		n = c.in.feed(b[:n], c.inbound, c.inboundData)
 	}
 	return n, err
 }
@@ -167,7 +187,17 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 // inbound follows the client's streams and resets; it reports true when
 // the connection is to be cut.
 func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
-	if stream == 0 || stream%2 == 0 || (typ != frameHeaders && typ != frameRST) {
+	if stream == 0 || stream%2 == 0 {
+		return false
+	}
+	if typ == frameData {
+		c.mu.Lock()
+		c.beginData(stream, flags, c.in.length())
+		c.mu.Unlock()
+		c.in.want = c.in.skip > 0
+		return false
+	}
+	if typ != frameHeaders && typ != frameRST {
 		return false
 	}
 	c.mu.Lock()
@@ -182,8 +212,12 @@ func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 			c.opened++
 			c.lastStream.Store(c.gl.now.Load())
 		}
+		if flags&flagEndStream != 0 { // trailers: no more data
+			c.dropMessage(stream)
+		}
 	case frameRST:
 		delete(c.waiting, stream)
+		c.dropMessage(stream)
 		c.lastReset.Store(c.gl.now.Load())
 		// Many resets, and most of the streams opened: a client that
 		// cancels what it asks as a habit, not now and then.
@@ -212,7 +246,7 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 	defer c.wmu.Unlock()
 	n, err := c.Conn.Write(b)
 	c.mu.Lock()
-	c.out.feed(b[:n], c.outbound)
+	c.out.feed(b[:n], c.outbound, nil)
 	goAway := c.pending != "" && err == nil && c.out.atBoundary()
 	c.mu.Unlock()
 	if goAway {
@@ -231,6 +265,9 @@ func (c *guardedConn) outbound(typ, flags byte, stream uint32) bool {
 		}
 	case typ == frameHeaders, typ == frameData, typ == frameRST:
 		delete(c.waiting, stream)
+	}
+	if typ == frameRST || typ == frameHeaders && flags&flagEndStream != 0 {
+		c.dropMessage(stream) // the stream is over: grpc-go drops what comes
 	}
 	return false
 }
@@ -252,7 +289,7 @@ func (c *guardedConn) oldestWaiting() int64 {
 func (c *guardedConn) cutForAbuse() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.pending != "" && c.pending != EventProbationReplaced
+	return c.pending != "" && c.pending.abuse()
 }
 
 // goAway ends the connection for event: with a GOAWAY as soon as the
@@ -271,7 +308,7 @@ func (c *guardedConn) goAway(event Event, now bool) {
 	}
 	c.pending = event
 	c.mu.Unlock()
-	if event != EventProbationReplaced { // an abuse: its address cools down
+	if event.abuse() { // its address cools down
 		c.gl.ban(c.RemoteAddr())
 	}
 	c.gl.note(event) // after the ban: the event reports what was done
@@ -319,6 +356,9 @@ func (c *guardedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		if c.done != nil {
 			close(c.done)
+		}
+		if c.watch {
+			c.releaseBodies()
 		}
 		if c.counted {
 			c.gl.release(c.host)

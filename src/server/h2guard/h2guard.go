@@ -69,12 +69,20 @@ type Options struct {
 	// attacker gets costs it a handshake per probationResets resets.
 	// Connections it already holds are not touched.
 	Cooldown time.Duration
+	// Bytes is the request-byte budget (GRPC_MAX_REQUEST_BYTES_IN_FLIGHT)
+	// that unfinished request messages count against, an address's at most
+	// a quarter of it (see bodies.go).
+	Bytes *Budget
 }
 
 // Default fits a mesh: thousands of Envoy connections, each with far
 // fewer resets than calls, every call answered within seconds.
 var Default = Options{MaxConnections: 10000, MaxConnectionsPerAddress: 1000, MaxInFlight: 10000, ResetsPerSecond: 200, StreamWriteTimeout: 30 * time.Second,
 	Cooldown: 10 * time.Second}
+
+// DefaultBytes is the size of the request-byte budget when Options.Bytes
+// is nil.
+const DefaultBytes = 64 << 20
 
 func (g Options) WithDefaults() Options {
 	if g.MaxConnections <= 0 {
@@ -91,6 +99,9 @@ func (g Options) WithDefaults() Options {
 	}
 	if g.StreamWriteTimeout <= 0 {
 		g.StreamWriteTimeout = Default.StreamWriteTimeout
+	}
+	if g.Bytes == nil {
+		g.Bytes = NewBudget(DefaultBytes)
 	}
 	if g.Cooldown < 0 {
 		g.Cooldown = 0
@@ -117,7 +128,23 @@ const (
 	// closed while it waited in line: it reset a stream before it was
 	// answered (see line.go)
 	EventResetInLine Event = "reset_in_line"
+	// closed: its unfinished request messages would pass its address's
+	// share of the request-byte budget (see bodies.go)
+	EventRequestBytes Event = "request_bytes"
+	// closed: its unfinished request messages would pass the request-byte
+	// budget, full of others' (not held against its address)
+	EventBudgetFull Event = "request_budget_full"
+	// closed: a request message still unfinished 30 s after it began
+	EventStalledBody Event = "stalled_request_body"
 )
+
+// Events lists every event, for metrics.
+var Events = []Event{EventConnectionRefused, EventCallRefused, EventRapidReset, EventUnreadAnswers, EventProbationReplaced,
+	EventConnectionHeld, EventResetInLine, EventRequestBytes, EventBudgetFull, EventStalledBody}
+
+// abuse reports whether a connection closed for e was abusing the
+// protocol: its address then cools down.
+func (e Event) abuse() bool { return e != EventProbationReplaced && e != EventBudgetFull }
 
 // InFlightLimit is a unary interceptor that answers ResourceExhausted past
 // max calls in flight, rather than letting them queue without bound.

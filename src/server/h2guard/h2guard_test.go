@@ -70,7 +70,7 @@ func TestFrameReader(t *testing.T) {
 		var got []frame
 		for rest := wire; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(20))
-			fr.feed(rest[:n], func(typ, flags byte, stream uint32) bool { got = append(got, frame{typ, flags, stream}); return false })
+			fr.feed(rest[:n], func(typ, flags byte, stream uint32) bool { got = append(got, frame{typ, flags, stream}); return false }, nil)
 			rest = rest[n:]
 		}
 		if !slices.Equal(got, want) || !fr.atBoundary() {
@@ -259,7 +259,7 @@ func frames(gc *guardedConn, id uint32, types ...byte) {
 		binary.BigEndian.PutUint32(f[5:], id)
 		b = append(b, f...)
 	}
-	gc.in.feed(b, gc.inbound)
+	gc.in.feed(b, gc.inbound, gc.inboundData)
 }
 
 // closedByServer reports whether the server closed c, having sent it
@@ -551,7 +551,7 @@ func TestRapidReset(t *testing.T) {
 			for i := range tc.resets {
 				frame(frameRST, uint32(2*i+1))
 			}
-			c.in.feed(frames, c.inbound)
+			c.in.feed(frames, c.inbound, c.inboundData)
 			if got := c.cut.Load(); got != tc.cut {
 				t.Errorf("%d opened, %d reset: cut %v, want %v", tc.opened, tc.resets, got, tc.cut)
 			}

@@ -89,7 +89,7 @@ func (gl *Listener) read(w *waiter) {
 			in.feed(w.buf[len(w.buf):len(w.buf)+n], func(typ, _ byte, _ uint32) bool {
 				reset = typ == frameRST
 				return reset
-			})
+			}, nil)
 		}
 		w.buf = w.buf[:len(w.buf)+n]
 		if reset || err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {

@@ -37,6 +37,11 @@ type Listener struct {
 	tarpitTotal int
 	stop        chan struct{}
 	once        sync.Once
+	// shares counts, by address, the bytes of unfinished request
+	// messages (see bodies.go). sharesMu guards it: a connection joins
+	// its share when it is watched, which may be under hostMu.
+	sharesMu sync.Mutex
+	shares   map[string]*share
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
@@ -63,7 +68,7 @@ func NewListener(l net.Listener, o Options, watch bool, note func(Event)) *Liste
 func newListener(l net.Listener, o Options, watch bool, note func(Event), clock func() time.Time) *Listener {
 	gl := &Listener{Listener: l, o: o, note: note, watch: watch, stop: make(chan struct{}), perHost: map[string]int{},
 		accepted: make(chan accepted), probation: map[string][]*guardedConn{}, line: map[string][]*waiter{},
-		tarpit: map[string][]net.Conn{}, clock: clock}
+		tarpit: map[string][]net.Conn{}, shares: map[string]*share{}, clock: clock}
 	gl.now.Store(clock().UnixNano())
 	go gl.sweep()
 	go gl.acceptLoop()
@@ -201,7 +206,8 @@ func (gl *Listener) sweep() {
 // lines what may be admitted now (places on probation free with time, and
 // a line whose cooldown ended is admitted whole), empties the tarpits of
 // addresses whose cooldown ended, and closes the connections holding a
-// stream older than StreamWriteTimeout.
+// stream older than StreamWriteTimeout or a request message unfinished
+// for stalledBody.
 func (gl *Listener) tick() {
 	now := gl.clock()
 	gl.now.Store(now.UnixNano())
@@ -223,8 +229,12 @@ func (gl *Listener) tick() {
 	gl.vacatePlaces(now.UnixNano())
 	gl.releaseTarpit(false)
 	gl.conns.Range(func(k, _ any) bool {
-		if c := k.(*guardedConn); c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano() {
+		c := k.(*guardedConn)
+		switch {
+		case c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano():
 			c.goAway(EventUnreadAnswers, false)
+		case c.oldestBody() < now.Add(-stalledBody).UnixNano():
+			c.goAway(EventStalledBody, false)
 		}
 		return true
 	})

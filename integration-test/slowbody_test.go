@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+
+	"github.com/openrls/ratelimit/src/config/configtest"
+)
+
+// slowBody is a gRPC request body that declares a message of declared
+// bytes and sends all of it but the last byte, then waits for stop: the
+// shape of a client that holds the server's memory with partial bodies.
+type slowBody struct {
+	declared, sent int
+	stop           <-chan struct{}
+	total          *atomic.Int64 // bytes of every slow body read by the transport
+	full           func()        // called once all but the last byte went
+	once           sync.Once
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	want := 5 + b.declared - 1
+	if b.sent >= want {
+		b.once.Do(b.full)
+		<-b.stop
+		return 0, errors.New("stopped")
+	}
+	n := min(len(p), want-b.sent)
+	for i := range p[:n] {
+		p[i] = 0
+		if off := b.sent + i; off >= 1 && off < 5 {
+			var prefix [4]byte
+			binary.BigEndian.PutUint32(prefix[:], uint32(b.declared))
+			p[i] = prefix[off-1]
+		}
+	}
+	b.sent += n
+	b.total.Add(int64(n))
+	return n, nil
+}
+
+// TestSlowPartialBodiesAreBounded: 3,000 streams from one address, each
+// declaring a request of nearly REQUEST_MAX_BYTES and sending all of it but
+// the last byte, then waiting, do not take the service's memory with them:
+// the bytes of unfinished messages count against the request-byte budget,
+// an address's against a quarter of it, and a connection past that is cut
+// (ENHANCE_YOUR_CALM, counted as request_bytes). Meanwhile a caller on a
+// connection of its own is answered. Unguarded, the service held about
+// 280 KB a stream (869 MB for 3,000).
+func TestSlowPartialBodiesAreBounded(t *testing.T) {
+	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
+	p.should(t, "it", configtest.Desc("user=legit")) // its connection, open before the attack
+	base := memKB(t, p, "VmHWM")
+	quiet := latencies(t, p, 300, nil)
+	during := make(chan []time.Duration, 1)
+
+	stop := make(chan struct{})
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	const streams, declared = 3000, 254 << 10
+	var total atomic.Int64
+	var full, failed atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	attacking := make(chan struct{})
+	go func() { during <- latencies(t, p, 300, attacking) }()
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			body := &slowBody{declared: declared, stop: stop, total: &total, full: func() { full.Add(1); close(done) }}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.grpcAddr+
+				"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", body)
+			req.Header.Set("content-type", "application/grpc")
+			req.Header.Set("te", "trailers")
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := tr.RoundTrip(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			select {
+			case <-done: // held: the server keeps the stream open
+			case <-errc: // cut, or answered before the body was whole
+				failed.Add(1)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	wg.Wait() // every stream is held or failed, or 3 minutes passed
+	peak := memKB(t, p, "VmHWM")
+	close(attacking)
+	d := <-during
+	held := latencies(t, p, 300, nil)
+	// A caller on its own connection is served while the streams are held.
+	if got := p.should(t, "it", configtest.Desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a well-behaved caller during the attack: %v", got)
+	}
+	close(stop)
+	cancel()
+	t.Logf("%d streams: %d held, %d cut; %d MB sent; peak RSS %d MB (%d before); a caller's p50/p99 %v/%v quiet, %v/%v in %d calls while they were sent, %v/%v while held",
+		streams, full.Load(), failed.Load(), total.Load()>>20, peak>>10, base>>10, quantile(quiet, 0.5), quantile(quiet, 0.99),
+		quantile(d, 0.5), quantile(d, 0.99), len(d), quantile(held, 0.5), quantile(held, 0.99))
+	if peak-base > 200<<10 {
+		t.Errorf("peak RSS rose by %d MB with %d partial bodies held, want under 200 MB", (peak-base)>>10, full.Load())
+	}
+	if m := metricsBody(t, p); metricValue(m, `ratelimit_grpc_guard_total{event="request_bytes"}`) < 1 {
+		t.Errorf("no connection cut for request_bytes:\n%s", m)
+	}
+}
+
+// latencies times up to n calls of a well-behaved caller, one at a time
+// on its own connection, until until closes (nil: all n); for the log,
+// never asserted.
+func latencies(t *testing.T, p *proc, n int, until <-chan struct{}) []time.Duration {
+	var out []time.Duration
+	for range n {
+		select {
+		case <-until:
+			return out
+		default:
+		}
+		begin := time.Now()
+		p.should(t, "it", configtest.Desc("user=timed"))
+		out = append(out, time.Since(begin))
+	}
+	return out
+}
+
+// quantile is the q-quantile of ds (0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}

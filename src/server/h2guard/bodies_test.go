@@ -1,0 +1,194 @@
+package h2guard
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// bodyRig is a watched connection from one address, fed the client's
+// frames by hand, with a listener whose budget is budget bytes.
+type bodyRig struct {
+	gl     *Listener
+	c      *guardedConn
+	events []Event
+	mu     sync.Mutex
+	now    time.Time
+}
+
+func newBodyRig(budget int64) *bodyRig {
+	r := &bodyRig{now: time.Unix(1_700_000_000, 0)}
+	r.gl = &Listener{o: Options{Bytes: NewBudget(budget)}.WithDefaults(), shares: map[string]*share{},
+		clock: func() time.Time { return r.now }, note: func(e Event) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.events = append(r.events, e)
+		}}
+	r.gl.now.Store(r.now.UnixNano())
+	r.c = r.conn()
+	return r
+}
+
+// conn is another connection from the rig's address.
+func (r *bodyRig) conn() *guardedConn {
+	c := &guardedConn{Conn: discardConn{}, gl: r.gl, watch: true, waiting: map[uint32]int64{}, host: "192.0.2.1",
+		done: make(chan struct{})}
+	c.share = r.gl.joinShare(c.host)
+	return c
+}
+
+func (r *bodyRig) eventList() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// grpcMessage is a gRPC message of n bytes: its prefix, then the bytes.
+func grpcMessage(n int) []byte {
+	m := make([]byte, prefixLen+n)
+	binary.BigEndian.PutUint32(m[1:], uint32(n))
+	return m
+}
+
+// dataFrame is a DATA frame on stream carrying payload, padded with pad
+// bytes when pad >= 0.
+func dataFrame(stream uint32, flags byte, payload []byte, pad int) []byte {
+	body := payload
+	if pad >= 0 {
+		flags |= flagPadded
+		body = append(append([]byte{byte(pad)}, payload...), make([]byte, pad)...)
+	}
+	f := make([]byte, frameHeader, frameHeader+len(body))
+	f[0], f[1], f[2] = byte(len(body)>>16), byte(len(body)>>8), byte(len(body))
+	f[3], f[4] = frameData, flags
+	binary.BigEndian.PutUint32(f[5:], stream)
+	return append(f, body...)
+}
+
+// feedChunks feeds wire to c in chunks of random sizes (seed), as reads
+// return them, and reports whether c was cut.
+func feedChunks(c *guardedConn, wire []byte, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for len(wire) > 0 && !c.cut.Load() {
+		n := min(len(wire), 1+rng.IntN(40))
+		c.in.feed(wire[:n], c.inbound, c.inboundData)
+		wire = wire[n:]
+	}
+}
+
+// TestBodiesHeld: the bytes of a message still unfinished at the end of a
+// DATA frame are counted against the budget and the address's share,
+// whatever the chunks the frames arrive in and however they are padded, and
+// given back when the message ends or its stream does.
+func TestBodiesHeld(t *testing.T) {
+	msg := grpcMessage(1000)
+	for _, tc := range []struct {
+		name string
+		wire []byte
+		want int64 // held once the wire is read
+	}{
+		{"whole in one frame", dataFrame(1, flagEndStream, msg, -1), 0},
+		{"two whole messages in one frame", dataFrame(1, 0, append(slices.Clone(msg), msg...), -1), 0},
+		{"half of it", dataFrame(1, 0, msg[:505], -1), 505},
+		{"half, padded", dataFrame(1, 0, msg[:505], 30), 505},
+		{"in two frames", append(dataFrame(1, 0, msg[:505], -1), dataFrame(1, 0, msg[505:], 7)...), 0},
+		{"a prefix split across frames", append(dataFrame(1, 0, msg[:3], -1), dataFrame(1, 0, msg[3:10], -1)...), 10},
+		{"half, then the stream ends", append(dataFrame(1, 0, msg[:505], -1), dataFrame(1, flagEndStream, nil, -1)...), 0},
+		{"half, then the client resets", append(dataFrame(1, 0, msg[:505], -1), rawFrame(frameRST, 0, 1)...), 0},
+		{"half, then trailers", append(dataFrame(1, 0, msg[:505], -1), rawFrame(frameHeaders, flagEndStream, 1)...), 0},
+		{"two streams, half each", append(dataFrame(1, 0, msg[:100], -1), dataFrame(3, 0, msg[:200], 0)...), 300},
+		{"a whole one after an unfinished one", append(dataFrame(1, 0, append(slices.Clone(msg), msg[:50]...), -1),
+			dataFrame(3, flagEndStream, msg, -1)...), 50},
+		{"an empty message", dataFrame(1, 0, grpcMessage(0), -1), 0},
+	} {
+		for seed := range uint64(20) {
+			r := newBodyRig(1 << 20)
+			feedChunks(r.c, tc.wire, seed)
+			if got := r.gl.o.Bytes.Used(); got != tc.want || r.c.share.used.Load() != tc.want {
+				t.Fatalf("%s (seed %d): budget holds %d, share %d, want %d", tc.name, seed, got, r.c.share.used.Load(), tc.want)
+			}
+			if r.c.cut.Load() {
+				t.Fatalf("%s: cut", tc.name)
+			}
+			r.c.Close()
+			if got := r.gl.o.Bytes.Used(); got != 0 || len(r.gl.shares) != 0 {
+				t.Fatalf("%s: closed, the budget still holds %d, shares %v", tc.name, got, r.gl.shares)
+			}
+		}
+	}
+}
+
+// rawFrame is an empty frame of typ on stream.
+func rawFrame(typ, flags byte, stream uint32) []byte {
+	f := make([]byte, frameHeader)
+	f[3], f[4] = typ, flags
+	binary.BigEndian.PutUint32(f[5:], stream)
+	return f
+}
+
+// TestBodiesPastShare: an address whose unfinished messages would pass a
+// quarter of the budget, over any number of connections, has the
+// connection that passes it cut for abuse (its address cools down); one
+// that would pass the budget, full of other addresses' bytes, is cut
+// without its address cooling down.
+func TestBodiesPastShare(t *testing.T) {
+	msg := grpcMessage(1000)
+	r := newBodyRig(4000) // a share of 1,000 bytes
+	other := r.conn()
+	feedChunks(r.c, dataFrame(1, 0, msg[:600], -1), 1)
+	feedChunks(other, dataFrame(1, 0, msg[:300], -1), 1)
+	if r.c.cut.Load() || other.cut.Load() || len(r.eventList()) != 0 {
+		t.Fatal("cut within the share")
+	}
+	feedChunks(other, dataFrame(3, 0, msg[:200], -1), 1)
+	if !other.cut.Load() || !slices.Equal(r.eventList(), []Event{EventRequestBytes}) {
+		t.Fatalf("past the address's share: cut %v, events %v, want %q", other.cut.Load(), r.eventList(), EventRequestBytes)
+	}
+	if !r.gl.coolingHost("192.0.2.1") {
+		t.Error("the address does not cool down")
+	}
+	other.Close()
+	if got := r.gl.o.Bytes.Used(); got != 600 {
+		t.Errorf("the cut connection closed: budget holds %d, want the other's 600", got)
+	}
+
+	// Whole requests being served hold some of the budget (the codec's
+	// part) and three addresses most of the rest; the fourth's bytes, under
+	// its share, find it full.
+	r = newBodyRig(4000)
+	r.gl.o.Bytes.Take(1000)
+	for i := range 4 {
+		c := r.conn()
+		c.host = net.IPv4(192, 0, 2, byte(10+i)).String()
+		c.share = r.gl.joinShare(c.host)
+		feedChunks(c, dataFrame(1, 0, msg[:900], -1), 1)
+		if got := c.cut.Load(); got != (i == 3) {
+			t.Fatalf("address %d: cut %v", i, got)
+		}
+	}
+	if !slices.Equal(r.eventList(), []Event{EventBudgetFull}) || r.gl.coolingHost("192.0.2.13") {
+		t.Errorf("past the budget: events %v, cooling %v; want %q, not cooling", r.eventList(), r.gl.coolingHost("192.0.2.13"), EventBudgetFull)
+	}
+}
+
+// TestStalledBody: a message still unfinished stalledBody after its first
+// byte cuts its connection at the sweeper's tick, for abuse.
+func TestStalledBody(t *testing.T) {
+	r := newBodyRig(1 << 20)
+	r.gl.conns.Store(r.c, struct{}{})
+	feedChunks(r.c, dataFrame(1, 0, grpcMessage(1000)[:10], -1), 1)
+	r.now = r.now.Add(stalledBody - time.Second)
+	r.gl.tick()
+	if len(r.eventList()) != 0 {
+		t.Fatalf("cut before stalledBody: %v", r.eventList())
+	}
+	r.now = r.now.Add(2 * time.Second)
+	r.gl.tick()
+	if !slices.Equal(r.eventList(), []Event{EventStalledBody}) || !r.gl.coolingHost("192.0.2.1") {
+		t.Errorf("stalled past stalledBody: events %v, cooling %v", r.eventList(), r.gl.coolingHost("192.0.2.1"))
+	}
+}
