@@ -17,15 +17,17 @@ import (
 //
 //   - against the request-byte budget (Budget, GRPC_MAX_REQUEST_BYTES_IN_FLIGHT),
 //     which the server's codec then charges for the message while it is
-//     decoded and served; a connection whose bytes would pass it is cut
-//     (GOAWAY ENHANCE_YOUR_CALM), as one that holds what others need,
-//     but its address does not cool down: the budget may be full of
-//     other addresses' bytes;
+//     decoded and served: a connection whose bytes would pass it is cut
+//     (GOAWAY ENHANCE_YOUR_CALM) at once, as one that holds what others
+//     need, but its address does not cool down, since the budget may be
+//     full of other addresses' bytes;
 //   - against its address's share of the budget (a quarter of it,
-//     shareOfBudget): a connection whose bytes would pass it is cut for
-//     abuse, and its address cools down (see probation.go), so that one
-//     address cannot hold the whole budget however many connections it
-//     opens;
+//     shareOfBudget): while an address is past its share, a connection of
+//     it that holds a message begun slowBody ago or more is cut for abuse,
+//     and its address cools down (see probation.go), so that one address
+//     cannot hold most of the budget with bodies it does not finish. A
+//     client that sends many large requests at once, each finished in
+//     moments, is not cut for it;
 //   - against time: a message still not whole stalledBody after its first
 //     byte cuts its connection for abuse. A client that sends a message
 //     sends it at the speed of its link; Envoy's arrive in one frame.
@@ -35,6 +37,7 @@ import (
 // a frame, for a message still unfinished then.
 const (
 	shareOfBudget = 4
+	slowBody      = 2 * time.Second
 	stalledBody   = 30 * time.Second
 	prefixLen     = 5 // a gRPC message's compression flag and length
 	flagPadded    = 0x8
@@ -210,18 +213,39 @@ func (c *guardedConn) endData() Event {
 	if n == 0 {
 		return ""
 	}
-	if c.share != nil && c.share.used.Add(n) > c.gl.o.Bytes.Max()/shareOfBudget {
-		c.share.used.Add(-n)
-		return EventRequestBytes
-	}
 	if !c.gl.o.Bytes.Take(n) {
-		if c.share != nil {
-			c.share.used.Add(-n)
-		}
 		return EventBudgetFull
 	}
 	m.held += n
+	if c.share != nil {
+		c.share.used.Add(n)
+	}
+	if c.overShareLocked(c.gl.now.Load()) {
+		return EventRequestBytes
+	}
 	return ""
+}
+
+// overShareLocked reports whether c's address is past its share of the
+// budget while c holds a message begun slowBody before now (ns) or
+// earlier. The caller holds mu.
+func (c *guardedConn) overShareLocked(now int64) bool {
+	if c.share == nil || c.share.used.Load() <= c.gl.o.Bytes.Max()/shareOfBudget {
+		return false
+	}
+	for _, m := range c.messages {
+		if m.since <= now-int64(slowBody) {
+			return true
+		}
+	}
+	return false
+}
+
+// overShare is overShareLocked for the sweeper.
+func (c *guardedConn) overShare(now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overShareLocked(now)
 }
 
 // give gives back n bytes of bodies. The caller holds mu.

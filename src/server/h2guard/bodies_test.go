@@ -130,30 +130,57 @@ func rawFrame(typ, flags byte, stream uint32) []byte {
 	return f
 }
 
-// TestBodiesPastShare: an address whose unfinished messages would pass a
-// quarter of the budget, over any number of connections, has the
-// connection that passes it cut for abuse (its address cools down); one
-// that would pass the budget, full of other addresses' bytes, is cut
-// without its address cooling down.
+// TestBodiesPastShare: an address whose unfinished messages pass a
+// quarter of the budget, over any number of connections, is not cut for it
+// while its messages are young (a client sending many large requests at
+// once); once one is slowBody old, the connection holding it is cut for
+// abuse (its address cools down), at its next frame or the sweeper's tick.
+// A connection whose bytes would pass the budget, full of other addresses'
+// bytes, is cut at once, without its address cooling down.
 func TestBodiesPastShare(t *testing.T) {
 	msg := grpcMessage(1000)
 	r := newBodyRig(4000) // a share of 1,000 bytes
 	other := r.conn()
+	r.gl.conns.Store(r.c, struct{}{})
+	r.gl.conns.Store(other, struct{}{})
 	feedChunks(r.c, dataFrame(1, 0, msg[:600], -1), 1)
 	feedChunks(other, dataFrame(1, 0, msg[:300], -1), 1)
-	if r.c.cut.Load() || other.cut.Load() || len(r.eventList()) != 0 {
-		t.Fatal("cut within the share")
-	}
 	feedChunks(other, dataFrame(3, 0, msg[:200], -1), 1)
-	if !other.cut.Load() || !slices.Equal(r.eventList(), []Event{EventRequestBytes}) {
-		t.Fatalf("past the address's share: cut %v, events %v, want %q", other.cut.Load(), r.eventList(), EventRequestBytes)
+	if r.c.cut.Load() || other.cut.Load() || len(r.eventList()) != 0 {
+		t.Fatal("cut past the share with young messages")
+	}
+	r.now = r.now.Add(slowBody - time.Second)
+	r.gl.tick()
+	if len(r.eventList()) != 0 {
+		t.Fatalf("cut before slowBody: %v", r.eventList())
+	}
+	r.now = r.now.Add(time.Second)
+	r.gl.tick()
+	if got := r.eventList(); !slices.Equal(got, []Event{EventRequestBytes, EventRequestBytes}) {
+		t.Fatalf("past the share, slowBody later: events %v, want both connections cut (%q)", got, EventRequestBytes)
 	}
 	if !r.gl.coolingHost("192.0.2.1") {
 		t.Error("the address does not cool down")
 	}
+	r.c.Close()
 	other.Close()
-	if got := r.gl.o.Bytes.Used(); got != 600 {
-		t.Errorf("the cut connection closed: budget holds %d, want the other's 600", got)
+	if got := r.gl.o.Bytes.Used(); got != 0 {
+		t.Errorf("both closed: budget holds %d", got)
+	}
+
+	// A frame that comes while an old message of its connection holds the
+	// address past its share cuts it at once.
+	r = newBodyRig(4000)
+	feedChunks(r.c, dataFrame(1, 0, msg[:600], -1), 1)
+	r.now = r.now.Add(slowBody)
+	r.gl.now.Store(r.now.UnixNano())
+	feedChunks(r.c, dataFrame(3, 0, msg[:300], -1), 1)
+	if r.c.cut.Load() {
+		t.Fatal("cut within the share")
+	}
+	feedChunks(r.c, dataFrame(5, 0, msg[:300], -1), 1)
+	if !r.c.cut.Load() || !slices.Equal(r.eventList(), []Event{EventRequestBytes}) {
+		t.Fatalf("a frame past the share with an old message: cut %v, events %v", r.c.cut.Load(), r.eventList())
 	}
 
 	// Whole requests being served hold some of the budget (the codec's

@@ -206,8 +206,8 @@ func (gl *Listener) sweep() {
 // lines what may be admitted now (places on probation free with time, and
 // a line whose cooldown ended is admitted whole), empties the tarpits of
 // addresses whose cooldown ended, and closes the connections holding a
-// stream older than StreamWriteTimeout or a request message unfinished
-// for stalledBody.
+// stream older than StreamWriteTimeout, a request message unfinished for
+// stalledBody, or slow bodies past their address's share.
 func (gl *Listener) tick() {
 	now := gl.clock()
 	gl.now.Store(now.UnixNano())
@@ -235,6 +235,8 @@ func (gl *Listener) tick() {
 			c.goAway(EventUnreadAnswers, false)
 		case c.oldestBody() < now.Add(-stalledBody).UnixNano():
 			c.goAway(EventStalledBody, false)
+		case c.overShare(now.UnixNano()):
+			c.goAway(EventRequestBytes, false)
 		}
 		return true
 	})
