@@ -25,7 +25,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
-func metricsBody(t *testing.T, p *proc) string {
+func metricsBody(t testing.TB, p *proc) string {
 	t.Helper()
 	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
 	if err != nil {

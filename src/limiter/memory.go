@@ -218,12 +218,29 @@ func (s *MemoryStore) Apply(_ context.Context, b Batch) ([]Outcome, error) {
 	s.lock(mask)
 	defer s.unlock(mask)
 
+	// A large batch (an RLQS round's) finds a key's earlier write in a
+	// map: searched, a batch of n distinct keys costs n² comparisons, with
+	// every shard it touches locked.
+	var last map[string]int
+	if len(b.Hits) > largeBatch {
+		last = make(map[string]int, len(b.Hits))
+	}
 	for i := range b.Hits {
 		h := &b.Hits[i]
-		prior := s.current(pend[:i], b.Hits[:i], pend[i].shard, h.Key, us)
+		var prior state
+		if j, ok := last[h.Key]; ok {
+			prior = pend[j].st
+		} else if last != nil {
+			prior = s.stored(pend[i].shard, h.Key, us)
+		} else {
+			prior = s.current(pend[:i], b.Hits[:i], pend[i].shard, h.Key, us)
+		}
 		st, out, exp, write := step(prior, us, h.Rule, h.Cost, h.Refund)
 		outs[i] = out
 		pend[i].st, pend[i].expires, pend[i].write = st, exp, write
+		if write && last != nil {
+			last[h.Key] = i
+		}
 	}
 	commit := Decide(b, outs)
 	for i := range b.Hits {
@@ -279,8 +296,20 @@ func (s *MemoryStore) reserve(pend []pending, hits []Hit, now int64) bool {
 	}
 	var buf [8]need
 	needs := buf[:0]
+	var last map[string]int // each key's last write, in a large batch
+	if len(hits) > largeBatch {
+		last = make(map[string]int, len(hits))
+		for i := range hits {
+			if pend[i].write {
+				last[hits[i].Key] = i
+			}
+		}
+	}
 	for i := range hits {
-		if !pend[i].write || laterWrite(pend[i+1:], hits[i+1:], hits[i].Key) {
+		if !pend[i].write {
+			continue
+		}
+		if last != nil && last[hits[i].Key] != i || last == nil && laterWrite(pend[i+1:], hits[i+1:], hits[i].Key) {
 			continue // only the last write to a key stays
 		}
 		sh := &s.shards[pend[i].shard]
@@ -310,6 +339,10 @@ func (s *MemoryStore) reserve(pend []pending, hits []Hit, now int64) bool {
 	}
 	return true
 }
+
+// largeBatch is the batch size past which Apply finds a key's other
+// writes in the batch through a map rather than by searching.
+const largeBatch = 32
 
 // laterWrite reports whether one of the pending writes writes key.
 func laterWrite(pend []pending, hits []Hit, key string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -284,5 +285,41 @@ func TestMemoryFullStillRefusesLimitedClients(t *testing.T) {
 	}
 	if _, err := apply(refused); !errors.Is(err, limiter.ErrFull) {
 		t.Errorf("a new value alone in a full shard: %v, want ErrFull", err)
+	}
+}
+
+// TestLargeBatchIsSequential: a batch past the size where the store finds
+// a key's earlier writes through a map decides every hit as the same hits
+// sent one at a time do, for every algorithm, with refunds and repeated
+// keys among many distinct ones.
+func TestLargeBatchIsSequential(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, r := range []limiter.Rule{
+		{Algorithm: limiter.FixedWindow, Limit: 5, Period: time.Minute},
+		{Algorithm: limiter.TokenBucket, Limit: 5, Period: time.Minute},
+		{Algorithm: limiter.FixedWindow, Limit: 5, Period: time.Minute, Overdraft: true},
+	} {
+		for _, size := range []int{20, 33, 300} {
+			rng := rand.New(rand.NewPCG(uint64(size), 3))
+			hits := make([]limiter.Hit, size)
+			for i := range hits {
+				hits[i] = limiter.Hit{Key: fmt.Sprintf("k%d", rng.IntN(size/3+1)), Rule: r, Cost: uint64(rng.IntN(3)),
+					Refund: rng.IntN(8) == 0}
+			}
+			batch, err := newMemory(t, limiter.MemoryOptions{}).Apply(context.Background(), limiter.Batch{Now: now, Hits: hits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			one := newMemory(t, limiter.MemoryOptions{})
+			for i, h := range hits {
+				outs, err := one.Apply(context.Background(), limiter.Batch{Now: now, Hits: []limiter.Hit{h}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if outs[0] != batch[i] {
+					t.Fatalf("%v, %d hits: hit %d (%s) in the batch %+v, alone %+v", r, size, i, h.Key, batch[i], outs[0])
+				}
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/rlqs"
 )
 
@@ -105,5 +107,61 @@ func TestHostileClientsAreBounded(t *testing.T) {
 	}
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a third stream: %v, want ResourceExhausted", err)
+	}
+}
+
+// batchRecorder is a store that records the largest batch it was asked.
+type batchRecorder struct {
+	limiter.Store
+	mu      sync.Mutex
+	largest int
+}
+
+func (r *batchRecorder) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	r.mu.Lock()
+	r.largest = max(r.largest, len(b.Hits))
+	r.mu.Unlock()
+	return r.Store.Apply(ctx, b)
+}
+
+// TestRoundsAskInSmallBatches: a stream's 2,000 new buckets, each with a
+// limit of its own, are granted in store calls of at most 128 keys, so
+// that ordinary calls on the same store wait behind one small call, not a
+// round; and every bucket is answered.
+func TestRoundsAskInSmallBatches(t *testing.T) {
+	t.Parallel()
+	rec := &batchRecorder{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
+	conn, _ := serveService(t, rlqs.Options{Configs: load(t, `
+domain: each
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100}
+`), Store: rec})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "each"}
+	for i := range 2000 {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "t" + strconv.Itoa(i)}}, NumRequestsAllowed: 1})
+	}
+	if err := st.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for answered < 2000 {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered += len(resp.GetBucketAction())
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.largest == 0 || rec.largest > 128 {
+		t.Errorf("the largest store call held %d keys, want 1 to 128", rec.largest)
 	}
 }

@@ -228,36 +228,79 @@ func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
 			byAt[a.at] = append(byAt[a.at], a)
 		}
 	}
-	for at, asks := range byAt {
-		hits := make([]limiter.Hit, len(asks))
-		for i, a := range asks {
-			hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
+	for at, all := range byAt {
+		for _, asks := range batches(all, maxBatch) {
+			s.reserveBatch(ctx, at, asks, dry)
 		}
-		outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
-		if err != nil {
-			s.storeError(err)
-			for _, a := range asks {
-				a.j.refused = true
-			}
-			continue
+	}
+}
+
+// maxBatch is about how many asks go to the store in one call. A round
+// over thousands of buckets asks for thousands of keys; in one call they
+// would hold the embedded store's locks, or Redis, for as long as they
+// take, and every ordinary ShouldRateLimit call would wait behind them
+// (RLQS streams churning 10,000 buckets a second took callers' p99 from
+// 1.3 ms to 540 ms).
+const maxBatch = 128
+
+// batches cuts asks into batches of about max, keeping the asks of one
+// store key together and in order: a key's later asks see its earlier
+// ones within a batch, and asks of different keys are independent, so
+// the batches decide as one call would.
+func batches(asks []*ask, max int) [][]*ask {
+	if len(asks) <= max {
+		return [][]*ask{asks}
+	}
+	byKey := map[string][]*ask{}
+	var order []string
+	for _, a := range asks {
+		k := limiter.WindowKey(a.key, a.w)
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
 		}
-		for i, a := range asks {
-			j := a.j
-			switch {
-			case outs[i].Allowed:
-				a.ok = !dry
-			case dry:
-				if j.left == nil {
-					j.left = make([]map[int64]uint64, len(j.trials))
-				}
-				if j.left[a.m] == nil {
-					j.left[a.m] = map[int64]uint64{}
-				}
-				j.left[a.m][a.w] = j.trials[a.m].held[a.w] + outs[i].Remaining
-				j.failed = true
-			default:
-				j.failed = true
+		byKey[k] = append(byKey[k], a)
+	}
+	var out [][]*ask
+	var cur []*ask
+	for _, k := range order {
+		if g := byKey[k]; len(cur) > 0 && len(cur)+len(g) > max {
+			out, cur = append(out, cur), nil
+		}
+		cur = append(cur, byKey[k]...)
+	}
+	return append(out, cur)
+}
+
+// reserveBatch asks the store for one batch of asks, at at.
+func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask, dry bool) {
+	hits := make([]limiter.Hit, len(asks))
+	for i, a := range asks {
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
+	}
+	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
+	if err != nil {
+		s.storeError(err)
+		for _, a := range asks {
+			a.j.refused = true
+		}
+		return
+	}
+	for i, a := range asks {
+		j := a.j
+		switch {
+		case outs[i].Allowed:
+			a.ok = !dry
+		case dry:
+			if j.left == nil {
+				j.left = make([]map[int64]uint64, len(j.trials))
 			}
+			if j.left[a.m] == nil {
+				j.left[a.m] = map[int64]uint64{}
+			}
+			j.left[a.m][a.w] = j.trials[a.m].held[a.w] + outs[i].Remaining
+			j.failed = true
+		default:
+			j.failed = true
 		}
 	}
 }

@@ -1,0 +1,157 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/openrls/ratelimit/src/config/configtest"
+	"github.com/openrls/ratelimit/src/redis/redistest"
+)
+
+// BenchmarkRLQSChurn measures what RLQS bucket churn costs ordinary
+// ShouldRateLimit callers: 20 RLQS streams of 500 buckets each, every one
+// closed after 0.3 to 1.5 s and opened again with new buckets, for
+// -load.duration, beside one caller at 200 calls a second on a connection
+// of its own. Reported: the caller's p50 and p99 quiet and during the
+// churn, its failed calls, the service's peak resident memory and the
+// RLQS refusals. On the embedded store and on Redis. Loopback only; every
+// loop ends with -load.duration.
+//
+//	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s
+// -rlqschurn.profile FILE writes the service's CPU profile of 10 s of the
+// churn (the Redis run's, when both run).
+var churnProfile = flag.String("rlqschurn.profile", "", "write the service's CPU profile of 10 s of RLQS churn to this file")
+
+func BenchmarkRLQSChurn(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { rlqsChurn(b, false) })
+	b.Run("redis", func(b *testing.B) { rlqsChurn(b, true) })
+}
+
+func rlqsChurn(b *testing.B, redis bool) {
+	env := writeConfig(b, map[string]string{"it.yaml": basicConfig, "quota.yaml": `
+domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100}
+`})
+	env["LOG_LEVEL"] = "warn"
+	if redis {
+		srv := redistest.Start(b)
+		env["REDIS_URL"], env["BACKEND_TYPE"] = srv.Addr, "redis"
+	}
+	p := start(b, env)
+	defer p.stop(b)
+	ordinary := func(d time.Duration) (lat []time.Duration, failed int) {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for end := time.Now().Add(d); time.Now().Before(end); <-t.C {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			begin := time.Now()
+			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=ordinary"))})
+			cancel()
+			if err != nil {
+				failed++
+				continue
+			}
+			lat = append(lat, time.Since(begin))
+		}
+		return lat, failed
+	}
+	quiet, quietFailed := ordinary(*loadDuration / 2)
+
+	stop := make(chan struct{})
+	var streams, buckets atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for gen := 0; ; gen++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				churnStream(p, i, gen, rng, stop)
+				streams.Add(1)
+				buckets.Add(500)
+			}
+		}()
+	}
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		if *churnProfile == "" {
+			return
+		}
+		resp, err := http.Get("http://" + p.debugAddr + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if err := os.WriteFile(*churnProfile, data, 0o644); err != nil {
+			b.Error(err)
+		}
+	}()
+	during, failed := ordinary(*loadDuration)
+	<-profiled
+	close(stop)
+	wg.Wait()
+	m := metricsBody(b, p)
+	b.ReportMetric(float64(quantile(quiet, 0.99).Microseconds())/1000, "quiet-p99-ms")
+	b.ReportMetric(float64(quantile(during, 0.99).Microseconds())/1000, "churn-p99-ms")
+	b.ReportMetric(float64(failed), "churn-failed")
+	b.ReportMetric(float64(memKB(b, p, "VmHWM"))/1024, "peak-RSS-MiB")
+	b.Logf("ordinary p50/p99: quiet %v/%v (%d calls, %d failed); churn %v/%v (%d calls, %d failed); %d streams and %d buckets opened; refused %v",
+		quantile(quiet, 0.5), quantile(quiet, 0.99), len(quiet), quietFailed, quantile(during, 0.5), quantile(during, 0.99), len(during), failed,
+		streams.Load(), buckets.Load(), fmt.Sprint(metricValue(m, `ratelimit_rlqs_refused_total{what="buckets"}`)))
+}
+
+// churnStream opens one RLQS stream, reports 500 buckets of its own on
+// it, reads what comes for 0.3 to 1.5 s and closes it.
+func churnStream(p *proc, i, gen int, rng *rand.Rand, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		return
+	}
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+	for j := range 500 {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"tenant": fmt.Sprintf("s%d-g%d-b%d", i, gen, j)}},
+			TimeElapsed:        durationpb.New(0),
+			NumRequestsAllowed: 1,
+		})
+	}
+	if st.Send(m) != nil {
+		return
+	}
+	go func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-time.After(time.Duration(300+rng.IntN(1200)) * time.Millisecond):
+	case <-stop:
+	}
+}

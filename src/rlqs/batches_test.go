@@ -1,0 +1,60 @@
+package rlqs
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// TestBatches: a round's asks are cut into batches of about maxBatch, each
+// key's asks together and in order, and nothing lost or repeated; so the
+// batches decide as one store call would.
+func TestBatches(t *testing.T) {
+	for _, tc := range []struct{ asks, keys, max int }{
+		{10, 3, 128}, {500, 500, 128}, {500, 7, 128}, {1000, 1, 128}, {300, 150, 10}, {129, 129, 128},
+	} {
+		rng := rand.New(rand.NewPCG(uint64(tc.asks), uint64(tc.keys)))
+		var asks []*ask
+		for i := range tc.asks {
+			asks = append(asks, &ask{key: fmt.Sprintf("k%d", rng.IntN(tc.keys)), w: int64(i % 2), n: uint64(i)})
+		}
+		got := batches(asks, tc.max)
+		var flat []*ask
+		batchOf := map[string]int{}
+		for bi, b := range got {
+			if len(b) == 0 {
+				t.Fatalf("%+v: an empty batch", tc)
+			}
+			keys := map[string]bool{}
+			for _, a := range b {
+				k := limiter.WindowKey(a.key, a.w)
+				if prev, ok := batchOf[k]; ok && prev != bi {
+					t.Fatalf("%+v: key %s in batches %d and %d", tc, k, prev, bi)
+				}
+				batchOf[k], keys[k] = bi, true
+			}
+			if len(b) > tc.max && len(keys) > 1 {
+				t.Fatalf("%+v: batch %d holds %d asks of %d keys, past %d", tc, bi, len(b), len(keys), tc.max)
+			}
+			flat = append(flat, b...)
+		}
+		if len(flat) != len(asks) {
+			t.Fatalf("%+v: %d asks in the batches, want %d", tc, len(flat), len(asks))
+		}
+		// Each key's asks keep their order.
+		for k := range batchOf {
+			of := func(as []*ask) []*ask {
+				return slices.DeleteFunc(slices.Clone(as), func(a *ask) bool { return limiter.WindowKey(a.key, a.w) != k })
+			}
+			if !slices.Equal(of(flat), of(asks)) {
+				t.Fatalf("%+v: key %s's asks reordered", tc, k)
+			}
+		}
+		if tc.asks > tc.max && tc.keys >= tc.asks && len(got) < tc.asks/tc.max {
+			t.Errorf("%+v: %d batches", tc, len(got))
+		}
+	}
+}
