@@ -5,16 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
@@ -31,6 +31,7 @@ import (
 // loop ends with -load.duration.
 //
 //	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s
+//
 // -rlqschurn.profile FILE writes the service's CPU profile of 10 s of the
 // churn (the Redis run's, when both run).
 var churnProfile = flag.String("rlqschurn.profile", "", "write the service's CPU profile of 10 s of RLQS churn to this file")
