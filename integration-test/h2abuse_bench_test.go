@@ -13,6 +13,7 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/tlstest"
@@ -78,10 +79,48 @@ func rapidResetAttack(b *testing.B, useTLS bool) {
 		wg.Wait()
 		return float64(n.Load()) / d.Seconds()
 	}
+	// dialers: 4 neighbours that open a connection per call (each call
+	// given 10 s), as many short-lived clients do; their share of calls
+	// answered.
+	dialers := func(d time.Duration) (ok, all int64) {
+		var okN, allN atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+					if useTLS {
+						creds = grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))
+					}
+					conn, err := grpc.NewClient(p.grpcAddr, creds)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it",
+						Descriptors: descs(configtest.Desc("user=dialer", "n="+string(rune('a'+g))))})
+					cancel()
+					conn.Close()
+					allN.Add(1)
+					if err == nil {
+						okN.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return okN.Load(), allN.Load()
+	}
 	d := *loadDuration
 	alone := legit(d)
 
-	// attack runs four attackers against addr while legit measures.
+	// attack runs four attackers against addr while legit, then dialers,
+	// measure.
+	var dialOK, dialAll int64
 	attack := func(addr string) (rate float64, closed int64) {
 		stop := make(chan struct{})
 		var attacks sync.WaitGroup
@@ -124,11 +163,14 @@ func rapidResetAttack(b *testing.B, useTLS bool) {
 			}()
 		}
 		rate = legit(d)
+		dialOK, dialAll = dialers(d)
 		close(stop)
 		attacks.Wait()
 		return rate, goaways.Load()
 	}
 	under, closed := attack(p.grpcAddr)
+	b.ReportMetric(float64(dialOK)/float64(max(dialAll, 1)), "dialers-answered")
+	b.Logf("neighbours dialling per call: %d of %d calls answered", dialOK, dialAll)
 	b.ReportMetric(alone, "legit-req/s-alone")
 	b.ReportMetric(under, "legit-req/s-attacked")
 	b.ReportMetric(under/alone, "ratio")
