@@ -108,6 +108,8 @@ func TestMemoryBackendOverGRPCAndHTTP(t *testing.T) {
 	for _, c := range []struct{ path, want string }{
 		{"/stats", "ratelimit.service.rate_limit.it.user.over_limit: 2\n"}, // alice and bob, once each
 		{"/stats", "ratelimit.service.config_load_success: 1\n"},
+		{"/stats", "\nmemstats: {\"Alloc\":"}, // Go's expvar, as the reference prints
+		{"/stats", "\ncmdline: [\""},
 		{"/", "/rlconfig\n/rlqs\n/stats\n"},
 	} {
 		path, want := c.path, c.want

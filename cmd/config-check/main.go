@@ -8,12 +8,16 @@
 // the rule each entry matches and the ones that lost, the limits that
 // apply and their counter keys (config.Explain).
 //
-// Each PATH is a file or a directory (read as the service reads
-// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). A file holding
-// Kubernetes ConfigMaps is checked by their *.yaml/*.yml data entries,
-// named FILE#ENTRY with lines counted within the entry; a file that is
-// plainly something else (an Envoy bootstrap, other Kubernetes objects, a
-// Compose file, Prometheus rules) is named as skipped, with what it is. Every problem is printed on
+// Each PATH is a file or a directory. A directory is read exactly as the
+// service reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY:
+// every file in it a descriptor config, so config-check fails on a
+// directory exactly when the service would refuse it. A file named on the
+// command line that holds Kubernetes ConfigMaps is checked by their
+// *.yaml/*.yml data entries, named FILE#ENTRY with lines counted within
+// the entry; one that is plainly something else (an Envoy bootstrap, other
+// Kubernetes objects, a Compose file, Prometheus rules) is named as
+// skipped, with what it is (config-check examples/*.yaml checks a
+// repository's configs among other YAML). Every problem is printed on
 // its own line as file:line: path: message, and the exit code is 1 if there
 // is any, 2 for bad usage, 0 otherwise. Rules no request can match under
 // the service's request bounds (REQUEST_MAX_STRING_BYTES,
@@ -31,7 +35,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,7 +139,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary | -explain DOMAIN DESCRIPTORS] PATH...")
 		return 2
 	}
-	paths, code := gatherPaths(args, o.ignoreDot, stderr)
+	paths, fromDir, code := gatherPaths(args, o.ignoreDot, stderr)
 	if code != 0 {
 		return code
 	}
@@ -145,16 +148,22 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	cfg, summary, code := checkPaths(paths, copts, bounds, stderr)
+	cfgs, summary, code := checkPaths(paths, fromDir, copts, bounds, stderr)
 	if code != 0 {
 		return code
 	}
-	if o.dump {
-		_ = cfg.WriteDump(stdout)
+	// Each set of files is a config of its own (the plain files, each
+	// manifest's ConfigMaps): all of them are dumped and summarized, as
+	// the OK line counts them all.
+	for _, cfg := range cfgs {
+		if o.dump {
+			_ = cfg.WriteDump(stdout)
+		}
+		if o.summary {
+			fmt.Fprint(stdout, cfg.Summary())
+		}
 	}
-	if o.summary {
-		fmt.Fprint(stdout, cfg.Summary())
-	}
+	cfg := cfgs[0]
 	if o.explain != "" {
 		if err := cfg.Explain(stdout, explain.Domain, explain.Descriptors); err != nil {
 			fmt.Fprintln(stderr, err)
@@ -165,15 +174,18 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	return 0
 }
 
-// gatherPaths lists the config files args name, each directory's as the
-// service reads it (its skipped entries named on stderr); code is the exit
-// code when it fails.
-func gatherPaths(args []string, ignoreDot bool, stderr io.Writer) (paths []string, code int) {
+// gatherPaths lists the config files args name; a directory's files are
+// listed as the service lists its config directory (RUNTIME_ROOT...):
+// every file whatever its name, its skipped entries named on stderr, and
+// marked in fromDir, since they are then checked as the service loads
+// them (see parseAll). code is the exit code when it fails.
+func gatherPaths(args []string, ignoreDot bool, stderr io.Writer) (paths []string, fromDir map[string]bool, code int) {
+	fromDir = map[string]bool{}
 	for _, p := range args {
 		fi, err := os.Stat(p)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return nil, 1
+			return nil, nil, 1
 		}
 		if !fi.IsDir() {
 			paths = append(paths, p)
@@ -182,33 +194,21 @@ func gatherPaths(args []string, ignoreDot bool, stderr io.Writer) (paths []strin
 		found, skipped, err := config.FindFiles(p, ignoreDot)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return nil, 1
+			return nil, nil, 1
 		}
 		for _, path := range slices.Sorted(maps.Keys(skipped)) {
 			fmt.Fprintf(stderr, "warning: %s: %v; skipped, as the service skips it\n", path, skipped[path])
 		}
-		// The service reads every file of its directory; a directory given
-		// here may be a repository's (examples/), so files named as
-		// something else than YAML are counted, not checked.
-		var other []string
 		for _, path := range found {
-			switch filepath.Ext(path) {
-			case ".yaml", ".yml", "":
-				paths = append(paths, path)
-			default:
-				other = append(other, filepath.Base(path))
-			}
-		}
-		if len(other) > 0 {
-			fmt.Fprintf(stderr, "warning: %s: %d files not named *.yaml or *.yml, or without an extension, not checked (%s); the service reads every file of its config directory, and would refuse these unless they are descriptor configs\n",
-				p, len(other), strings.Join(other[:min(len(other), 5)], ", ")+map[bool]string{true: ", ...", false: ""}[len(other) > 5])
+			paths = append(paths, path)
+			fromDir[path] = true
 		}
 	}
 	if len(paths) == 0 {
 		fmt.Fprintln(stderr, "no config files found")
-		return nil, 1
+		return nil, nil, 1
 	}
-	return paths, 0
+	return paths, fromDir, 0
 }
 
 // checkOptions reads the settings config-check shares with the service
@@ -227,11 +227,12 @@ func checkOptions(getenv func(string) string, merge bool) (config.Options, confi
 	return config.Options{MergeDomains: merge, MaxDepth: bounds.MaxEntries, Wildcards: wildcards}, bounds, nil
 }
 
-// checkPaths parses and checks the files at paths, printing every problem
-// on stderr. It returns the first set's config (the plain files, else a
-// manifest's ConfigMaps) and the closing "OK" line, or the exit code.
-func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds, stderr io.Writer) (cfg *config.Config, summary string, code int) {
-	sets, skipped, err := parseAll(paths)
+// checkPaths parses and checks the files at paths (those of fromDir as
+// the service loads a directory), printing every problem on stderr. It
+// returns each set's config (the plain files, then each manifest's
+// ConfigMaps) and the closing "OK" line, or the exit code.
+func checkPaths(paths []string, fromDir map[string]bool, opts config.Options, bounds config.RequestBounds, stderr io.Writer) (cfgs []*config.Config, summary string, code int) {
+	sets, skipped, err := parseAll(paths, fromDir, stderr)
 	for _, sk := range skipped {
 		fmt.Fprintln(stderr, "skipped: "+sk)
 	}
@@ -253,9 +254,7 @@ func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds
 		if c == nil {
 			continue
 		}
-		if cfg == nil {
-			cfg = c
-		}
+		cfgs = append(cfgs, c)
 		for _, d := range c.Domains() {
 			if !slices.Contains(domains, d) {
 				domains = append(domains, d)
@@ -271,7 +270,7 @@ func checkPaths(paths []string, opts config.Options, bounds config.RequestBounds
 	if nfiles == 1 {
 		files = "file"
 	}
-	return cfg, fmt.Sprintf("OK: %d %s, domains %s", nfiles, files, strings.Join(domains, ", ")), 0
+	return cfgs, fmt.Sprintf("OK: %d %s, domains %s", nfiles, files, strings.Join(domains, ", ")), 0
 }
 
 // requestBounds are the service's request bounds, from the same variables
@@ -298,10 +297,15 @@ func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
 // into sets of files that are checked apart: the descriptor config files
 // (one set, as the service loads one directory), then each Kubernetes
 // manifest's ConfigMaps (a set each: each is mounted as a directory of its
-// own), their *.yaml/*.yml entries named FILE#ENTRY. Files that are plainly
-// not descriptor configs (see notAConfig) are passed over, each named in
-// skipped with what it is.
-func parseAll(paths []string) (sets [][]*config.File, skipped []string, err error) {
+// own), their *.yaml/*.yml entries named FILE#ENTRY. A file named on the
+// command line that is plainly not a descriptor config (see notAConfig) is
+// passed over, named in skipped with what it is. A file of a directory
+// (fromDir) is read as the service reads its config directory: every file
+// a descriptor config, its first YAML document only (a note of what is
+// not read goes to stderr, as the service logs it), so that config-check
+// fails on a directory exactly when the service would; the error of one
+// that is plainly something else says what it is.
+func parseAll(paths []string, fromDir map[string]bool, stderr io.Writer) (sets [][]*config.File, skipped []string, err error) {
 	var errs []error
 	var plain []*config.File
 	for _, p := range paths {
@@ -311,11 +315,17 @@ func parseAll(paths []string) (sets [][]*config.File, skipped []string, err erro
 			continue
 		}
 		what, cms := notAConfig(data)
-		if what == "" {
+		if what == "" || fromDir[p] {
 			f, err := config.Parse(p, data)
-			if err != nil {
+			switch {
+			case err != nil && what != "":
+				errs = append(errs, err, fmt.Errorf("%s: %s, not a descriptor config: the service reads every file of its config directory and refuses this one (move it out of the directory)", p, what))
+			case err != nil:
 				errs = append(errs, err)
-			} else {
+			default:
+				if f.Ignored != "" {
+					fmt.Fprintf(stderr, "warning: %s: %s\n", p, f.Ignored)
+				}
 				plain = append(plain, f)
 			}
 			continue

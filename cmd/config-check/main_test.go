@@ -66,17 +66,22 @@ func TestRun(t *testing.T) {
 		{"lease where it holds", []string{"-dump", filepath.Dir(leased)}, 0, "l.api: 50000 per second, fixed_window, lease", nil},
 		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
 			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
-		{"the examples directory: configs checked, the rest named", []string{"../../examples"}, 0, "OK: 5 files, domains ai_gateway, app, example, quota", []string{
-			"files not named *.yaml or *.yml, or without an extension, not checked (",
-			"skipped: ../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config",
-			"skipped: ../../examples/envoy-gateway/envoy-gateway.yaml: Kubernetes objects (EnvoyGateway), not a descriptor config",
+		{"the examples directory is refused, as the service refuses it", []string{"../../examples"}, 1, "", []string{
+			`../../examples/compose/docker-compose.yaml:11: services: unknown field "services"`,
+			`../../examples/compose/docker-compose.yaml:11: missing domain`,
+			`../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config: the service reads every file of its config directory and refuses this one`}},
+		{"the examples' YAML named one by one: configs checked, the rest named", examplesYAML(t), 0, "OK: 5 files, domains ai_gateway, app, example, quota", []string{
 			"skipped: ../../examples/envoy-rlqs.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy-token-usage.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy.yaml: an Envoy bootstrap, not a descriptor config",
+			"skipped: ../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config",
+			"skipped: ../../examples/envoy-gateway/envoy-gateway.yaml: Kubernetes objects (EnvoyGateway), not a descriptor config",
 			"skipped: ../../examples/istio/envoyfilter.yaml: Kubernetes objects (EnvoyFilter), not a descriptor config",
+			"skipped: ../../examples/monitoring/prometheus-rules.yaml: Prometheus rules, not a descriptor config",
 			"skipped: ../../examples/kubernetes/shared/ratelimit.yaml: Kubernetes objects (Deployment, Service, PodDisruptionBudget), not a descriptor config",
-			"skipped: ../../examples/kubernetes/shared/redis.yaml: Kubernetes objects (Deployment, Service), not a descriptor config",
-			"skipped: ../../examples/monitoring/prometheus-rules.yaml: Prometheus rules, not a descriptor config"}},
+			"skipped: ../../examples/kubernetes/shared/redis.yaml: Kubernetes objects (Deployment, Service), not a descriptor config"}},
+		{"a summary of every set, as the OK line counts", append([]string{"-summary"}, examplesYAML(t)...), 0,
+			"app: 1 rules (0 wildcard), 1 limits, from ../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml", nil},
 		{"a ConfigMap's bad entry is an error", []string{badCM}, 1, "", []string{badCM + "#app.yaml:3: descriptors[0]: missing key"}},
 		{"a file like nothing known is checked as a config", []string{neither}, 1, "", []string{neither + `:1: name: unknown field "name"`}},
 		{"flags after the path", []string{"../../examples/ratelimit-config.yaml", "-summary"}, 0, "example", nil},
@@ -136,4 +141,18 @@ func TestOverlappingWildcards(t *testing.T) {
 			t.Errorf("WILDCARD_PRECEDENCE=%q: -explain = %q, want %q", tc.precedence, out.String(), wantRule)
 		}
 	}
+}
+
+// examplesYAML lists the YAML files of examples/, in the order a shell's
+// globs would.
+func examplesYAML(t *testing.T) []string {
+	var out []string
+	for _, g := range []string{"../../examples/*.yaml", "../../examples/*/*.yaml", "../../examples/*/*/*.yaml"} {
+		m, err := filepath.Glob(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
 }

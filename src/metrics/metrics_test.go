@@ -134,8 +134,10 @@ ratelimit.service.config_load_success: 3
 ratelimit.service.global_shadow_mode: 1
 ratelimit_server.ShouldRateLimit.total_requests: 3
 `
-	if got := rec.Body.String(); got != want {
-		t.Errorf("/stats =\n%s\nwant\n%s", got, want)
+	// Then Go's expvar, as envoyproxy/ratelimit prints it.
+	got, vars, _ := strings.Cut(rec.Body.String(), "cmdline: ")
+	if got != want || !strings.Contains(vars, "\nmemstats: {") {
+		t.Errorf("/stats =\n%s\nwant\n%s\nthen cmdline and memstats", rec.Body.String(), want)
 	}
 	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("Content-Type = %q, want text/plain", ct)
