@@ -79,15 +79,25 @@ func TestReferencePrometheusSeries(t *testing.T) {
 	}{
 		{"on", map[string]string{}, []string{
 			`ratelimit_service_rate_limit_total_hits{domain="it",key1="user",key2=""} 1`,
-			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 1`,
+			`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
 			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
 			`ratelimit_service_config_load_success 1`,
-			`ratelimit_requests_total{code="ok"} 1`,
+			`ratelimit_requests_total{code="ok"} 2`,
+			// What the reference's mapping does not name, under the
+			// statsd exporter's default names.
+			"# TYPE ratelimit_go_heapAlloc gauge\nratelimit_go_heapAlloc ",
+			"# TYPE ratelimit_go_totalAlloc counter\nratelimit_go_totalAlloc ",
+			"ratelimit_go_numGoroutine ",
+			"runtime_load_attempts 1",
+			"runtime_num_values 1",
+			"ratelimit_service_rate_limit_nope_domain_not_found 1",
 		}, []string{`key="user"`}},
 		{"milliseconds", map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, []string{
-			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="5"}`,
-		}, nil},
-		{"disabled", map[string]string{"DISABLE_STATS": "true"}, []string{`ratelimit_requests_total{code="ok"} 1`},
+			// The exporter's default bounds, as the reference keeps them.
+			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
+			`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="10"}`,
+		}, []string{`le="5000"`}},
+		{"disabled", map[string]string{"DISABLE_STATS": "true"}, []string{`ratelimit_requests_total{code="ok"} 2`},
 			[]string{"ratelimit_service_total_requests"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +110,7 @@ func TestReferencePrometheusSeries(t *testing.T) {
 			}
 			p := start(t, env)
 			p.should(t, "it", configtest.Desc("user=a"))
+			p.should(t, "nope", configtest.Desc("a=1"))
 			resp, err := http.Get("http://" + addr + "/metrics")
 			if err != nil {
 				t.Fatal(err)

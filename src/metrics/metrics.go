@@ -122,7 +122,7 @@ func New(o Options) *Registry {
 	r.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_failure_policy_total",
 		Help: "Hits answered by a failure policy because the store failed."}, []string{"policy"})
 	if o.Reference {
-		r.refDuration, r.refMillis = newReferenceDuration(o.ReferenceMillis), o.ReferenceMillis
+		r.refDuration, r.refMillis = newReferenceDuration(), o.ReferenceMillis
 	}
 	r.byOutcome = map[string]prometheus.Counter{}
 	for _, code := range outcomeCodes {

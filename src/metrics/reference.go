@@ -15,8 +15,14 @@ import (
 // working. Per-rule counters are labelled domain, key1 and key2 from the
 // dot-separated statsd name; key2 is empty for one-level rules, which
 // Prometheus stores as no key2 label, as the reference's one-level series
-// have none. Rules of three or more levels match none of the reference's
-// mapping lines, so they appear only in this service's own series.
+// have none. A rule of three or more levels is counted under its first
+// three parts, as the mapping's regular expressions take them (rules that
+// share them are summed, as the exporter sums them). Every other statsd
+// name, which no mapping line names, is served under the exporter's
+// default name: the statsd name with each character other than a letter,
+// digit or '_' turned into '_' (ratelimit_go_heapAlloc,
+// ratelimit_redis_pool_cx_active, runtime_load_attempts), a counter or a
+// gauge as statsd gets it.
 var (
 	refRuleDescs = func() map[string]*prometheus.Desc {
 		m := map[string]*prometheus.Desc{}
@@ -51,18 +57,29 @@ func (c referenceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c referenceCollector) Collect(ch chan<- prometheus.Metric) {
+	type labels struct{ domain, key1, key2 string }
+	sums := map[labels][]uint64{}
+	var order []labels
 	for _, rule := range c.r.Rules() {
 		parts := strings.Split(strings.TrimPrefix(rule.stat, "ratelimit.service.rate_limit."), ".")
-		if len(parts) != 2 && len(parts) != 3 {
+		if len(parts) < 2 {
 			continue
 		}
-		key2 := ""
-		if len(parts) == 3 {
-			key2 = parts[2]
+		l := labels{domain: parts[0], key1: parts[1]}
+		if len(parts) >= 3 {
+			l.key2 = parts[2]
 		}
-		vals := rule.values()
+		if sums[l] == nil {
+			sums[l] = make([]uint64, len(ruleStatNames))
+			order = append(order, l)
+		}
+		for i, v := range rule.values() {
+			sums[l][i] += v
+		}
+	}
+	for _, l := range order {
 		for i, n := range ruleStatNames[:5] {
-			ch <- prometheus.MustNewConstMetric(refRuleDescs[n], prometheus.CounterValue, float64(vals[i]), parts[0], parts[1], key2)
+			ch <- prometheus.MustNewConstMetric(refRuleDescs[n], prometheus.CounterValue, float64(sums[l][i]), l.domain, l.key1, l.key2)
 		}
 	}
 	for _, st := range c.r.serviceStats() {
@@ -85,18 +102,63 @@ func (c referenceCollector) Collect(ch chan<- prometheus.Metric) {
 // newReferenceDuration is the reference's response time histogram, in
 // seconds (the statsd exporter's conversion of its millisecond timer) or,
 // with PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, in milliseconds under the
-// same name, as the reference does. Buckets are the exporter's defaults.
-func newReferenceDuration(millis bool) prometheus.Histogram {
-	buckets := prometheus.DefBuckets
-	if millis {
-		buckets = make([]float64, len(prometheus.DefBuckets))
-		for i, b := range prometheus.DefBuckets {
-			buckets[i] = b * 1000
+// same name, as the reference does. Buckets are the exporter's defaults
+// (0.005 to 10) either way: the reference only drops the mapping's
+// scaling, so with milliseconds every observation of 10 ms or more lands
+// in +Inf there, and here, so that histogram_quantile reads alike.
+func newReferenceDuration() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
+		Help: "ShouldRateLimit latency, as envoyproxy/ratelimit reports it.", Buckets: prometheus.DefBuckets,
+		ConstLabels: prometheus.Labels{"grpc_method": "ShouldRateLimit"}})
+}
+
+// referenceDefaults serves every statsd name no mapping line names under
+// the exporter's default name (see the note above). Its names depend on
+// what is counted (a domain_not_found per unknown domain), so it describes
+// none: an unchecked collector.
+type referenceDefaults struct{ r *Registry }
+
+func (referenceDefaults) Describe(chan<- *prometheus.Desc) {}
+
+func (c referenceDefaults) Collect(ch chan<- prometheus.Metric) {
+	emit := func(name string, typ prometheus.ValueType, v uint64) {
+		d := prometheus.NewDesc(exporterName(name), "statsd "+name+", as envoyproxy/ratelimit's Prometheus sink names it.", nil, nil)
+		ch <- prometheus.MustNewConstMetric(d, typ, float64(v))
+	}
+	for _, st := range c.r.serviceStats() {
+		if !refMapped(st.name) {
+			emit(st.name, prometheus.CounterValue, st.value())
 		}
 	}
-	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds",
-		Help: "ShouldRateLimit latency, as envoyproxy/ratelimit reports it.", Buckets: buckets,
-		ConstLabels: prometheus.Labels{"grpc_method": "ShouldRateLimit"}})
+	for _, st := range c.r.gaugeStats() {
+		emit(st.name, prometheus.GaugeValue, st.value())
+	}
+}
+
+// refMapped reports whether a service-level statsd name is one the
+// reference's mapping names (served by referenceCollector).
+func refMapped(name string) bool {
+	switch name {
+	case "ratelimit_server.ShouldRateLimit.total_requests", "ratelimit.service.call.should_rate_limit.redis_error",
+		"ratelimit.service.call.should_rate_limit.service_error":
+		return true
+	}
+	_, ok := refConfigLoads[name]
+	return ok
+}
+
+// exporterName is the statsd exporter's default name for a statsd name.
+func exporterName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 0 && b[0] >= '0' && b[0] <= '9' {
+		return "_" + string(b)
+	}
+	return string(b)
 }
 
 // ReferenceHandler serves, for PROMETHEUS_ADDR, the reference's series
@@ -106,7 +168,7 @@ func newReferenceDuration(millis bool) prometheus.Histogram {
 // It needs Options.Reference.
 func (r *Registry) ReferenceHandler() http.Handler {
 	ref := prometheus.NewRegistry()
-	ref.MustRegister(referenceCollector{r})
+	ref.MustRegister(referenceCollector{r}, referenceDefaults{r})
 	if r.refDuration != nil {
 		ref.MustRegister(r.refDuration)
 	}

@@ -24,6 +24,9 @@ func TestReferenceSeries(t *testing.T) {
 		r.Request("ok", 2*time.Millisecond)
 		r.Request("over_limit", 2*time.Millisecond)
 		r.StatFunc("ratelimit.service.config_load_success", func() uint64 { return 3 })
+		r.StatFunc("runtime.load_attempts", func() uint64 { return 5 })
+		r.GaugeStatFunc("ratelimit.redis_pool.cx_active", func() uint64 { return 7 })
+		r.DomainNotFound("nodomain", 2)
 		rec := httptest.NewRecorder()
 		r.ReferenceHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		body, _ := io.ReadAll(rec.Body)
@@ -40,9 +43,20 @@ func TestReferenceSeries(t *testing.T) {
 			`ratelimit_service_config_load_success 3`,
 			`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`,
 			`ratelimit_requests_total{code="ok"} 1`, // ours, beside
+			// A rule of three levels, under its first three parts, as the
+			// mapping's regular expressions take them.
+			`ratelimit_service_rate_limit_total_hits{domain="deep",key1="a",key2="b"} 1`,
+			// Names no mapping line names, under the exporter's defaults.
+			"# TYPE runtime_load_attempts counter\nruntime_load_attempts 5",
+			"# TYPE ratelimit_redis_pool_cx_active gauge\nratelimit_redis_pool_cx_active 7",
+			`ratelimit_service_rate_limit_nodomain_domain_not_found 2`,
+			`ratelimit_service_global_shadow_mode 0`,
 		}
+		// The exporter's default buckets (0.005 to 10) either way; with
+		// milliseconds the values are 2, not 0.002, as the reference's.
 		if millis {
-			want = append(want, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="5"} 2`)
+			want = append(want, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="1"} 0`,
+				`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="2.5"} 2`)
 		} else {
 			want = append(want, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"} 2`)
 		}
@@ -51,7 +65,7 @@ func TestReferenceSeries(t *testing.T) {
 				t.Errorf("millis=%v: no line %s", millis, w)
 			}
 		}
-		for _, bad := range []string{`key="`, `domain="deep"`} {
+		for _, bad := range []string{`key="`, `key1="a",key2="b.c"`, `le="5000"`} {
 			if strings.Contains(got, bad) {
 				t.Errorf("millis=%v: %s appears; the reference has no such series", millis, bad)
 			}

@@ -19,9 +19,24 @@ type overCache struct {
 	bytes  int
 	budget int
 	nextGC time.Time
+	// expired and overwritten count entries dropped for their time and
+	// entries replaced by a newer answer for the same key (the
+	// reference's localcache.expiredCount and overwriteCount).
+	expired, overwritten uint64
+}
+
+// CacheStats are the local cache's figures as envoyproxy/ratelimit
+// names them (ratelimit.localcache.*). It never drops a live entry to
+// make room (a new one is declined instead), so it has no evacuations.
+type CacheStats struct {
+	Entries, Expired, Overwritten uint64
+	// AverageAccess is the mean, over the entries held, of when each last
+	// answered or was stored (unix seconds; 0 when empty).
+	AverageAccess uint64
 }
 
 type overEntry struct {
+	access    int64 // when it last answered, or was stored (unix seconds)
 	rule      limiter.Rule
 	minCost   uint64
 	remaining uint64
@@ -39,8 +54,13 @@ func newOverCache(budget int) *overCache {
 func (c *overCache) get(h *limiter.Hit, now time.Time) (limiter.Outcome, bool) {
 	c.mu.Lock()
 	e, ok := c.m[h.Key]
+	answers := ok && !h.Refund && now.Before(e.until) && e.rule == h.Rule && h.Cost >= e.minCost
+	if answers && e.access != now.Unix() {
+		e.access = now.Unix()
+		c.m[h.Key] = e
+	}
 	c.mu.Unlock()
-	if !ok || h.Refund || !now.Before(e.until) || e.rule != h.Rule || h.Cost < e.minCost {
+	if !answers {
 		return limiter.Outcome{}, false
 	}
 	return limiter.Outcome{
@@ -66,16 +86,11 @@ func (c *overCache) put(h *limiter.Hit, out limiter.Outcome, now time.Time) {
 	}
 	if _, exists := c.m[h.Key]; !exists {
 		c.bytes += size
+	} else {
+		c.overwritten++
 	}
-	c.m[h.Key] = overEntry{rule: h.Rule, minCost: h.Cost, remaining: out.Remaining,
+	c.m[h.Key] = overEntry{access: now.Unix(), rule: h.Rule, minCost: h.Cost, remaining: out.Remaining,
 		until: now.Add(out.RetryAfter), resetAt: now.Add(out.ResetAfter)}
-}
-
-// len is how many keys the cache holds.
-func (c *overCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
 }
 
 // drop forgets key.
@@ -96,6 +111,22 @@ func (c *overCache) sweep(now time.Time) {
 		if !now.Before(e.until) {
 			delete(c.m, k)
 			c.bytes -= len(k) + entryOverhead
+			c.expired++
 		}
 	}
+}
+
+// stats reads the cache's figures, the average over every entry held.
+func (c *overCache) stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := CacheStats{Entries: uint64(len(c.m)), Expired: c.expired, Overwritten: c.overwritten}
+	if len(c.m) > 0 {
+		var sum float64
+		for _, e := range c.m {
+			sum += float64(e.access)
+		}
+		st.AverageAccess = uint64(sum / float64(len(c.m)))
+	}
+	return st
 }

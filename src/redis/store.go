@@ -88,12 +88,13 @@ func (s *Store) CacheHits() uint64 { return s.cacheHits.Load() }
 // about and could not answer (they went to Redis).
 func (s *Store) CacheMisses() uint64 { return s.cacheMisses.Load() }
 
-// CacheEntries returns how many keys the local over-limit cache holds.
-func (s *Store) CacheEntries() uint64 {
+// CacheStats returns the local over-limit cache's figures (zero when
+// there is none).
+func (s *Store) CacheStats() CacheStats {
 	if s.cache == nil {
-		return 0
+		return CacheStats{}
 	}
-	return uint64(s.cache.len())
+	return s.cache.stats()
 }
 
 // New returns a Store over client. It does not contact Redis: the service

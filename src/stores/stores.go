@@ -94,7 +94,27 @@ func exportLocalCache(reg *metrics.Registry, s settings.Settings, stores ...*red
 	reg.GaugeStatFunc("ratelimit.localcache.hitCount", hits)
 	reg.GaugeStatFunc("ratelimit.localcache.missCount", misses)
 	reg.GaugeStatFunc("ratelimit.localcache.lookupCount", func() uint64 { return hits() + misses() })
-	reg.GaugeStatFunc("ratelimit.localcache.entryCount", sum((*redis.Store).CacheEntries))
+	stat := func(f func(redis.CacheStats) uint64) func() uint64 {
+		return sum(func(st *redis.Store) uint64 { return f(st.CacheStats()) })
+	}
+	reg.GaugeStatFunc("ratelimit.localcache.entryCount", stat(func(c redis.CacheStats) uint64 { return c.Entries }))
+	reg.GaugeStatFunc("ratelimit.localcache.expiredCount", stat(func(c redis.CacheStats) uint64 { return c.Expired }))
+	reg.GaugeStatFunc("ratelimit.localcache.overwriteCount", stat(func(c redis.CacheStats) uint64 { return c.Overwritten }))
+	// This cache declines a new entry when full rather than evict a live
+	// one: nothing is evacuated, and the gauge says so.
+	reg.GaugeStatFunc("ratelimit.localcache.evacuateCount", func() uint64 { return 0 })
+	// The mean of the stores' averages, weighted by their entries.
+	reg.GaugeStatFunc("ratelimit.localcache.averageAccessTime", func() uint64 {
+		var sum, n float64
+		for _, st := range stores {
+			c := st.CacheStats()
+			sum, n = sum+float64(c.AverageAccess)*float64(c.Entries), n+float64(c.Entries)
+		}
+		if n == 0 {
+			return 0
+		}
+		return uint64(sum / n)
+	})
 }
 
 // newRedis connects the Redis store named by name ("REDIS_" or
