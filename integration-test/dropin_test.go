@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
+	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -410,5 +411,47 @@ descriptors:
 		if stats[name] == 0 {
 			t.Errorf("/stats %s = 0, want it counted", name)
 		}
+	}
+}
+
+// TestNearOverSplitAsTheReference: hits that cross a limit count as
+// near_limit up to it and over_limit past it, as envoyproxy/ratelimit counts
+// them, on every store: limit 10 an hour, one value hit 7 then 7, one 5, 5
+// then 5, one 1 twelve times: near 2+2+2, over 4+5+2.
+func TestNearOverSplitAsTheReference(t *testing.T) {
+	cfg := map[string]string{"n.yaml": "domain: n\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"}
+	for _, store := range []string{"memory", "redis", "memcache"} {
+		t.Run(store, func(t *testing.T) {
+			env := writeConfig(t, cfg)
+			switch store {
+			case "redis":
+				env["BACKEND_TYPE"], env["REDIS_URL"] = "redis", redistest.Start(t).Addr
+			case "memcache":
+				env["BACKEND_TYPE"], env["MEMCACHE_HOST_PORT"] = "memcache", memcachedtest.Start(t).Addr
+			}
+			p := start(t, env)
+			ask := func(value string, hits uint32) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "n", HitsAddend: hits,
+					Descriptors: descs(configtest.Desc("k=" + value))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ask("a", 7)
+			ask("a", 7)
+			for range 3 {
+				ask("b", 5)
+			}
+			for range 12 {
+				ask("c", 1)
+			}
+			stats := debugStats(t, p)
+			for stat, want := range map[string]uint64{"near_limit": 6, "over_limit": 11, "total_hits": 41, "within_limit": 27} {
+				if got := stats["ratelimit.service.rate_limit.n.k."+stat]; got != want {
+					t.Errorf("%s = %d, want %d", stat, got, want)
+				}
+			}
+		})
 	}
 }

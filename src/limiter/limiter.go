@@ -196,6 +196,12 @@ type Outcome struct {
 	// Cached is set when a store's local over-limit cache answered the hit
 	// without its backend.
 	Cached bool
+	// Excess is, for a rejected FixedWindow hit that was counted anyway
+	// (CountRejected, Overdraft), how far the count went past the limit
+	// with it: the count before it was Limit+Excess-cost. Metrics split
+	// such a hit into near_limit and over_limit with it, as
+	// envoyproxy/ratelimit does. 0 for every other hit.
+	Excess uint64
 }
 
 // Batch is one request's worth of hits, applied at one instant.

@@ -130,6 +130,8 @@ func fixedStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Ou
 	}
 	if count < r.Limit {
 		out.Remaining = r.Limit - count
+	} else if write && !out.Allowed {
+		out.Excess = count - r.Limit
 	}
 	return state{w: w, x: count}, out, end, write
 }

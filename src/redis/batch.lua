@@ -215,6 +215,8 @@ local function fixed_count(key, now, limit, p, cost)
   end
   if c <= limit then
     return 1, limit - c, reset, 0
+  elseif cost > 0 then
+    return 0, limit - c, reset, reset -- below 0: the counted hit's excess (see fixed_window)
   end
   return 0, 0, reset, reset
 end

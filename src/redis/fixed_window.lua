@@ -3,6 +3,8 @@
 --   unused); now, p: microseconds.
 -- Returns: the new state's three doubles, allowed, remaining, reset (µs),
 -- retry (µs), expire_at (µs), write (whether to store the new state).
+-- For a rejected hit that was counted, remaining is limit - count, below
+-- 0: the reply carries the count's excess over the limit that way.
 -- Mirrors limiter.fixedStep in src/limiter/math.go line for line.
 local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft, countrej)
   local w = math.floor(now / p)
@@ -27,6 +29,8 @@ local function fixed_window(w0, c0, now, limit, p, cost, refund, overdraft, coun
   local rem = 0
   if count < limit then
     rem = limit - count
+  elseif write and not allowed then
+    rem = limit - count -- negative: the excess of a counted rejection (Outcome.Excess)
   end
   return w, count, 0, allowed, rem, e - now, retry, e, write
 end

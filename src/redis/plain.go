@@ -276,7 +276,7 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 		if limit := int64(min(h.Rule.Limit, 1<<62)); n <= limit {
 			o.Allowed, o.Remaining = true, uint64(limit-n)
 		} else {
-			o.RetryAfter = reset
+			o.RetryAfter, o.Excess = reset, uint64(n-limit)
 		}
 		outs[g.idx[j]] = o
 	}

@@ -207,11 +207,16 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 		if 8*(at+4) > len(b) {
 			return nil, bad()
 		}
-		allowed, retry := f(at), f(at+3)
+		allowed, retry, rem := f(at), f(at+3), f(at+1)
 		outs[i] = limiter.Outcome{
 			Allowed:    allowed >= 1,
-			Remaining:  uint64(max(f(at+1), 0)),
+			Remaining:  uint64(max(rem, 0)),
 			ResetAfter: time.Duration(max(f(at+2), 0)) * time.Microsecond,
+		}
+		if rem < 0 && allowed < 1 {
+			// A rejected hit that was counted: its count's excess over
+			// the limit (see fixed_window.lua).
+			outs[i].Excess = uint64(-rem)
 		}
 		at += 4
 		if allowed > 1 {

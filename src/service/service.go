@@ -279,9 +279,15 @@ func (s *Server) record(domain string, p *config.Plan, outs []limiter.Outcome) {
 			continue
 		}
 		out := outs[j]
+		used := h.Rule.Limit - min(out.Remaining, h.Rule.Limit)
+		if out.Excess > 0 {
+			// Counted though rejected: the count before it, from how far
+			// it went past the limit.
+			used = h.Rule.Limit + out.Excess - min(h.Cost, h.Rule.Limit+out.Excess)
+		}
 		// Under SHADOW_MODE the rule's own shadow_mode counter stays as
 		// the reference keeps it: global_shadow_mode counts those.
-		s.opts.Metrics.Hit(rule, metrics.Decision{Hits: h.Cost, Used: h.Rule.Limit - min(out.Remaining, h.Rule.Limit),
+		s.opts.Metrics.Hit(rule, metrics.Decision{Hits: h.Cost, Used: used,
 			Limit: h.Rule.Limit, Allowed: out.Allowed, Shadow: d.Shadow(), Cached: out.Cached})
 	}
 }

@@ -25,6 +25,12 @@ func no(rem uint64, reset, retry time.Duration) limiter.Outcome {
 	return limiter.Outcome{Remaining: rem, ResetAfter: reset, RetryAfter: retry}
 }
 
+// over is a rejected hit that was counted anyway (CountRejected,
+// overdraft on a fixed window), its count excess past the limit.
+func over(excess uint64, reset, retry time.Duration) limiter.Outcome {
+	return limiter.Outcome{ResetAfter: reset, RetryAfter: retry, Excess: excess}
+}
+
 const ms = time.Millisecond
 
 // Scenarios returns the suite's step tables.
@@ -162,7 +168,7 @@ func countRejectedScenarios() []Scenario {
 			check("s2", two, ok(2, r50)), report("s2", two, 1, ok(1, r50)),
 			check("s2", two, ok(1, r50)), report("s2", two, 1, ok(0, r50)),
 			// At exactly the limit a check passes; the report past it counts.
-			check("s2", two, ok(0, r50)), report("s2", two, 1, no(0, r50, r50)),
+			check("s2", two, ok(0, r50)), report("s2", two, 1, over(1, r50, r50)),
 			check("s2", two, no(0, r50, r50)),
 			{At: m, Hits: []limiter.Hit{hit("s2", two, 0)}, Want: []limiter.Outcome{ok(2, m)}},
 		}},
@@ -171,7 +177,7 @@ func countRejectedScenarios() []Scenario {
 			{At: 10 * time.Second, Hits: []limiter.Hit{hit("s1", one, 0), hit("s2", two, 0)}, Want: []limiter.Outcome{ok(1, r50), ok(2, r50)}},
 			report("s1", one, 1, ok(0, r50)),
 			{At: 10 * time.Second, Hits: []limiter.Hit{hit("s1", one, 0), hit("s2", two, 0)}, Want: []limiter.Outcome{ok(0, r50), ok(2, r50)}},
-			report("s1", one, 1, no(0, r50, r50)),
+			report("s1", one, 1, over(1, r50, r50)),
 			// Service 1 is out; service 2 serves three more.
 			check("s1", one, no(0, r50, r50)),
 		}},
@@ -179,14 +185,14 @@ func countRejectedScenarios() []Scenario {
 			check("t", tokens, ok(1000, r3590)), report("t", tokens, 300, ok(700, r3590)),
 			check("t", tokens, ok(700, r3590)), report("t", tokens, 300, ok(400, r3590)),
 			check("t", tokens, ok(400, r3590)), report("t", tokens, 300, ok(100, r3590)),
-			check("t", tokens, ok(100, r3590)), report("t", tokens, 300, no(0, r3590, r3590)),
+			check("t", tokens, ok(100, r3590)), report("t", tokens, 300, over(200, r3590, r3590)),
 			check("t", tokens, no(0, r3590, r3590)),
 		}},
 		{"count_rejected/all_or_nothing", []Step{
 			report("a", one, 1, ok(0, r50)),
 			// a is rejected and counted; b, allowed, is not counted.
 			{At: 10 * time.Second, AllOrNothing: true, Hits: []limiter.Hit{hit("b", two, 1), hit("a", one, 1)},
-				Want: []limiter.Outcome{ok(2, r50), no(0, r50, r50)}},
+				Want: []limiter.Outcome{ok(2, r50), over(1, r50, r50)}},
 			{At: 10 * time.Second, Hits: []limiter.Hit{hit("b", two, 0), hit("a", one, 0)},
 				Want: []limiter.Outcome{ok(2, r50), no(0, r50, r50)}},
 			// A refund of 1 leaves a at 1 of 1: only a count of 2 was there.
@@ -195,12 +201,12 @@ func countRejectedScenarios() []Scenario {
 		}},
 		{"count_rejected/limit_zero", []Step{
 			check("z", zero, ok(0, r50)),
-			report("z", zero, 1, no(0, r50, r50)),
+			report("z", zero, 1, over(1, r50, r50)),
 			check("z", zero, no(0, r50, r50)),
 		}},
 		{"count_rejected/huge_cost", []Step{
-			report("h", tokens, 1<<62, no(0, r3590, r3590)),
-			report("h", tokens, 1<<62, no(0, r3590, r3590)),
+			report("h", tokens, 1<<62, over(1<<42-1000, r3590, r3590)),
+			report("h", tokens, 1<<62, over(1<<42-1000, r3590, r3590)),
 			{At: time.Hour, Hits: []limiter.Hit{hit("h", tokens, 1)}, Want: []limiter.Outcome{ok(999, time.Hour)}},
 		}},
 	}
@@ -292,7 +298,7 @@ func usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD
 		{"overdraft/fixed", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixedOD, 8)}, Want: []limiter.Outcome{ok(2, 60*s)}},
 			// Does not fit: counted all the same, and rejected.
-			{At: 1 * s, Hits: []limiter.Hit{hit("k", fixedOD, 5)}, Want: []limiter.Outcome{no(0, 59*s, 59*s)}},
+			{At: 1 * s, Hits: []limiter.Hit{hit("k", fixedOD, 5)}, Want: []limiter.Outcome{over(3, 59*s, 59*s)}},
 			{At: 2 * s, Hits: []limiter.Hit{hit("k", fixedOD, 0)}, Want: []limiter.Outcome{no(0, 58*s, 58*s)}},
 			// Refunds bring usage (13) back under the limit.
 			{At: 3 * s, Hits: []limiter.Hit{refund("k", fixedOD, 4)}, Want: []limiter.Outcome{ok(1, 57*s)}},
@@ -302,7 +308,7 @@ func usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD
 			{At: 3 * s, Hits: []limiter.Hit{hit("k", fixedOD, 0)}, Want: []limiter.Outcome{no(0, 57*s, 57*s)}},
 			{At: 60 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1)}, Want: []limiter.Outcome{ok(9, 60*s)}},
 			// Any cost is counted, bounded.
-			{At: 60 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1<<63)}, Want: []limiter.Outcome{no(0, 60*s, 60*s)}},
+			{At: 60 * s, Hits: []limiter.Hit{hit("k", fixedOD, 1<<63)}, Want: []limiter.Outcome{over(1<<42-10, 60*s, 60*s)}},
 		}},
 		{"overdraft/sliding", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", slidingOD, 15)}, Want: []limiter.Outcome{no(0, 120*s, 83941*ms)}},
@@ -318,7 +324,7 @@ func usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD
 		}},
 		{"overdraft/two_limits", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("m", fixedOD, 7), hit("h", overdraft(five), 7)},
-				Want: []limiter.Outcome{ok(3, 60*s), no(0, 60*s, 60*s)}},
+				Want: []limiter.Outcome{ok(3, 60*s), over(2, 60*s, 60*s)}},
 			{At: 0, Hits: []limiter.Hit{refund("m", fixedOD, 7), refund("h", overdraft(five), 3)},
 				Want: []limiter.Outcome{ok(10, 60*s), ok(1, 60*s)}},
 		}},
@@ -327,7 +333,7 @@ func usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD
 		// refunds) and nothing else; any other rejection counts nothing.
 		{"overdraft/all_or_nothing", []Step{
 			{AllOrNothing: true, Hits: []limiter.Hit{hit("o", fixedOD, 12), hit("n", five, 1)},
-				Want: []limiter.Outcome{no(0, 60*s, 60*s), ok(5, 60*s)}},
+				Want: []limiter.Outcome{over(2, 60*s, 60*s), ok(5, 60*s)}},
 			{Hits: []limiter.Hit{hit("o", fixedOD, 0), hit("n", five, 0)}, Want: []limiter.Outcome{no(0, 60*s, 60*s), ok(5, 60*s)}},
 			{Hits: []limiter.Hit{hit("one", one, 1)}, Want: []limiter.Outcome{ok(0, 60*s)}},
 			{AllOrNothing: true, Hits: []limiter.Hit{refund("o", fixedOD, 5), hit("one", one, 1)},
