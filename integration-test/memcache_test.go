@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,14 @@ func TestMemcacheTwoReplicasExact(t *testing.T) {
 			req := &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=hot"))}
 			if got := send(t, procs, req, 10, 10); got != 40 {
 				t.Errorf("200 concurrent calls through two replicas on a limit of 40: %d admitted, want exactly 40", got)
+			}
+			// Healthy on memcache (the reference's answers 500 there).
+			resp, err := http.Get("http://" + procs[0].httpAddr + "/healthcheck")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if readBody(resp); resp.StatusCode != http.StatusOK {
+				t.Errorf("/healthcheck on memcache = %d, want 200", resp.StatusCode)
 			}
 		})
 	}
