@@ -455,3 +455,27 @@ func TestNearOverSplitAsTheReference(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalCacheStatsdGauges: with LOCAL_CACHE_SIZE_IN_BYTES on Redis, the
+// reference's ratelimit.localcache.* gauges are sent, each counting what
+// it names: one key over its limit is one entry, answered from the cache
+// (a hit, and its access time), nothing expired, overwritten or
+// evacuated yet.
+func TestLocalCacheStatsdGauges(t *testing.T) {
+	env := writeConfig(t, map[string]string{"c.yaml": "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
+	env["REDIS_URL"], env["LOCAL_CACHE_SIZE_IN_BYTES"] = redistest.Start(t).Addr, "1000000"
+	p := start(t, env)
+	before := time.Now().Unix()
+	for range 3 {
+		p.should(t, "c", configtest.Desc("k=v"))
+	}
+	stats := debugStats(t, p)
+	for name, want := range map[string]uint64{"entryCount": 1, "hitCount": 1, "expiredCount": 0, "overwriteCount": 0, "evacuateCount": 0} {
+		if got, ok := stats["ratelimit.localcache."+name]; !ok || got != want {
+			t.Errorf("ratelimit.localcache.%s = %d (sent: %v), want %d", name, got, ok, want)
+		}
+	}
+	if got := stats["ratelimit.localcache.averageAccessTime"]; got < uint64(before) || got > uint64(time.Now().Unix()) {
+		t.Errorf("ratelimit.localcache.averageAccessTime = %d, want the unix time of the last answer", got)
+	}
+}
