@@ -110,10 +110,18 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 }
 
 // holdBack is the job of a limited bucket with no share this round: a token
-// bucket in force runs out its TTL (what the store holds covers it); a
-// bucket with none is denied explicitly, whatever the Envoy's default.
+// bucket in force runs on (what the store holds covers it) while the next
+// round could still replace it before it ends; one that could not is
+// replaced by DENY_ALL now, and a bucket with none is denied explicitly.
+// Otherwise the token bucket would end at its TTL and, with Envoy's
+// default settings (no expired-assignment fallback), the Envoy would allow
+// everything until the DENY_ALL of a later round arrived: requests nothing
+// reserved.
 func (s *Service) holdBack(b *bucket, now time.Time) *job {
-	inForce := b.sentKind == kindLimited && !b.lapsed && now.Before(b.sent.Add(s.o.TTL))
+	// The next round's action arrives by now + Push + Delivery; the token
+	// bucket ends no earlier than its sending plus its TTL.
+	lastsPastNext := now.Add(s.o.Push + s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	inForce := b.sentKind == kindLimited && !b.lapsed && lastsPastNext
 	if inForce || b.sentKind == kindDeny && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
 		return nil
 	}

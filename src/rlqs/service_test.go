@@ -360,3 +360,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// TestAShareThatEndsIsDeniedBeforeItsTTL: with Envoy's default settings (no
+// expired-assignment fallback, ALLOW_ALL before an assignment), a bucket
+// whose share drops to nothing (its traffic stopped) is sent DENY_ALL
+// before its token bucket's TTL ends: no assignment expires, so the Envoy
+// never falls back to allowing everything, which nothing reserved.
+func TestAShareThatEndsIsDeniedBeforeItsTTL(t *testing.T) {
+	t.Parallel()
+	conn, _ := serveService(t, rlqs.Options{Configs: load(t, fleetConfig)})
+	e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Report: 2 * time.Second})
+	defer e.Stop()
+	id := map[string]string{"tenant": "a"}
+	for range 3 {
+		e.Request(id)
+	}
+	// Reports every 2 s: the second shows no traffic, the share drops to
+	// nothing; the token bucket sent last would end 4 s (the TTL) after it.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if st, _ := e.Strategy(id); st.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no DENY_ALL within a minute of the traffic stopping")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := e.Expiries(); n != 0 {
+		t.Errorf("%d assignments expired before DENY_ALL replaced the token bucket, want none", n)
+	}
+}
