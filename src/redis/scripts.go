@@ -172,8 +172,11 @@ func answerBytes(b string, hits int) (int, bool) {
 		// which a fifth double follows.
 		allowed := math.Float64frombits(uint64(b[at]) | uint64(b[at+1])<<8 | uint64(b[at+2])<<16 | uint64(b[at+3])<<24 |
 			uint64(b[at+4])<<32 | uint64(b[at+5])<<40 | uint64(b[at+6])<<48 | uint64(b[at+7])<<56)
+		if !exact(allowed) {
+			return 0, false // not batch.lua's: parseOutcomes refuses it too
+		}
 		at += 32
-		if allowed > 1 {
+		if int64(allowed) > 1 { // as parseOutcomes reads it
 			at += 8
 		}
 	}
@@ -194,12 +197,21 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 	if !ok || len(b) < 4*8*n || len(b)%8 != 0 {
 		return nil, bad()
 	}
+	// f reads double i; a double batch.lua never sends (NaN, infinite,
+	// fractional past 2^53's range) marks the reply bad: converted, it
+	// would be whatever the machine makes of it.
+	valid := true
 	f := func(i int) int64 {
 		var u uint64
 		for k := 7; k >= 0; k-- {
 			u = u<<8 | uint64(b[8*i+k])
 		}
-		return int64(math.Float64frombits(u))
+		v := math.Float64frombits(u)
+		if !exact(v) {
+			valid = false
+			return 0
+		}
+		return int64(v)
 	}
 	outs := make([]limiter.Outcome, n)
 	at := 0 // the double where hit i's answer starts
@@ -233,8 +245,12 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 		}
 		outs[i].RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
 	}
-	if 8*at != len(b) {
+	if 8*at != len(b) || !valid {
 		return nil, bad()
 	}
 	return outs, nil
 }
+
+// exact reports whether v is a number batch.lua's replies hold: finite,
+// and within ±2^62, where a double converts to int64 as it reads.
+func exact(v float64) bool { return v >= -(1<<62) && v <= 1<<62 }

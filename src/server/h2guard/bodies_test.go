@@ -219,3 +219,44 @@ func TestStalledBody(t *testing.T) {
 		t.Errorf("stalled past stalledBody: events %v, cooling %v", r.eventList(), r.gl.coolingHost("192.0.2.1"))
 	}
 }
+
+// FuzzFrameReader feeds the guard's inbound path (frames, resets, gRPC
+// message prefixes, padding) hostile bytes, whole and in chunks cut where
+// the input says: it never panics, never passes more than it was given,
+// counts the same whatever the chunks (unless a guard cut the connection),
+// and gives every byte back when the connection closes.
+func FuzzFrameReader(f *testing.F) {
+	msg := grpcMessage(300)
+	f.Add(dataFrame(1, 0, msg[:100], -1), []byte{3, 50})
+	f.Add(append(dataFrame(1, 0, msg[:3], 4), dataFrame(1, flagEndStream, msg[3:], -1)...), []byte{1, 1, 1})
+	f.Add(append(dataFrame(3, 0, msg[:200], -1), rawFrame(frameRST, 0, 3)...), []byte{})
+	f.Add(append(rawFrame(frameHeaders, 0, 5), dataFrame(5, 0, grpcMessage(0), 255)...), []byte{9})
+	f.Fuzz(func(t *testing.T, wire, cuts []byte) {
+		feed := func(chunked bool) (*bodyRig, int64, bool) {
+			r := newBodyRig(1 << 30)
+			rest := wire
+			for i := 0; len(rest) > 0 && !r.c.cut.Load(); i++ {
+				n := len(rest)
+				if chunked && i < len(cuts) {
+					n = min(n, 1+int(cuts[i]))
+				}
+				if got := r.c.in.feed(rest[:n], r.c.inbound, r.c.inboundData); got > n {
+					t.Fatalf("feed passed %d of %d bytes", got, n)
+				}
+				rest = rest[n:]
+			}
+			return r, r.gl.o.Bytes.Used(), r.c.cut.Load()
+		}
+		whole, usedWhole, cutWhole := feed(false)
+		parts, usedParts, cutParts := feed(true)
+		if !cutWhole && !cutParts && usedWhole != usedParts {
+			t.Fatalf("held %d fed whole, %d fed in chunks", usedWhole, usedParts)
+		}
+		for _, r := range []*bodyRig{whole, parts} {
+			r.c.Close()
+			if used := r.gl.o.Bytes.Used(); used != 0 || len(r.gl.shares) != 0 {
+				t.Fatalf("closed: the budget holds %d, shares %v", used, r.gl.shares)
+			}
+		}
+	})
+}
