@@ -229,7 +229,10 @@ type Batch struct {
 // Store counts hits. Implementations are safe for concurrent use.
 type Store interface {
 	// Apply counts each hit as of b.Now and returns one Outcome per Hit, in
-	// order. A rejected hit never consumes anything.
+	// order. A rejected hit consumes nothing unless its rule counts
+	// rejections (Rule.CountRejected, the reference's counting and the
+	// service's default; Rule.Overdraft): then it is counted all the
+	// same, and its Outcome.Excess says how far past the limit.
 	Apply(ctx context.Context, b Batch) ([]Outcome, error)
 }
 

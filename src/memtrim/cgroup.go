@@ -9,13 +9,13 @@ import (
 	"strings"
 )
 
-// CgroupLimit returns the memory limit of the cgroup the process runs in,
+// cgroupLimit returns the memory limit of the cgroup the process runs in,
 // read from fsys (the root file system: os.DirFS("/") in production), and
 // whether there is one. It understands cgroup v2 (memory.max) and v1
 // (memory.limit_in_bytes), both at the process's own cgroup path from
 // /proc/self/cgroup and at the mount root (a container's cgroup namespace
 // shows its own cgroup there).
-func CgroupLimit(fsys fs.FS) (int64, bool) {
+func cgroupLimit(fsys fs.FS) (int64, bool) {
 	self, _ := fs.ReadFile(fsys, "proc/self/cgroup")
 	var candidates []string
 	sc := bufio.NewScanner(bytes.NewReader(self))
@@ -52,6 +52,6 @@ func CgroupLimit(fsys fs.FS) (int64, bool) {
 	return 0, false
 }
 
-// SoftLimit is the Go memory limit for a cgroup limit: 90%, leaving room
+// softLimit is the Go memory limit for a cgroup limit: 90%, leaving room
 // for what the Go runtime does not count (stacks of threads, the binary).
-func SoftLimit(cgroup int64) int64 { return cgroup / 10 * 9 }
+func softLimit(cgroup int64) int64 { return cgroup / 10 * 9 }

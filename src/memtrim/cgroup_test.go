@@ -31,9 +31,9 @@ func TestCgroupLimit(t *testing.T) {
 			for name, body := range tc.files {
 				fsys[name] = &fstest.MapFile{Data: []byte(body)}
 			}
-			got, ok := CgroupLimit(fsys)
+			got, ok := cgroupLimit(fsys)
 			if got != tc.want || ok != tc.ok {
-				t.Errorf("CgroupLimit() = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+				t.Errorf("cgroupLimit() = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
 			}
 		})
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// TestDuringLoad: the collector's target during a load is LoadGCPercent
+// TestDuringLoad: the collector's target during a load is loadGCPercent
 // unless GOGC asks for less or is off, and is put back after; a reload
 // also runs under a soft memory limit, put back after.
 func TestDuringLoad(t *testing.T) {
@@ -25,10 +25,10 @@ func TestDuringLoad(t *testing.T) {
 		serving  bool
 		wantLoad int
 	}{
-		{"GOGC 400: tightened", 400, false, LoadGCPercent},
+		{"GOGC 400: tightened", 400, false, loadGCPercent},
 		{"GOGC 50: kept", 50, false, 50},
 		{"GOGC off: kept off", -1, false, -1},
-		{"a reload: tightened and limited", 400, true, LoadGCPercent},
+		{"a reload: tightened and limited", 400, true, loadGCPercent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetGCPercent(tc.gogc)
@@ -65,7 +65,7 @@ func TestManage(t *testing.T) {
 		set  bool
 		want int64
 	}{
-		{"from the container", false, SoftLimit(1 << 30)},
+		{"from the container", false, softLimit(1 << 30)},
 		{"GOMEMLIMIT set", true, math.MaxInt64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

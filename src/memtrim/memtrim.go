@@ -1,6 +1,6 @@
 // Package memtrim keeps the process's memory in check: it gives memory back
 // to the operating system after a spike (Run), reads the container's
-// memory limit so that Go's can be set below it (CgroupLimit; Manage does
+// memory limit so that Go's can be set below it (cgroupLimit; Manage does
 // both), and tightens the collector while a config loads (DuringLoad).
 //
 // The service runs with a high GOGC (cmd/server), so after a burst of large
@@ -22,8 +22,8 @@ import (
 	"time"
 )
 
-// Options configures Run. The zero value is usable.
-type Options struct {
+// options configures run. The zero value is usable.
+type options struct {
 	// Interval is how often the heap is looked at; 0 means 5s.
 	Interval time.Duration
 	// Slack is how much more than the live heap may stay resident before a
@@ -33,22 +33,22 @@ type Options struct {
 	OnTrim func(held uint64)
 	// Follow, when not 0, keeps Go's soft memory limit at twice the live
 	// heap, and at least Follow bytes, from one look to the next (for a
-	// process that has no limit of its own: see FollowLimit).
+	// process that has no limit of its own: see followLimit).
 	Follow uint64
 }
 
-// FollowLimit is the soft memory limit Follow sets for a live heap of
+// followLimit is the soft memory limit Follow sets for a live heap of
 // live bytes: twice it, at least floor. With a high GOGC the heap grows to
 // several times what is live before a collection, so a burst of large
 // requests held hundreds of MB that a process with a few dozen live never
 // needed; under this limit the collector runs sooner instead, and a heap
 // that truly grows raises the limit at the next look.
-func FollowLimit(live, floor uint64) int64 {
+func followLimit(live, floor uint64) int64 {
 	return int64(max(2*live, floor))
 }
 
-// Sample is what one look at the heap sees.
-type Sample struct {
+// sample is what one look at the heap sees.
+type sample struct {
 	Cycles uint64 // completed GC cycles
 	Live   uint64 // heap bytes live at the last collection
 	Held   uint64 // heap and stack bytes held from the OS, not released
@@ -63,8 +63,8 @@ var names = []string{
 	"/memory/classes/heap/stacks:bytes",
 }
 
-// Read samples the runtime's own counters.
-func Read() Sample {
+// read samples the runtime's own counters.
+func read() sample {
 	s := make([]metrics.Sample, len(names))
 	for i, n := range names {
 		s[i].Name = n
@@ -76,19 +76,19 @@ func Read() Sample {
 		}
 		return s[i].Value.Uint64()
 	}
-	return Sample{Cycles: v(0), Live: v(1), Held: v(2) + v(3) + v(4) + v(5)}
+	return sample{Cycles: v(0), Live: v(1), Held: v(2) + v(3) + v(4) + v(5)}
 }
 
-// ShouldTrim reports whether a process that looked like prev one interval
+// shouldTrim reports whether a process that looked like prev one interval
 // ago and like cur now is holding memory it no longer uses: no collection
 // ran in between (nothing else will return the memory soon) and it holds
 // more than slack beyond the live heap.
-func ShouldTrim(prev, cur Sample, slack uint64) bool {
+func shouldTrim(prev, cur sample, slack uint64) bool {
 	return cur.Cycles == prev.Cycles && cur.Held > cur.Live+slack
 }
 
-// Run trims as described in the package doc until ctx ends.
-func Run(ctx context.Context, o Options) {
+// run trims as described in the package doc until ctx ends.
+func run(ctx context.Context, o options) {
 	if o.Interval <= 0 {
 		o.Interval = 5 * time.Second
 	}
@@ -97,9 +97,9 @@ func Run(ctx context.Context, o Options) {
 	}
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
-	prev := Read()
+	prev := read()
 	if o.Follow > 0 {
-		debug.SetMemoryLimit(FollowLimit(prev.Live, o.Follow))
+		debug.SetMemoryLimit(followLimit(prev.Live, o.Follow))
 	}
 	for {
 		select {
@@ -107,8 +107,8 @@ func Run(ctx context.Context, o Options) {
 			return
 		case <-t.C:
 		}
-		cur := Read()
-		if ShouldTrim(prev, cur, o.Slack) {
+		cur := read()
+		if shouldTrim(prev, cur, o.Slack) {
 			// Twice: the first collection moves pooled buffers (sync.Pool,
 			// gRPC's buffer pool) to their victim caches, the second frees
 			// them.
@@ -117,18 +117,18 @@ func Run(ctx context.Context, o Options) {
 			if o.OnTrim != nil {
 				o.OnTrim(cur.Held)
 			}
-			cur = Read()
+			cur = read()
 		}
 		if o.Follow > 0 {
-			debug.SetMemoryLimit(FollowLimit(cur.Live, o.Follow))
+			debug.SetMemoryLimit(followLimit(cur.Live, o.Follow))
 		}
 		prev = cur
 	}
 }
 
-// LimitTo lowers Go's soft memory limit to bytes, unless it is already
+// limitTo lowers Go's soft memory limit to bytes, unless it is already
 // lower, and returns the function that puts the previous limit back.
-func LimitTo(bytes int64) (restore func()) {
+func limitTo(bytes int64) (restore func()) {
 	prev := debug.SetMemoryLimit(-1) // reads it
 	if bytes <= 0 || bytes >= prev {
 		return func() {}

@@ -10,19 +10,19 @@ func TestShouldTrim(t *testing.T) {
 	const mib = 1 << 20
 	tests := []struct {
 		name      string
-		prev, cur Sample
+		prev, cur sample
 		want      bool
 	}{
-		{"quiet after a spike", Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, true},
-		{"busy: collections run on their own", Sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, Sample{Cycles: 9, Live: 4 * mib, Held: 120 * mib}, false},
-		{"quiet and lean", Sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, Sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, false},
-		{"quiet with a large live heap, little beyond it", Sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, Sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, false},
-		{"exactly the slack beyond live", Sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, Sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, false},
+		{"quiet after a spike", sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, true},
+		{"busy: collections run on their own", sample{Cycles: 7, Live: 4 * mib, Held: 120 * mib}, sample{Cycles: 9, Live: 4 * mib, Held: 120 * mib}, false},
+		{"quiet and lean", sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, sample{Cycles: 7, Live: 4 * mib, Held: 30 * mib}, false},
+		{"quiet with a large live heap, little beyond it", sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, sample{Cycles: 7, Live: 500 * mib, Held: 520 * mib}, false},
+		{"exactly the slack beyond live", sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, sample{Cycles: 1, Live: 4 * mib, Held: 36 * mib}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ShouldTrim(tc.prev, tc.cur, 32*mib); got != tc.want {
-				t.Errorf("ShouldTrim(%+v, %+v, 32 MiB) = %v, want %v", tc.prev, tc.cur, got, tc.want)
+			if got := shouldTrim(tc.prev, tc.cur, 32*mib); got != tc.want {
+				t.Errorf("shouldTrim(%+v, %+v, 32 MiB) = %v, want %v", tc.prev, tc.cur, got, tc.want)
 			}
 		})
 	}
@@ -32,9 +32,9 @@ func TestShouldTrim(t *testing.T) {
 // would read as zero and silently disable trimming).
 func TestReadSeesTheHeap(t *testing.T) {
 	runtime.GC()
-	s := Read()
+	s := read()
 	if s.Cycles == 0 || s.Live == 0 || s.Held < s.Live {
-		t.Errorf("Read() = %+v, want cycles and live heap counted and held >= live", s)
+		t.Errorf("read() = %+v, want cycles and live heap counted and held >= live", s)
 	}
 }
 
@@ -52,7 +52,7 @@ func TestLimitTo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetMemoryLimit(tc.before)
-			restore := LimitTo(tc.bound)
+			restore := limitTo(tc.bound)
 			if got := debug.SetMemoryLimit(-1); got != tc.during {
 				t.Errorf("limit during = %d, want %d", got, tc.during)
 			}
@@ -74,8 +74,8 @@ func TestFollowLimit(t *testing.T) {
 		{200 << 20, 256 << 20, 400 << 20},
 		{0, 256 << 20, 256 << 20},
 	} {
-		if got := FollowLimit(tc.live, tc.floor); got != tc.want {
-			t.Errorf("FollowLimit(%d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.floor>>20, got>>20, tc.want>>20)
+		if got := followLimit(tc.live, tc.floor); got != tc.want {
+			t.Errorf("followLimit(%d MiB, %d MiB) = %d MiB, want %d MiB", tc.live>>20, tc.floor>>20, got>>20, tc.want>>20)
 		}
 	}
 }
