@@ -88,20 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var descs descriptorsFlag
 	fs.Var(&descs, "descriptors", "one descriptor as key=value[,key=value...]; repeat for several")
 	version := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `client asks a rate limit service for a decision, as Envoy would.
-
-Usage:
-  client [-addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...] [-descriptors ...] [-hits N] [-refund]
-  client -explain [-debug_addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...]
-  client -version
-
-It exits 0 for OK, 2 for OVER_LIMIT and 1 for an error.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { usage(fs) }
 	if cmdline.HelpAsked(args) {
 		fs.SetOutput(stdout)
 		fs.Usage()
@@ -136,6 +123,22 @@ Flags:
 		return 2
 	}
 	return 0
+}
+
+// usage prints the client's help on fs's output.
+func usage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), `client asks a rate limit service for a decision, as Envoy would.
+
+Usage:
+  client [-addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...] [-descriptors ...] [-hits N] [-refund]
+  client -explain [-debug_addr HOST:PORT] -domain DOMAIN -descriptors K=V[,K=V...]
+  client -version
+
+It exits 0 for OK, 2 for OVER_LIMIT and 1 for an error.
+
+Flags:
+`)
+	fs.PrintDefaults()
 }
 
 // ask sends req to the service at addr, over plaintext gRPC.

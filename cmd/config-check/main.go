@@ -114,26 +114,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	args = rest
 	var explain *rlsv3.RateLimitRequest
 	if o.explain != "" {
-		if len(args) == 0 {
-			fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
-			return 2
+		var code int
+		if explain, args, code = explainRequest(o.explain, args, stderr); code != 0 {
+			return code
 		}
-		// The descriptors come first, or after the paths when the
-		// flags do (config-check FILE -explain DOMAIN 'k=v'): the first
-		// argument that is no file and holds a '='.
-		at := 0
-		for i, a := range args {
-			if _, err := os.Stat(a); err != nil && strings.Contains(a, "=") {
-				at = i
-				break
-			}
-		}
-		var err error
-		if explain, err = config.ParseRequest(o.explain, strings.Split(args[at], ";")); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 2
-		}
-		args = append(args[:at:at], args[at+1:]...)
 	}
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: config-check [-merge] [-ignore-dotfiles] [-dump | -summary | -explain DOMAIN DESCRIPTORS] PATH...")
@@ -152,9 +136,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if code != 0 {
 		return code
 	}
-	// Each set of files is a config of its own (the plain files, each
-	// manifest's ConfigMaps): all of them are dumped and summarized, as
-	// the OK line counts them all.
+	return report(cfgs, o, explain, summary, stdout, stderr)
+}
+
+// report prints what the flags ask of the checked sets, then the OK line.
+// Each set is a config of its own (the plain files, each manifest's
+// ConfigMaps): all of them are dumped and summarized, as the OK line
+// counts them all, and a request is explained by the set that has its
+// domain (else the first, which says the domain is unknown).
+func report(cfgs []*config.Config, o *options, explain *rlsv3.RateLimitRequest, summary string, stdout, stderr io.Writer) int {
 	for _, cfg := range cfgs {
 		if o.dump {
 			_ = cfg.WriteDump(stdout)
@@ -163,8 +153,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			fmt.Fprint(stdout, cfg.Summary())
 		}
 	}
-	cfg := cfgs[0]
-	if o.explain != "" {
+	if explain != nil {
+		cfg := cfgs[0]
+		for _, c := range cfgs {
+			if c.Domain(explain.Domain) != nil {
+				cfg = c
+				break
+			}
+		}
 		if err := cfg.Explain(stdout, explain.Domain, explain.Descriptors); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -172,6 +168,30 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintln(stdout, summary)
 	return 0
+}
+
+// explainRequest takes -explain's descriptors out of args: they come
+// first, or after the paths when the flags do (config-check FILE -explain
+// DOMAIN 'k=v'): the first argument that is no file and holds a '='. code
+// is the exit code when they are missing or malformed.
+func explainRequest(domain string, args []string, stderr io.Writer) (req *rlsv3.RateLimitRequest, paths []string, code int) {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: config-check -explain DOMAIN KEY=VALUE[,KEY=VALUE...][;...] PATH...")
+		return nil, nil, 2
+	}
+	at := 0
+	for i, a := range args {
+		if _, err := os.Stat(a); err != nil && strings.Contains(a, "=") {
+			at = i
+			break
+		}
+	}
+	req, err := config.ParseRequest(domain, strings.Split(args[at], ";"))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, 2
+	}
+	return req, append(args[:at:at], args[at+1:]...), 0
 }
 
 // gatherPaths lists the config files args name; a directory's files are

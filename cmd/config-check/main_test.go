@@ -80,6 +80,8 @@ func TestRun(t *testing.T) {
 			"skipped: ../../examples/monitoring/prometheus-rules.yaml: Prometheus rules, not a descriptor config",
 			"skipped: ../../examples/kubernetes/shared/ratelimit.yaml: Kubernetes objects (Deployment, Service, PodDisruptionBudget), not a descriptor config",
 			"skipped: ../../examples/kubernetes/shared/redis.yaml: Kubernetes objects (Deployment, Service), not a descriptor config"}},
+		{"explain a domain of a later set", append([]string{"-explain", "app", "remote_address=192.0.2.1"}, examplesYAML(t)...), 0,
+			"rule: remote_address (../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml:3)", nil},
 		{"a summary of every set, as the OK line counts", append([]string{"-summary"}, examplesYAML(t)...), 0,
 			"app: 1 rules (0 wildcard), 1 limits, from ../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml", nil},
 		{"a ConfigMap's bad entry is an error", []string{badCM}, 1, "", []string{badCM + "#app.yaml:3: descriptors[0]: missing key"}},

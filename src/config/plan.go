@@ -98,6 +98,13 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		dp.limits = limits
 		replaced = noteReplaced(replaced, limits)
 	}
+	p.addHits(descs, hitsAddend, replaced)
+	return p, nil
+}
+
+// addHits adds each descriptor's hits, one per limit it matched that no
+// other descriptor's replaces, in order.
+func (p *Plan) addHits(descs []*rlv3.RateLimitDescriptor, hitsAddend uint32, replaced map[string]bool) {
 	for i, desc := range descs {
 		dp := &p.Descs[i]
 		dp.First = len(p.Hits)
@@ -122,7 +129,6 @@ func (c *Config) Plan(domain string, descs []*rlv3.RateLimitDescriptor, hitsAdde
 		}
 		dp.Count = len(p.Hits) - dp.First
 	}
-	return p, nil
 }
 
 // noteReplaced adds the names limits replace to replaced, made when

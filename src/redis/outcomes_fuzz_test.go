@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// doubles packs little-endian doubles, as batch.lua packs its reply.
-func doubles(fs ...float64) string {
+// packDoubles packs little-endian doubles, as batch.lua packs its reply.
+func packDoubles(fs ...float64) string {
 	b := make([]byte, 8*len(fs))
 	for i, f := range fs {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(f))
@@ -20,10 +20,10 @@ func doubles(fs ...float64) string {
 // parseOutcomes accepts is whole by answerBytes, answers every hit, and
 // reports no negative duration; a slice's grant names its extra hits.
 func FuzzParseOutcomes(f *testing.F) {
-	f.Add(doubles(1, 9, 1e6, 0), 1)
-	f.Add(doubles(0, -3, 5e5, 5e5), 1)               // a counted rejection's excess
-	f.Add(doubles(6, 4, 1e6, 17, 2, 0, 0, 1e6, 1e6), 2) // a slice, then a rejection
-	f.Add(doubles(math.NaN(), math.Inf(1), -1, math.Inf(-1)), 1)
+	f.Add(packDoubles(1, 9, 1e6, 0), 1)
+	f.Add(packDoubles(0, -3, 5e5, 5e5), 1)               // a counted rejection's excess
+	f.Add(packDoubles(6, 4, 1e6, 17, 2, 0, 0, 1e6, 1e6), 2) // a slice, then a rejection
+	f.Add(packDoubles(math.NaN(), math.Inf(1), -1, math.Inf(-1)), 1)
 	f.Add("", 0)
 	f.Fuzz(func(t *testing.T, reply string, n int) {
 		if n < 0 || n > 1<<12 {

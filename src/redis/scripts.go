@@ -197,22 +197,8 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 	if !ok || len(b) < 4*8*n || len(b)%8 != 0 {
 		return nil, bad()
 	}
-	// f reads double i; a double batch.lua never sends (NaN, infinite,
-	// fractional past 2^53's range) marks the reply bad: converted, it
-	// would be whatever the machine makes of it.
-	valid := true
-	f := func(i int) int64 {
-		var u uint64
-		for k := 7; k >= 0; k-- {
-			u = u<<8 | uint64(b[8*i+k])
-		}
-		v := math.Float64frombits(u)
-		if !exact(v) {
-			valid = false
-			return 0
-		}
-		return int64(v)
-	}
+	r := doubles{b: b, valid: true}
+	f := r.at
 	outs := make([]limiter.Outcome, n)
 	at := 0 // the double where hit i's answer starts
 	for i := range outs {
@@ -245,10 +231,32 @@ func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) 
 		}
 		outs[i].RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
 	}
-	if 8*at != len(b) || !valid {
+	if 8*at != len(b) || !r.valid {
 		return nil, bad()
 	}
 	return outs, nil
+}
+
+// doubles reads batch.lua's reply, little-endian doubles; a double it
+// never sends (NaN, infinite, past ±2^62) clears valid and reads as 0:
+// converted, it would be whatever the machine makes of it.
+type doubles struct {
+	b     string
+	valid bool
+}
+
+// at is double i as an int64.
+func (d *doubles) at(i int) int64 {
+	var u uint64
+	for k := 7; k >= 0; k-- {
+		u = u<<8 | uint64(d.b[8*i+k])
+	}
+	v := math.Float64frombits(u)
+	if !exact(v) {
+		d.valid = false
+		return 0
+	}
+	return int64(v)
 }
 
 // exact reports whether v is a number batch.lua's replies hold: finite,

@@ -197,25 +197,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	var outcomes []limiter.Outcome
 	if len(plan.Hits) > 0 {
-		if s.opts.ShadowMode {
-			for i := range plan.Hits {
-				plan.Hits[i].Advisory = true
-			}
-		}
-		now := s.now()
-		if s.opts.SharedWindows {
-			now = windowKeys(plan.Hits, now)
-		}
-		began := time.Now()
-		outcomes, err = s.opts.Store.Apply(ctx, limiter.Batch{Now: now, Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
-		s.opts.Metrics.Backend(time.Since(began), err)
-		if err != nil {
-			s.noteStoreError(err)
-			if outcomes, err = s.degrade(ctx, plan); err != nil {
-				return nil, err
-			}
-		} else if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
-			s.opts.Logger.Warn("rate limit store recovered")
+		if outcomes, err = s.count(ctx, plan); err != nil {
+			return nil, err
 		}
 		s.record(req.GetDomain(), plan, outcomes)
 	}
@@ -238,6 +221,31 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.DynamicMetadata = dynamicMetadata(req, &dc, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
 	}
 	return resp, nil
+}
+
+// count asks the store about the plan's hits (advisory all under
+// SHADOW_MODE), or, when it fails, answers by the failure policy.
+func (s *Server) count(ctx context.Context, plan *config.Plan) ([]limiter.Outcome, error) {
+	if s.opts.ShadowMode {
+		for i := range plan.Hits {
+			plan.Hits[i].Advisory = true
+		}
+	}
+	now := s.now()
+	if s.opts.SharedWindows {
+		now = windowKeys(plan.Hits, now)
+	}
+	began := time.Now()
+	outcomes, err := s.opts.Store.Apply(ctx, limiter.Batch{Now: now, Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
+	s.opts.Metrics.Backend(time.Since(began), err)
+	if err != nil {
+		s.noteStoreError(err)
+		return s.degrade(ctx, plan)
+	}
+	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
+		s.opts.Logger.Warn("rate limit store recovered")
+	}
+	return outcomes, nil
 }
 
 // windowKeys moves each fixed-window hit (not overdraft, not leased) onto
