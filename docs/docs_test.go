@@ -4,6 +4,7 @@
 package docs
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -146,4 +147,38 @@ func modulePath(t *testing.T) string {
 	}
 	t.Fatal("go.mod names no module")
 	return ""
+}
+
+// TestCodeStaysSmall: no production file of src/ or cmd/ passes 450 lines,
+// and no function 60, as development.md asks; a table of step data
+// (limitertest's scenarios, a _test.go) is not held to it.
+func TestCodeStaysSmall(t *testing.T) {
+	const maxFile, maxFunc = 450, 60
+	for _, root := range []string{"../src", "../cmd"} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
+				strings.Contains(path, "limitertest") {
+				return err
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				return err
+			}
+			if n := fset.File(f.Pos()).LineCount(); n > maxFile {
+				t.Errorf("%s: %d lines, past %d", path, n, maxFile)
+			}
+			for _, decl := range f.Decls {
+				if fd, ok := decl.(*ast.FuncDecl); ok && fd.Body != nil {
+					if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFunc {
+						t.Errorf("%s: %s is %d lines, past %d", path, fd.Name.Name, n, maxFunc)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }

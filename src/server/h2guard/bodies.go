@@ -10,8 +10,8 @@ import (
 // DATA frame until the message is whole, with no timeout of its own: a
 // client that declares a large message and sends all of it but the last
 // byte holds that memory for as long as it likes, on every stream it may
-// open (about 280 KB a stream at the default REQUEST_MAX_BYTES: 3,000 such
-// streams took 869 MB). So the guard follows every client stream's gRPC
+// open (TestSlowPartialBodiesAreBounded; figures in docs/operations.md).
+// So the guard follows every client stream's gRPC
 // messages (the five-byte prefix that gives each one's length) and counts
 // the bytes of each message begun and not yet whole:
 //
