@@ -73,3 +73,38 @@ func TestLinkedConfigErrorsNameTheTarget(t *testing.T) {
 		t.Errorf("exit %d, want the ConfigMap entry's own name %s:\n%s", code, want, out)
 	}
 }
+
+// TestIgnoredSettingsAreNamed: what the chosen backend does not read is
+// named at start-up, not dropped without a word: REDIS_URL beside
+// BACKEND_TYPE=memory, and a config's lease: true on a store that does not
+// lease (memory and memcache; Redis with LEASE_INTERVAL=0).
+func TestIgnoredSettingsAreNamed(t *testing.T) {
+	leased := map[string]string{"l.yaml": "domain: l\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 500, lease: true}\n"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"memory with REDIS_URL", map[string]string{"BACKEND_TYPE": "memory", "REDIS_URL": "127.0.0.1:1"}, []string{
+			"REDIS_URL: ignored: the backend is memory",
+			"domain l: lease: true on 1 limits is ignored: the embedded store"}},
+		{"memcache", map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "127.0.0.1:1"}, []string{
+			"domain l: lease: true on 1 limits is ignored: BACKEND_TYPE=memcache"}},
+		{"redis without leasing", map[string]string{"REDIS_URL": "127.0.0.1:1", "LEASE_INTERVAL": "0", "MEMCACHE_HOST_PORT": "127.0.0.1:2"}, []string{
+			"MEMCACHE_HOST_PORT: ignored: the backend is redis",
+			"domain l: lease: true on 1 limits is ignored: LEASE_INTERVAL=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, leased)
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			p := start(t, env)
+			for _, w := range tc.want {
+				if !strings.Contains(p.stderr.String(), w) {
+					t.Errorf("start-up log lacks %q:\n%s", w, p.stderr)
+				}
+			}
+		})
+	}
+}

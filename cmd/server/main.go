@@ -62,7 +62,7 @@ func run(ctx context.Context) error {
 	log.WithFields(logrus.Fields{"version": build.Version, "revision": build.Revision, "go": build.GoVersion}).Info("starting ratelimit")
 	_, gomemlimit := os.LookupEnv("GOMEMLIMIT")
 	memtrim.Manage(ctx, log, os.DirFS("/"), gomemlimit)
-	for _, w := range settings.Warnings() {
+	for _, w := range append(settings.Warnings(), s.Unused()...) {
 		log.Warn(w)
 	}
 	health := &server.Health{}

@@ -34,8 +34,13 @@ type Options struct {
 	// socket or device would block or never end a read).
 	Skipped func(path string, why error)
 	// Noted, when set, hears of each file LoadFiles reads only in part
-	// (File.Ignored): what a user may not expect, said once per load.
+	// (File.Ignored), and of each domain whose lease: true the store
+	// ignores (IgnoresLease): what a user may not expect, said once per
+	// load.
 	Noted func(path, note string)
+	// IgnoresLease, when set, says why the store in use does not lease
+	// (only Redis's does): Build notes each domain that asks for it.
+	IgnoresLease string
 }
 
 // Config is a validated, immutable set of domains. It is safe for concurrent
@@ -130,13 +135,18 @@ func Build(files []*File, opts Options) (*Config, error) {
 	}
 	for _, d := range c.domains {
 		d.root.seal(opts.Wildcards)
+		leased := 0
 		d.root.visit(func(n *Node) {
 			for _, l := range n.limits {
 				if l.Lease { // named in the lease's metrics
 					l.Rule.Lease = p.str(d.Name + "." + l.MetricKey)
+					leased++
 				}
 			}
 		})
+		if leased > 0 && opts.IgnoresLease != "" && opts.Noted != nil {
+			opts.Noted(strings.Join(d.Files, ", "), fmt.Sprintf("domain %s: lease: true on %d limits is ignored: %s", d.Name, leased, opts.IgnoresLease))
+		}
 	}
 	return c, nil
 }

@@ -180,8 +180,19 @@ func (c ConfigSource) XDSHeaders() map[string]string {
 func (s Settings) ConfigOptions() config.Options {
 	wildcards, _ := config.ParseWildcardPrecedence(s.WildcardPrecedence) // validated by Load
 	rejected, _ := config.ParseRejectedHits(s.RejectedHits)              // validated by Load
-	return config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
+	o := config.Options{MergeDomains: s.MergeDomainConfig, HashValues: s.CacheKeyHashValues, MaxDepth: s.RequestMaxEntries,
 		Wildcards: wildcards, RejectedHits: rejected}
+	switch s.Backend() {
+	case "memory":
+		o.IgnoresLease = "the embedded store (BACKEND_TYPE=memory) counts every hit exactly in this process; only the Redis store leases"
+	case "memcache":
+		o.IgnoresLease = "BACKEND_TYPE=memcache counts every hit in memcached; only the Redis store leases"
+	case "redis":
+		if s.LeaseInterval == 0 {
+			o.IgnoresLease = "LEASE_INTERVAL=0 turns leasing off"
+		}
+	}
+	return o
 }
 
 // XDSOptions is the xDS subscription, its TLS files loaded when set;

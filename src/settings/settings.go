@@ -152,6 +152,24 @@ func Warnings() []string {
 	return out
 }
 
+// Unused names, one line each, the set variables the chosen backend does
+// not read, so that a value a user meant to apply is not dropped without
+// a word (REDIS_URL beside BACKEND_TYPE=memory, say).
+func (s Settings) Unused() []string {
+	byBackend := map[string][]string{
+		"memory":   {"REDIS_URL", "REDIS_PERSECOND_URL", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV"},
+		"memcache": {"REDIS_URL", "REDIS_PERSECOND_URL"},
+		"redis":    {"MEMCACHE_HOST_PORT", "MEMCACHE_SRV"},
+	}
+	var out []string
+	for _, name := range byBackend[s.Backend()] {
+		if v, set := os.LookupEnv(name); set && v != "" {
+			out = append(out, fmt.Sprintf("%s: ignored: the backend is %s (BACKEND_TYPE=%s); set BACKEND_TYPE to use it", name, s.Backend(), s.Backend()))
+		}
+	}
+	return out
+}
+
 // parseErrors checks every set variable against its field's type, as
 // envconfig parses it, and returns the names of those that do not parse
 // and one error for each, in the order of Names.
