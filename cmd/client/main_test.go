@@ -16,12 +16,13 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/service"
 )
 
 func startService(t *testing.T) string {
 	t.Helper()
-	h := config.NewHolder(nil)
+	h := reload.NewHolder(nil)
 	if err := h.Install(func() (*config.Config, error) {
 		return config.LoadFiles([]string{"../../examples/ratelimit-config.yaml"}, config.Options{})
 	}); err != nil {

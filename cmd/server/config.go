@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/xds"
@@ -16,8 +17,8 @@ import (
 // startConfig loads the first config and keeps it current in the background
 // (file watching or xDS) until ctx ends. Unless FORCE_START_WITHOUT_INITIAL_CONFIG,
 // it returns only once a first config is being served.
-func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*config.Holder, error) {
-	r := config.NewReloader(log)
+func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogger, health *server.Health) (*reload.Holder, error) {
+	r := reload.NewReloader(log)
 	if s.HealthyWithAtLeastOneConfigLoaded {
 		health.AddCheck("config", func() error {
 			if len(r.Holder().Load().Domains()) == 0 {
@@ -45,7 +46,7 @@ func startConfig(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 
 // startXDS subscribes to the xDS server and, unless
 // FORCE_START_WITHOUT_INITIAL_CONFIG, waits for its first config.
-func startXDS(ctx context.Context, s settings.Settings, log logrus.FieldLogger, r *config.Reloader, opts config.Options) error {
+func startXDS(ctx context.Context, s settings.Settings, log logrus.FieldLogger, r *reload.Reloader, opts config.Options) error {
 	xo, err := s.XDSOptions()
 	if err != nil {
 		return err
@@ -66,10 +67,10 @@ func startXDS(ctx context.Context, s settings.Settings, log logrus.FieldLogger, 
 
 // startFiles loads the config directory and watches it; a first load that
 // fails stops start-up unless FORCE_START_WITHOUT_INITIAL_CONFIG.
-func startFiles(ctx context.Context, s settings.Settings, _ logrus.FieldLogger, r *config.Reloader, opts config.Options) error {
+func startFiles(ctx context.Context, s settings.Settings, _ logrus.FieldLogger, r *reload.Reloader, opts config.Options) error {
 	dir := s.ConfigDir()
 	load := func() (*config.Config, error) { return config.LoadDir(dir, s.RuntimeIgnoreDotFiles, opts) }
-	wo := config.WatchOptions{Dir: dir, Root: s.RuntimeRoot, WatchRoot: s.RuntimeWatchRoot}
+	wo := reload.WatchOptions{Dir: dir, Root: s.RuntimeRoot, WatchRoot: s.RuntimeWatchRoot}
 	if err := r.WatchFiles(ctx, wo, load, !s.ForceStartWithoutInitialConfig); err != nil && !s.ForceStartWithoutInitialConfig {
 		return s.ConfigLoadError(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 )
@@ -33,7 +34,7 @@ func jsonEndpoint(s settings.Settings, svc *service.Server) http.Handler {
 // rlconfig serves the loaded config one line per limit, streamed, or with
 // ?summary one line per domain, after a line with its version and load
 // time.
-func rlconfig(current *config.Holder) http.Handler {
+func rlconfig(current *reload.Holder) http.Handler {
 	return withConfig(current, func(w http.ResponseWriter, r *http.Request, cfg *config.Config) {
 		fmt.Fprintf(w, "# version %s, loaded %s\n", cfg.Version(), current.LoadedAt().UTC().Format(time.RFC3339))
 		if r.URL.Query().Has("summary") {
@@ -48,7 +49,7 @@ func rlconfig(current *config.Holder) http.Handler {
 // descriptor parameter repeated for several): how the served config decides
 // that request (config.Explain), counting nothing. bin/client -explain asks
 // it.
-func explainHandler(current *config.Holder) http.Handler {
+func explainHandler(current *reload.Holder) http.Handler {
 	return withConfig(current, func(w http.ResponseWriter, r *http.Request, cfg *config.Config) {
 		q := r.URL.Query()
 		req, err := config.ParseRequest(q.Get("domain"), q["descriptor"])
@@ -69,7 +70,7 @@ func explainHandler(current *config.Holder) http.Handler {
 
 // withConfig serves plain text from the config being served, or 503
 // before one is.
-func withConfig(current *config.Holder, serve func(http.ResponseWriter, *http.Request, *config.Config)) http.Handler {
+func withConfig(current *reload.Holder, serve func(http.ResponseWriter, *http.Request, *config.Config)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		cfg := current.Load()

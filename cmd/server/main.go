@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/openrls/ratelimit/src/buildinfo"
-	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/memtrim"
 	"github.com/openrls/ratelimit/src/metrics"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/rlqs"
 	"github.com/openrls/ratelimit/src/server"
 	"github.com/openrls/ratelimit/src/service"
@@ -109,7 +109,7 @@ func run(ctx context.Context) error {
 
 // startQuota builds the Rate Limit Quota Service on the RLS store and
 // config, and runs its renewals until ctx is done.
-func startQuota(ctx context.Context, s settings.Settings, store limiter.Store, configs *config.Holder,
+func startQuota(ctx context.Context, s settings.Settings, store limiter.Store, configs *reload.Holder,
 	reg *metrics.Registry, debug map[string]http.Handler, log logrus.FieldLogger) *rlqs.Service {
 	o := s.RLQSOptions()
 	o.Store, o.Configs, o.Logger = store, configs, log
@@ -158,7 +158,7 @@ func oneLine(err error) error {
 }
 
 // serviceOptions projects the settings onto the RLS handler's options.
-func serviceOptions(s settings.Settings, store limiter.Store, fallback limiter.Store, configs *config.Holder, reg *metrics.Registry,
+func serviceOptions(s settings.Settings, store limiter.Store, fallback limiter.Store, configs *reload.Holder, reg *metrics.Registry,
 	limited service.Limited, log logrus.FieldLogger) service.Options {
 	o := s.ServiceOptions()
 	o.Store, o.Fallback, o.Configs = store, fallback, configs

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/metrics"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/service"
 	"github.com/openrls/ratelimit/src/settings"
 	"github.com/openrls/ratelimit/src/topk"
@@ -61,7 +61,7 @@ func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogge
 
 // debugHandlers are the debug port's own endpoints, and the /limited
 // sketch the service feeds (nil when TOP_LIMITED_SIZE=0).
-func debugHandlers(s settings.Settings, reg *metrics.Registry, configs *config.Holder) (map[string]http.Handler, service.Limited) {
+func debugHandlers(s settings.Settings, reg *metrics.Registry, configs *reload.Holder) (map[string]http.Handler, service.Limited) {
 	debug := map[string]http.Handler{"/rlconfig": rlconfig(configs), "/stats": reg.StatsHandler(), "/explain": explainHandler(configs)}
 	if s.TopLimitedSize == 0 {
 		return debug, nil

@@ -12,6 +12,8 @@
 // applies only at the depth of the descriptor's last entry), applies per-request
 // overrides and `replaces`, and produces limiter.Hits with their keys.
 //
-// config imports limiter (for Rule and Hit) and the RLS descriptor proto; it
-// knows nothing of Redis, gRPC serving or settings.
+// config imports limiter (for Rule and Hit), escape, its internal packages
+// and the RLS descriptor proto; it knows nothing of Redis, gRPC serving,
+// settings, logs or metrics. Holding the served config, reloading and
+// watching its files are package reload's.
 package config

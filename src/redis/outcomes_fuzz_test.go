@@ -21,7 +21,7 @@ func packDoubles(fs ...float64) string {
 // reports no negative duration; a slice's grant names its extra hits.
 func FuzzParseOutcomes(f *testing.F) {
 	f.Add(packDoubles(1, 9, 1e6, 0), 1)
-	f.Add(packDoubles(0, -3, 5e5, 5e5), 1)               // a counted rejection's excess
+	f.Add(packDoubles(0, -3, 5e5, 5e5), 1)                  // a counted rejection's excess
 	f.Add(packDoubles(6, 4, 1e6, 17, 2, 0, 0, 1e6, 1e6), 2) // a slice, then a rejection
 	f.Add(packDoubles(math.NaN(), math.Inf(1), -1, math.Inf(-1)), 1)
 	f.Add("", 0)

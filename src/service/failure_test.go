@@ -11,6 +11,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/reload"
 )
 
 const policyConfig = `
@@ -41,7 +42,7 @@ func policyServer(t *testing.T, global config.FailurePolicy) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := config.NewHolder(nil)
+	h := reload.NewHolder(nil)
 	_ = h.Install(func() (*config.Config, error) { return cfg, nil })
 	fallback := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(fallback.Close)

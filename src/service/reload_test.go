@@ -12,12 +12,13 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/reload"
 )
 
 // A storm of reloads, a third of them invalid, under concurrent requests:
 // no request may ever fail, and every answer comes from a valid config.
 func TestReloadStormUnderLoad(t *testing.T) {
-	holder := config.NewHolder(nil)
+	holder := reload.NewHolder(nil)
 	build := func(i int) func() (*config.Config, error) {
 		return func() (*config.Config, error) {
 			src := fmt.Sprintf("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", 1000+i)

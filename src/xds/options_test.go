@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/reload"
 )
 
 func TestBackoffWait(t *testing.T) {
@@ -67,7 +68,7 @@ func TestRunSendsNodeMetadataAndHeaders(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	installed := make(chan error, 16)
-	h := config.NewHolder(func(_ *config.Config, err error) { installed <- err })
+	h := reload.NewHolder(func(_ *config.Config, err error) { installed <- err })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

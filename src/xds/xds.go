@@ -54,7 +54,7 @@ type Options struct {
 	// MaxMsgSize bounds one response (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES);
 	// 0 keeps gRPC's 4 MiB.
 	MaxMsgSize int
-	// Install serves what build returns if it succeeds (config.Holder's
+	// Install serves what build returns if it succeeds (reload.Holder's
 	// Install); every response goes through it, bad ones included, so that
 	// load errors are counted and logged in one place.
 	Install func(build func() (*config.Config, error)) error

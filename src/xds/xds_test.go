@@ -25,6 +25,7 @@ import (
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/escape"
+	"github.com/openrls/ratelimit/src/reload"
 	"github.com/openrls/ratelimit/src/tlstest"
 )
 
@@ -89,7 +90,7 @@ func TestRunFollowsTheServer(t *testing.T) {
 	addr, cache, nacks := startServer(t)
 	installed := make(chan string, 16)
 	rejected := make(chan error, 16)
-	h := config.NewHolder(func(c *config.Config, err error) {
+	h := reload.NewHolder(func(c *config.Config, err error) {
 		if err != nil {
 			rejected <- err
 			return

@@ -1,4 +1,4 @@
-package config
+package reload
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/memtrim"
 )
 
@@ -29,7 +30,7 @@ type Reloader struct {
 func NewReloader(log logrus.FieldLogger) *Reloader {
 	r := &Reloader{first: make(chan struct{})}
 	var once sync.Once
-	r.holder = NewHolder(func(cfg *Config, err error) {
+	r.holder = NewHolder(func(cfg *config.Config, err error) {
 		if err != nil {
 			if r.quiet.Load() {
 				return
@@ -56,8 +57,8 @@ func (r *Reloader) First() <-chan struct{} { return r.first }
 // Install runs one load, with the collector tight (memtrim.DuringLoad):
 // tighter still on a reload, while the config being served stays in
 // memory beside the new one.
-func (r *Reloader) Install(build func() (*Config, error)) error {
-	return r.holder.Install(func() (cfg *Config, err error) {
+func (r *Reloader) Install(build func() (*config.Config, error)) error {
+	return r.holder.Install(func() (cfg *config.Config, err error) {
 		memtrim.DuringLoad(r.holder.Load() != nil, func() { cfg, err = build() })
 		return cfg, err
 	})
@@ -67,7 +68,7 @@ func (r *Reloader) Install(build func() (*Config, error)) error {
 // (wo.Reload is set here) until ctx ends. It returns the first load's
 // error; with firstStops that error stops start-up, and is the caller's to
 // report rather than logged.
-func (r *Reloader) WatchFiles(ctx context.Context, wo WatchOptions, load func() (*Config, error), firstStops bool) error {
+func (r *Reloader) WatchFiles(ctx context.Context, wo WatchOptions, load func() (*config.Config, error), firstStops bool) error {
 	wo.Reload = func() error { return r.Install(load) }
 	w, err := NewWatcher(wo)
 	if err != nil {

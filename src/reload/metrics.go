@@ -1,6 +1,8 @@
-package config
+package reload
 
-import "github.com/openrls/ratelimit/src/metrics"
+import (
+	"github.com/openrls/ratelimit/src/metrics"
+)
 
 // ExportMetrics exports the config loads and the served config's
 // version and load time; from files, also as the reference's runtime
@@ -18,9 +20,9 @@ func (h *Holder) ExportMetrics(reg *metrics.Registry, fromFiles bool) {
 			return n
 		})
 	}
-	reg.CounterFunc("ratelimit_config_load_success_total", "Config loads that were served.", nil,
+	reg.CounterFunc("ratelimit_config_load_success_total", "config.Config loads that were served.", nil,
 		func() float64 { ok, _ := h.Counts(); return float64(ok) })
-	reg.CounterFunc("ratelimit_config_load_error_total", "Config loads rejected; the last good config kept serving.", nil,
+	reg.CounterFunc("ratelimit_config_load_error_total", "config.Config loads rejected; the last good config kept serving.", nil,
 		func() float64 { _, failed := h.Counts(); return float64(failed) })
 	reg.InfoFunc("ratelimit_config_info", "1, labelled with the served config's version (a hash of its rules; /rlconfig shows it).",
 		"version", func() string {

@@ -1,10 +1,12 @@
-package config
+package reload
 
 import (
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/openrls/ratelimit/src/config"
 )
 
 // Holder keeps the config being served and swaps in new ones atomically: a
@@ -12,25 +14,25 @@ import (
 // one. A failed load never replaces a good config. Holder is safe for
 // concurrent use; its zero value holds no config.
 type Holder struct {
-	current   atomic.Pointer[Config]
+	current   atomic.Pointer[config.Config]
 	loadedAt  atomic.Int64 // when current was installed (unix ns)
 	successes atomic.Uint64
 	failures  atomic.Uint64
 	mu        sync.Mutex // serialises loads, so an older build never wins
-	onLoad    func(*Config, error)
+	onLoad    func(*config.Config, error)
 }
 
 // NewHolder returns an empty Holder. onLoad, if not nil, is called after
 // every load attempt with the new config or the error (for logs and metrics).
-func NewHolder(onLoad func(*Config, error)) *Holder {
+func NewHolder(onLoad func(*config.Config, error)) *Holder {
 	return &Holder{onLoad: onLoad}
 }
 
 // Load returns the config being served, or nil before the first good load.
-func (h *Holder) Load() *Config { return h.current.Load() }
+func (h *Holder) Load() *config.Config { return h.current.Load() }
 
 // Install builds a config and serves it if the build succeeds.
-func (h *Holder) Install(build func() (*Config, error)) error {
+func (h *Holder) Install(build func() (*config.Config, error)) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cfg, err := build()

@@ -1,4 +1,4 @@
-package config
+package reload
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func (wt *Watcher) Run(ctx context.Context) {
 // relevant reports whether a change to path can change the config: path is
 // on the way to the config directory (the root symlink, or a missing
 // directory's parents), the directory itself, or anything inside it, since
-// every file there is read (FindFiles). The root's parent is watched for
+// every file there is read (config.FindFiles). The root's parent is watched for
 // the root symlink only; other files there (say, RUNTIME_ROOT=/tmp/rt with
 // /tmp busy) must not reload the config on every write.
 func (o WatchOptions) relevant(path string) bool {

@@ -1,4 +1,4 @@
-package config
+package reload
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/openrls/ratelimit/src/config"
 )
 
 // TestReloader: a first load from files that stops start-up is not logged
@@ -19,7 +21,7 @@ func TestReloader(t *testing.T) {
 	log, hook := test.NewNullLogger()
 	r := NewReloader(log)
 	dir := t.TempDir()
-	bad := func() (*Config, error) { return nil, errors.New("a.yaml:1: one\na.yaml:2: two") }
+	bad := func() (*config.Config, error) { return nil, errors.New("a.yaml:1: one\na.yaml:2: two") }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := r.WatchFiles(ctx, WatchOptions{Dir: dir}, bad, true); err == nil {
@@ -42,11 +44,11 @@ func TestReloader(t *testing.T) {
 		t.Errorf("a failing load with nothing served logged %v, want one entry per error", entries)
 	}
 	hook.Reset()
-	f, err := Parse("a.yaml", []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"))
+	f, err := config.Parse("a.yaml", []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := func() (*Config, error) { return Build([]*File{f}, Options{}) }
+	good := func() (*config.Config, error) { return config.Build([]*config.File{f}, config.Options{}) }
 	if err := r.Install(good); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestReloader(t *testing.T) {
 		many = append(many, fmt.Sprintf("a.yaml:%d: wrong", i+1))
 	}
 	hook.Reset()
-	_ = r.Install(func() (*Config, error) { return nil, errors.New(strings.Join(many, "\n")) })
+	_ = r.Install(func() (*config.Config, error) { return nil, errors.New(strings.Join(many, "\n")) })
 	entries = hook.AllEntries()
 	if len(entries) != maxLoggedErrors+1 || !strings.Contains(entries[0].Message, "the last good config keeps serving") ||
 		entries[maxLoggedErrors].Data["error"] != "and 7 more (config-check lists them all)" {

@@ -1,8 +1,9 @@
-package config
+package reload
 
 import (
 	"context"
 	"errors"
+	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/config/configtest"
 	"os"
 	"path/filepath"
@@ -14,15 +15,15 @@ import (
 
 func TestHolderKeepsLastGoodConfig(t *testing.T) {
 	var seen []error
-	h := NewHolder(func(_ *Config, err error) { seen = append(seen, err) })
+	h := NewHolder(func(_ *config.Config, err error) { seen = append(seen, err) })
 	if h.Load() != nil {
 		t.Fatal("new Holder serves a config")
 	}
 	good := mustBuild(t, "domain: a\n")
-	if err := h.Install(func() (*Config, error) { return good, nil }); err != nil {
+	if err := h.Install(func() (*config.Config, error) { return good, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Install(func() (*Config, error) { return nil, errors.New("bad file") }); err == nil {
+	if err := h.Install(func() (*config.Config, error) { return nil, errors.New("bad file") }); err == nil {
 		t.Fatal("Install(failing build) = nil error")
 	}
 	if h.Load() != good {
@@ -134,14 +135,14 @@ func TestWatchReloads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			root, dir := tc.setup(t, base)
-			loaded := make(chan *Config, 16)
-			h := NewHolder(func(c *Config, err error) {
+			loaded := make(chan *config.Config, 16)
+			h := NewHolder(func(c *config.Config, err error) {
 				if err == nil {
 					loaded <- c
 				}
 			})
 			reload := func() error {
-				return h.Install(func() (*Config, error) { return LoadDir(dir, false, Options{}) })
+				return h.Install(func() (*config.Config, error) { return config.LoadDir(dir, false, config.Options{}) })
 			}
 			if err := reload(); err != nil {
 				t.Fatal(err)
@@ -160,11 +161,11 @@ func TestWatchReloads(t *testing.T) {
 			for {
 				select {
 				case c := <-loaded:
-					if strings.Contains(c.Dump(), "a.k: 2 per second") {
+					if strings.Contains(dump(c), "a.k: 2 per second") {
 						return
 					}
 				case <-deadline:
-					t.Fatalf("no reload with the new limit within 10s; serving:\n%s", h.Load().Dump())
+					t.Fatalf("no reload with the new limit within 10s; serving:\n%s", dump(h.Load()))
 				}
 			}
 		})
@@ -205,7 +206,7 @@ func TestWatchRelevant(t *testing.T) {
 
 // TestWatchBoundsTheWait: a reload arrives while files keep changing. A
 // config file rewritten faster than the debounce reloads within MaxWait
-// (every file in the directory is config: FindFiles). Each writer stops once the
+// (every file in the directory is config: config.FindFiles). Each writer stops once the
 // reload arrives, or after 10 s: the old watcher waited for the writes to
 // pause, which made the reload arrive only after the writer stopped.
 func TestWatchBoundsTheWait(t *testing.T) {
@@ -247,4 +248,25 @@ func TestWatchBoundsTheWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustBuild builds a config of one file holding src.
+func mustBuild(t testing.TB, src string) *config.Config {
+	t.Helper()
+	f, err := config.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	c, err := config.Build([]*config.File{f}, config.Options{})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return c
+}
+
+// dump is the config's /rlconfig text.
+func dump(c *config.Config) string {
+	var b strings.Builder
+	_ = c.WriteDump(&b)
+	return b.String()
 }
