@@ -169,8 +169,12 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 }
 
 // want is the demand a pool's fill sees: what was measured, with room to
-// grow by a tenth and by one request per period, so a bucket whose
-// traffic rises shows it (as denials) and gets more on the next fill.
+// grow by a tenth, so a bucket whose traffic rises shows it (as denials)
+// and gets more on the next fill; and at least a token per period, the
+// least a grant can be. Room of a whole request per period besides, as
+// before, gave each light bucket twice its demand on a per-second limit,
+// which the heavy one then lacked (nine buckets of 1/s beside one of 40/s
+// on 30/s: the heavy one got 2/s where max-min gives it 21).
 func (m *member) want() float64 {
 	if math.IsInf(m.b.demand, 1) || m.b.demand == 0 {
 		// Unmeasured: an even share. Idle: nothing, so that its
@@ -178,5 +182,5 @@ func (m *member) want() float64 {
 		// shows in its next report.
 		return m.b.demand
 	}
-	return m.b.demand*1.1 + 1/m.p.rule.Period.Seconds()
+	return max(m.b.demand*1.1, 1/m.p.rule.Period.Seconds())
 }

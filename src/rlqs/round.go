@@ -156,6 +156,19 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 	return jobs
 }
 
+// setAside is what a member's grant needs in a window beside its rate:
+// the tokens its bucket may hold when the window starts and, when its
+// next token bucket starts full again (a first one, or one after DENY_ALL
+// or a lapse), one more for that. Not set aside, a bucket whose grant
+// must start full never fits once the others' shares fill the limit:
+// it is cut to nothing, denied, and must start full again next round.
+func (m *member) setAside() float64 {
+	if m.b.sentKind != kindLimited || m.b.lapsed {
+		return float64(m.l.burst) + 1
+	}
+	return float64(m.l.burst)
+}
+
 // fill sets every member's target: max-min fair shares of this replica's
 // part of the limit (see exchangeDemand), of what it leaves once each
 // bucket's window-start tokens (its capacity) are set aside (a reset's
@@ -174,11 +187,11 @@ func (p *pool) fill() {
 	limit := float64(p.rule.Limit) * p.frac
 	n, kept := len(busy), 0.0
 	for _, m := range busy {
-		kept += float64(m.l.burst)
+		kept += m.setAside()
 	}
 	for n > 0 && limit-kept < float64(n) {
 		n--
-		kept -= float64(busy[n].l.burst)
+		kept -= busy[n].setAside()
 	}
 	busy = busy[:n]
 	wants := make([]float64, n)

@@ -3,6 +3,9 @@ package rlqs
 import (
 	"math"
 	"testing"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 func TestFill(t *testing.T) {
@@ -37,5 +40,51 @@ func TestFill(t *testing.T) {
 				t.Fatalf("shares %v sum to %v, past capacity %v", got, sum, tc.capacity)
 			}
 		})
+	}
+}
+
+// TestPoolFillSkewed: one bucket of 40/s beside nine of 1/s on a limit of
+// 30 a second. Each bucket's window-start token is set aside (10), and of
+// the 20 tokens left the light ones get what they use (their demand and a
+// tenth, at least a token), the heavy one the rest: 10 a second or 11,
+// where the light ones' room of a request per period each left it 1 or 2.
+// A bucket whose next grant starts full (here the heavy one, after a
+// DENY_ALL) has one more token set aside for that, so that it fits.
+func TestPoolFillSkewed(t *testing.T) {
+	for _, heavyReset := range []bool{false, true} {
+		p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+		add := func(demand float64, reset bool) *member {
+			b := &bucket{demand: demand, sentKind: kindLimited}
+			if reset {
+				b.sentKind = kindDeny
+			}
+			m := &member{b: b, p: p, l: newLedger(time.Second)}
+			b.members = []*member{m}
+			p.members[m] = struct{}{}
+			return m
+		}
+		heavy := add(40, heavyReset)
+		var light []*member
+		for range 9 {
+			light = append(light, add(1, false))
+		}
+		p.fill()
+		total := heavy.target
+		for _, m := range light {
+			if m.target < 1 {
+				t.Errorf("reset %v: a light bucket's target %.2f, want at least 1", heavyReset, m.target)
+			}
+			total += m.target
+		}
+		want := 10.0
+		if heavyReset {
+			want = 9 // one token set aside for its start
+		}
+		if heavy.target < want {
+			t.Errorf("reset %v: the heavy bucket's target %.2f, want at least %.0f", heavyReset, heavy.target, want)
+		}
+		if kept := 10.0 + map[bool]float64{true: 1}[heavyReset]; total > 30-kept+1e-9 {
+			t.Errorf("reset %v: targets sum to %.2f, past the %.0f left beside the set-aside tokens", heavyReset, total, 30-kept)
+		}
 	}
 }
