@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func TestMaximalRequestsMemoryBounded(t *testing.T) {
 		reqs[i] = maximalRequest(i)
 	}
 	var mu sync.Mutex
+	var cutByGuard atomic.Bool
 	got := map[codes.Code]int{}
 	var wg sync.WaitGroup
 	for round := range 3 {
@@ -70,6 +72,9 @@ func TestMaximalRequestsMemoryBounded(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				_, err := rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]).ShouldRateLimit(ctx, reqs[i])
+				if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "ENHANCE_YOUR_CALM") {
+					cutByGuard.Store(true)
+				}
 				mu.Lock()
 				if got[status.Code(err)]++; err != nil && got[status.Code(err)] == 1 {
 					t.Logf("round %d: first %v: %v", round, status.Code(err), err)
@@ -92,9 +97,14 @@ func TestMaximalRequestsMemoryBounded(t *testing.T) {
 	if got[codes.OK] == 0 {
 		t.Errorf("no maximal request answered: %v", got)
 	}
+	// Past the budget a request is refused (ResourceExhausted) before it
+	// is decoded, or, while its bytes still arrive, its connection is cut
+	// (GOAWAY ENHANCE_YOUR_CALM: Unavailable for the calls on it) when the
+	// unfinished bodies would pass the budget: 400 maximal requests at
+	// once are 84 MB, past the default 64 MiB.
 	for c := range got {
-		if c != codes.OK && c != codes.ResourceExhausted {
-			t.Errorf("maximal requests answered %v (%d), want OK or ResourceExhausted", c, got[c])
+		if c != codes.OK && c != codes.ResourceExhausted && !(c == codes.Unavailable && cutByGuard.Load()) {
+			t.Errorf("maximal requests answered %v (%d), want OK, ResourceExhausted, or Unavailable from the guard's GOAWAY", c, got[c])
 		}
 	}
 }
