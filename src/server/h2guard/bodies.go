@@ -37,7 +37,7 @@ import (
 // a frame, for a message still unfinished then.
 const (
 	shareOfBudget = 4
-	slowBody      = 2 * time.Second
+	slowBody      = 10 * time.Second
 	stalledBody   = 30 * time.Second
 	prefixLen     = 5 // a gRPC message's compression flag and length
 	flagPadded    = 0x8
