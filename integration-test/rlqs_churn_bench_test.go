@@ -2,12 +2,8 @@ package integration
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,12 +26,7 @@ import (
 // RLQS refusals. On the embedded store and on Redis. Loopback only; every
 // loop ends with -load.duration.
 //
-//	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s
-//
-// -rlqschurn.profile FILE writes the service's CPU profile of 10 s of the
-// churn (the Redis run's, when both run).
-var churnProfile = flag.String("rlqschurn.profile", "", "write the service's CPU profile of 10 s of RLQS churn to this file")
-
+//	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR]
 func BenchmarkRLQSChurn(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { rlqsChurn(b, false) })
 	b.Run("redis", func(b *testing.B) { rlqsChurn(b, true) })
@@ -93,25 +84,10 @@ descriptors:
 			}
 		}()
 	}
-	profiled := make(chan struct{})
-	go func() {
-		defer close(profiled)
-		if *churnProfile == "" {
-			return
-		}
-		resp, err := http.Get("http://" + p.debugAddr + "/debug/pprof/profile?seconds=10")
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		if err := os.WriteFile(*churnProfile, data, 0o644); err != nil {
-			b.Error(err)
-		}
-	}()
+	// -load.pprof DIR keeps the service's CPU profile of the churn.
+	profiled := saveProfile(b, p.debugAddr, "rlqs-churn-"+map[bool]string{true: "redis", false: "memory"}[redis], *loadDuration)
 	during, failed := ordinary(*loadDuration)
-	<-profiled
+	profiled()
 	close(stop)
 	wg.Wait()
 	m := metricsBody(b, p)
