@@ -39,7 +39,8 @@ const (
 	shareOfBudget = 4
 	slowBody      = 10 * time.Second
 	stalledBody   = 30 * time.Second
-	prefixLen     = 5 // a gRPC message's compression flag and length
+	prefixLen     = 5   // a gRPC message's compression flag and length
+	messageCost   = 256 // bytes an unfinished message's record counts for, beside its own
 	flagPadded    = 0x8
 )
 
@@ -200,6 +201,7 @@ func (c *guardedConn) endData() Event {
 		delete(c.messages, b.stream)
 		return ""
 	}
+	n := b.fresh
 	if m == &b.scratch {
 		if c.messages == nil {
 			c.messages = map[uint32]*message{}
@@ -207,8 +209,11 @@ func (c *guardedConn) endData() Event {
 		m = new(message)
 		*m = b.scratch
 		c.messages[b.stream] = m
+		// What remembering it costs, counted as its bytes are: else a
+		// prefix byte on each of millions of streams grpc-go has closed
+		// (their data it drops) would hold a record each for a byte each.
+		n += messageCost
 	}
-	n := b.fresh
 	b.fresh, b.cur = 0, m
 	if n == 0 {
 		return ""

@@ -81,7 +81,8 @@ func feedChunks(c *guardedConn, wire []byte, seed uint64) {
 }
 
 // TestBodiesHeld: the bytes of a message still unfinished at the end of a
-// DATA frame are counted against the budget and the address's share,
+// DATA frame, and its record's messageCost, are counted against the budget
+// and the address's share,
 // whatever the chunks the frames arrive in and however they are padded, and
 // given back when the message ends or its stream does.
 func TestBodiesHeld(t *testing.T) {
@@ -93,16 +94,16 @@ func TestBodiesHeld(t *testing.T) {
 	}{
 		{"whole in one frame", dataFrame(1, flagEndStream, msg, -1), 0},
 		{"two whole messages in one frame", dataFrame(1, 0, append(slices.Clone(msg), msg...), -1), 0},
-		{"half of it", dataFrame(1, 0, msg[:505], -1), 505},
-		{"half, padded", dataFrame(1, 0, msg[:505], 30), 505},
+		{"half of it", dataFrame(1, 0, msg[:505], -1), 505 + messageCost},
+		{"half, padded", dataFrame(1, 0, msg[:505], 30), 505 + messageCost},
 		{"in two frames", append(dataFrame(1, 0, msg[:505], -1), dataFrame(1, 0, msg[505:], 7)...), 0},
-		{"a prefix split across frames", append(dataFrame(1, 0, msg[:3], -1), dataFrame(1, 0, msg[3:10], -1)...), 10},
+		{"a prefix split across frames", append(dataFrame(1, 0, msg[:3], -1), dataFrame(1, 0, msg[3:10], -1)...), 10 + messageCost},
 		{"half, then the stream ends", append(dataFrame(1, 0, msg[:505], -1), dataFrame(1, flagEndStream, nil, -1)...), 0},
 		{"half, then the client resets", append(dataFrame(1, 0, msg[:505], -1), rawFrame(frameRST, 0, 1)...), 0},
 		{"half, then trailers", append(dataFrame(1, 0, msg[:505], -1), rawFrame(frameHeaders, flagEndStream, 1)...), 0},
-		{"two streams, half each", append(dataFrame(1, 0, msg[:100], -1), dataFrame(3, 0, msg[:200], 0)...), 300},
+		{"two streams, half each", append(dataFrame(1, 0, msg[:100], -1), dataFrame(3, 0, msg[:200], 0)...), 300 + 2*messageCost},
 		{"a whole one after an unfinished one", append(dataFrame(1, 0, append(slices.Clone(msg), msg[:50]...), -1),
-			dataFrame(3, flagEndStream, msg, -1)...), 50},
+			dataFrame(3, flagEndStream, msg, -1)...), 50 + messageCost},
 		{"an empty message", dataFrame(1, 0, grpcMessage(0), -1), 0},
 	} {
 		for seed := range uint64(20) {
@@ -138,14 +139,14 @@ func rawFrame(typ, flags byte, stream uint32) []byte {
 // A connection whose bytes would pass the budget, full of other addresses'
 // bytes, is cut at once, without its address cooling down.
 func TestBodiesPastShare(t *testing.T) {
-	msg := grpcMessage(1000)
-	r := newBodyRig(4000) // a share of 1,000 bytes
+	msg := grpcMessage(10000)
+	r := newBodyRig(40000) // a share of 10,000 bytes
 	other := r.conn()
 	r.gl.conns.Store(r.c, struct{}{})
 	r.gl.conns.Store(other, struct{}{})
-	feedChunks(r.c, dataFrame(1, 0, msg[:600], -1), 1)
-	feedChunks(other, dataFrame(1, 0, msg[:300], -1), 1)
-	feedChunks(other, dataFrame(3, 0, msg[:200], -1), 1)
+	feedChunks(r.c, dataFrame(1, 0, msg[:6000], -1), 1)
+	feedChunks(other, dataFrame(1, 0, msg[:3000], -1), 1)
+	feedChunks(other, dataFrame(3, 0, msg[:2000], -1), 1)
 	if r.c.cut.Load() || other.cut.Load() || len(r.eventList()) != 0 {
 		t.Fatal("cut past the share with young messages")
 	}
@@ -175,15 +176,15 @@ func TestBodiesPastShare(t *testing.T) {
 
 	// A frame that comes while an old message of its connection holds the
 	// address past its share cuts it at once.
-	r = newBodyRig(4000)
-	feedChunks(r.c, dataFrame(1, 0, msg[:600], -1), 1)
+	r = newBodyRig(40000)
+	feedChunks(r.c, dataFrame(1, 0, msg[:6000], -1), 1)
 	r.now = r.now.Add(slowBody)
 	r.gl.now.Store(r.now.UnixNano())
-	feedChunks(r.c, dataFrame(3, 0, msg[:300], -1), 1)
+	feedChunks(r.c, dataFrame(3, 0, msg[:3000], -1), 1)
 	if r.c.cut.Load() {
 		t.Fatal("cut within the share")
 	}
-	feedChunks(r.c, dataFrame(5, 0, msg[:300], -1), 1)
+	feedChunks(r.c, dataFrame(5, 0, msg[:3000], -1), 1)
 	if !r.c.cut.Load() || !slices.Equal(r.eventList(), []Event{EventRequestBytes}) {
 		t.Fatalf("a frame past the share with an old message: cut %v, events %v", r.c.cut.Load(), r.eventList())
 	}
@@ -191,13 +192,13 @@ func TestBodiesPastShare(t *testing.T) {
 	// Whole requests being served hold some of the budget (the codec's
 	// part) and three addresses most of the rest; the fourth's bytes, under
 	// its share, find it full.
-	r = newBodyRig(4000)
-	r.gl.o.Bytes.Take(1000)
+	r = newBodyRig(40000)
+	r.gl.o.Bytes.Take(10000)
 	for i := range 4 {
 		c := r.conn()
 		c.host = net.IPv4(192, 0, 2, byte(10+i)).String()
 		c.share = r.gl.joinShare(c.host)
-		feedChunks(c, dataFrame(1, 0, msg[:900], -1), 1)
+		feedChunks(c, dataFrame(1, 0, msg[:9000], -1), 1)
 		if got := c.cut.Load(); got != (i == 3) {
 			t.Fatalf("address %d: cut %v", i, got)
 		}
@@ -264,4 +265,24 @@ func FuzzFrameReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestManyRecordsAreBounded: a byte of a message on each of many streams
+// (grpc-go drops the data of streams it closed, but the guard keeps a
+// record of each) counts its record's cost, so the records a connection
+// can make before the budget cuts it are bounded by the budget, not by
+// the bytes sent.
+func TestManyRecordsAreBounded(t *testing.T) {
+	r := newBodyRig(64 << 10)
+	var wire []byte
+	for i := range 10000 {
+		wire = append(wire, dataFrame(uint32(2*i+1), 0, []byte{0}, -1)...)
+	}
+	feedChunks(r.c, wire, 1)
+	if !r.c.cut.Load() {
+		t.Fatalf("10,000 one-byte messages on a 64 KiB budget: not cut, %d held", r.gl.o.Bytes.Used())
+	}
+	if n := len(r.c.messages); n > (64<<10)/messageCost+1 {
+		t.Errorf("%d records kept, past the budget's %d", n, (64<<10)/messageCost)
+	}
 }
