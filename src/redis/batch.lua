@@ -3,26 +3,27 @@
 --
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
--- ARGV     the decisions, in KEYS order, each a header of three
---          little-endian doubles (now, mode, n), then n hits of six; an
---          argument holds one decision or several back to back (a batch's
---          are all in one)
---   now    microseconds since the Unix epoch, or -1 to use Redis TIME
---          (production: every replica then shares Redis's clock)
---   mode   0 count each allowed hit (and each overdraft or count-rejected
---          hit, and each refund); 1 all or nothing (limiter.Decide: count
---          nothing if a non-advisory hit that neither overdraws nor counts
---          rejections is rejected; only overdraft hits, refunds and rejected
---          count-rejected hits if only such hits are); 2 dry run (never
---          writes). A hit that is not written reports what a cost of 0
---          sees, with its own decision.
+-- ARGV     the decisions, in KEYS order, each a header (HEADER_FORMAT: now,
+--          mode, n), then n hits (HIT_FORMAT, HIT_BYTES each); an argument
+--          holds one decision or several back to back (a batch's are all
+--          in one). The names in capitals are the wire contract, written
+--          from Go's constants before these files (see common.lua).
+--   now    microseconds since the Unix epoch, or REDIS_TIME to use Redis
+--          TIME (production: every replica then shares Redis's clock)
+--   mode   MODE_EACH counts each allowed hit (and each overdraft or
+--          count-rejected hit, and each refund); MODE_ALL_OR_NOTHING
+--          (limiter.Decide) counts nothing if a non-advisory hit that
+--          neither overdraws nor counts rejections is rejected, and only
+--          overdraft hits, refunds and rejected count-rejected hits if only
+--          such hits are; MODE_DRY_RUN never writes. A hit that is not
+--          written reports what a cost of 0 sees, with its own decision.
 --   n      the decision's number of hits (and keys)
---   hit*n  each hit's parameters as six little-endian doubles (48 bytes):
---          algorithm (0 fixed, 1 sliding, 2 token bucket, 3 sliding
---          log), limit,
---          period (µs), burst, cost, flags (1 advisory + 2 refund +
---          4 overdraft + 8 count-rejected + 16 * lease). One packed argument instead of six
---          halves the script's cost per hit in Redis. lease (see
+--   hit*n  each hit's parameters: algorithm (FIXED_WINDOW, SLIDING_WINDOW,
+--          TOKEN_BUCKET, SLIDING_LOG), limit, period (µs), burst, cost,
+--          flags (the sum of FLAG_ADVISORY, FLAG_REFUND, FLAG_OVERDRAFT,
+--          FLAG_COUNT_REJECTED as they apply, plus FLAG_LEASE * lease).
+--          One packed argument instead of six halves the script's cost
+--          per hit in Redis. lease (see
 --          lease.go): on an allowed hit of a window algorithm, up to that
 --          many more hits to count now as a slice the replica spends
 --          locally; on a refund, 1 + the window number of the slice it
@@ -75,7 +76,7 @@
 -- second), the instant it runs to kept as the state's second double, and
 -- kept while the tat stays within it.
 local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
-  if alg == 0 then
+  if alg == FIXED_WINDOW then
     local wk = win_key(key, s1)
     if found then
       redis.call('SET', wk, int_str(s2), 'KEEPTTL')
@@ -83,7 +84,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
       redis.call('SET', wk, int_str(s2), 'PX', int_str(ttl_ms(exp)))
     end
     return
-  elseif alg == 3 then
+  elseif alg == SLIDING_LOG then
     -- A sliding log's expiry moves with its newest hit; an empty one goes.
     if s1 == '' then
       if found then
@@ -94,7 +95,7 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
     redis.call('SET', key, s1, 'PX', ttl_ms(exp))
     return
   end
-  if alg == 2 then
+  if alg == TOKEN_BUCKET then
     if found and old2 >= exp then
       redis.call('SET', key, struct.pack('<ddd', s1, old2, 0), 'KEEPTTL')
       return
@@ -164,61 +165,52 @@ end
 -- changes nothing in mode 0) in one command: INCRBY
 -- counts it, and a rejected hit is taken back (DECRBY, or DEL of
 -- the key it created) before the script goes on, so nothing else ever
--- sees it: it consumes nothing, as in fixed_window, whose answers these
--- are. Returns the hit's answer (see put).
+-- sees it: it consumes nothing. fixed_window decides it from the count
+-- before it, so the arithmetic is written once. Returns the hit's answer
+-- (see put).
 local function fixed_incr(key, now, limit, p, cost)
   local w = math.floor(now / p)
   local wk = win_key(key, w)
-  local reset = (w + 1) * p - now
   local c = redis.call('INCRBY', wk, int_str(cost))
-  if limit > 0 and c <= limit then
+  local _, _, _, ok, rem, reset, retry = fixed_window(w, c - cost, now, limit, p, cost, false, false, false)
+  if ok then
     if c == cost then
       -- The window's first count (or its count was refunded to 0: the
       -- same TTL again).
       new_window(wk, (w + 1) * p)
     end
-    return 1, limit - c, reset, 0
-  end
-  if c == cost then
+  elseif c == cost then
     redis.call('DEL', wk)
   elseif cost > 0 then
     redis.call('DECRBY', wk, int_str(cost))
   end
-  local rem = limit - (c - cost)
-  if rem < 0 then
-    rem = 0
-  end
-  return 0, rem, reset, reset
+  return ok and 1 or 0, rem, reset, retry
 end
 
 -- fixed_count is fixed_window for the common hit of a rule that counts
 -- rejected hits (count-rejected, no refund, overdraft or lease; advisory
 -- changes nothing in mode 0): INCRBY counts it whether or not it fits, as
 -- envoyproxy/ratelimit does, and it is rejected when the count passes the
--- limit. A check (cost 0) only reads. Returns the hit's answer (see put).
+-- limit. A check (cost 0) only reads. fixed_window decides it from the
+-- count before it. Returns the hit's answer (see put).
 local function fixed_count(key, now, limit, p, cost)
   local w = math.floor(now / p)
   local wk = win_key(key, w)
-  local reset = (w + 1) * p - now
-  local c
+  local before
   if cost > 0 then
-    c = redis.call('INCRBY', wk, int_str(cost))
+    local c = redis.call('INCRBY', wk, int_str(cost))
     if c == cost then
       new_window(wk, (w + 1) * p)
     end
     if c > MAX_COUNT then
       redis.call('SET', wk, int_str(MAX_COUNT), 'KEEPTTL')
-      c = MAX_COUNT
     end
+    before = math.max(c - cost, 0)
   else
-    c = tonumber(redis.call('GET', wk) or '0')
+    before = tonumber(redis.call('GET', wk) or '0')
   end
-  if c <= limit then
-    return 1, limit - c, reset, 0
-  elseif cost > 0 then
-    return 0, limit - c, reset, reset -- below 0: the counted hit's excess (see fixed_window)
-  end
-  return 0, 0, reset, reset
+  local _, _, _, ok, rem, reset, retry = fixed_window(w, before, now, limit, p, cost, false, false, true)
+  return ok and 1 or 0, rem, reset, retry
 end
 
 -- apply_hit applies one hit of mode 0 that fixed_incr and fixed_count do
@@ -256,10 +248,10 @@ local function apply_each(keys, now, k, n, blob, pos, results)
   for i = 1, n do
     local key = keys[k + i]
     local alg, limit, p, burst, cost, f
-    alg, limit, p, burst, cost, f, pos = struct.unpack('<dddddd', blob, pos)
-    if alg == 0 and f < 2 then
+    alg, limit, p, burst, cost, f, pos = struct.unpack(HIT_FORMAT, blob, pos)
+    if alg == FIXED_WINDOW and f < FLAG_REFUND then
       put(results, fixed_incr(key, now, limit, p, cost))
-    elseif alg == 0 and (f == 8 or f == 9) then
+    elseif alg == FIXED_WINDOW and (f == FLAG_COUNT_REJECTED or f == FLAG_COUNT_REJECTED + FLAG_ADVISORY) then
       put(results, fixed_count(key, now, limit, p, cost))
     else
       apply_hit(key, now, alg, limit, p, burst, cost, f, results)
@@ -270,7 +262,7 @@ end
 -- hit_pos is where hit i (from 1) of a decision whose hits start at pos
 -- starts.
 local function hit_pos(pos, i)
-  return pos + 48 * (i - 1)
+  return pos + HIT_BYTES * (i - 1)
 end
 
 -- apply_all runs one decision in mode 1 or 2: nothing is written until
@@ -294,16 +286,16 @@ local function apply_all(keys, now, mode, k, n, blob, pos, results)
     return held[key]
   end
   local commit = 0
-  if mode == 2 then
+  if mode == MODE_DRY_RUN then
     commit = 2
   end
   for i = 1, n do
     local key = keys[k + i]
-    local alg, limit, p, burst, cost, f = struct.unpack('<dddddd', blob, hit_pos(pos, i))
+    local alg, limit, p, burst, cost, f = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
     local advisory, refund, overdraft, countrej, lease = flags(f)
     local sk = key -- where the state is: a fixed window's is per window
     local sw = state_window(now, p, refund, lease)
-    if alg == 0 then
+    if alg == FIXED_WINDOW then
       sk = key .. '|' .. int_str(sw)
     end
     sks[i] = sk
@@ -315,7 +307,7 @@ local function apply_all(keys, now, mode, k, n, blob, pos, results)
     local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, stored[sk][4], held_of, alg, st[1], st[2], st[3], now,
       limit, p, cost, burst, refund, overdraft, countrej, lease)
     local extra = 0
-    if ok and write and lease > 0 and not refund and mode == 1 then
+    if ok and write and lease > 0 and not refund and mode == MODE_ALL_OR_NOTHING then
       n2, rem, extra = lease_grant(n2, rem, lease)
       if extra > 0 then
         reset, retry = exp - now, n1
@@ -364,7 +356,7 @@ local function apply_all(keys, now, mode, k, n, blob, pos, results)
     if not written[i] then
       -- Not counted: report what a cost of 0 sees, with the hit's own
       -- decision (and retry), and no slice.
-      local alg, limit, p, burst = struct.unpack('<dddd', blob, hit_pos(pos, i))
+      local alg, limit, p, burst = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
       local st = stored[sks[i]]
       local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
       local retry = out[i][4]
@@ -399,16 +391,16 @@ local function batch(keys, args)
     local pos, size = 1, #blob
     while pos <= size do
       local now, mode, n
-      now, mode, n, pos = struct.unpack('<ddd', blob, pos)
+      now, mode, n, pos = struct.unpack(HEADER_FORMAT, blob, pos)
       if redis_now == nil then
         local t = redis.call('TIME')
         redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
       end
-      if now < 0 then
+      if now == REDIS_TIME then
         now = redis_now
       end
       ttl_now = math.min(now, redis_now)
-      if mode == 0 then
+      if mode == MODE_EACH then
         apply_each(keys, now, k, n, blob, pos, results)
       else
         apply_all(keys, now, mode, k, n, blob, pos, results)

@@ -52,26 +52,6 @@ import (
 // 2 or more overlap round trips. See docs/performance.md.
 const defaultInFlight = 1
 
-// call is one decision's script invocation, or its plain HINCRBYs
-// (plain.go).
-type call struct {
-	keys  []string
-	arg   []byte     // the decision's argument (scriptArg)
-	plain *plainCall // when set, the call is plain HINCRBYs, not the script's
-	// deadline is when the call gives up: REDIS_TIMEOUT after its Apply
-	// began (zero: never). A value, not a context with a timer: followers
-	// are woken by their leader anyway, and a timer per decision showed in
-	// the profile (docs/performance.md).
-	deadline time.Time
-	reply    any
-	err      error
-	// lead, when set, makes this call's goroutine the next batch's leader:
-	// it takes the batch from the queue and sends it (see take).
-	lead   bool
-	queued bool          // waiting in batcher.queue; guarded by batcher.mu
-	done   chan struct{} // buffered: a leader never blocks on a caller that gave up
-}
-
 type batcher struct {
 	runner     *runner
 	merge      bool // one script call per batch (not in Cluster mode)
@@ -112,17 +92,17 @@ const heavyKeys = 32
 // errQueueTimeout answers a call that spent its timeout waiting in the queue.
 var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.DeadlineExceeded)
 
-// do runs one script call, alone or in a batch, and returns its reply. If
+// send sends one call, alone or in a batch, and returns its reply. If
 // ctx ends while the call still waits in the queue, it leaves the queue and
 // is never sent. deadline (zero: none) bounds the call too: a batch is sent
 // with its leader's deadline, and a queued call found past its deadline
 // when the queue is promoted is answered errQueueTimeout, unsent. (So a
 // queued call can learn of its timeout up to one batch late; ctx, which
 // carries Envoy's deadline, still ends the wait at once.)
-func (b *batcher) do(ctx context.Context, deadline time.Time, c *call) (any, error) {
+func (b *batcher) send(ctx context.Context, deadline time.Time, c *call) (any, error) {
 	c.deadline, c.done = deadline, make(chan struct{}, 1)
 	if len(c.keys) > heavyKeys {
-		b.send(ctx, []*call{c})
+		b.sendBatch(ctx, []*call{c})
 		return c.reply, c.err
 	}
 	b.mu.Lock()
@@ -206,7 +186,7 @@ func (b *batcher) take(leader *call) []*call {
 // its client goes away, which says nothing about the other callers'
 // decisions (and cutting a command short costs go-redis its connection).
 func (b *batcher) lead(ctx context.Context, batch []*call) {
-	b.send(ctx, batch)
+	b.sendBatch(ctx, batch)
 	for _, c := range batch[1:] {
 		c.done <- struct{}{}
 	}
@@ -241,9 +221,9 @@ func (b *batcher) lead(ctx context.Context, batch []*call) {
 	}
 }
 
-// send runs the batch's script calls in one round trip and sets every
+// sendBatch sends the batch's calls in one round trip and sets every
 // call's reply and err.
-func (b *batcher) send(ctx context.Context, batch []*call) {
+func (b *batcher) sendBatch(ctx context.Context, batch []*call) {
 	deadline, bounded := ctx.Deadline()
 	if d := batch[0].deadline; !d.IsZero() && (!bounded || d.Before(deadline)) {
 		deadline, bounded = d, true
@@ -254,5 +234,5 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	b.runner.exec(ctx, b.merge, batch)
+	b.runner.send(ctx, b.merge, batch)
 }

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.do(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil)})
+	reply, err := b.send(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil)})
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -324,7 +324,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	b.mu.Lock()
-	b.leaders++ // as do does before leading
+	b.leaders++ // as send does before leading
 	b.mu.Unlock()
 	b.lead(ctx, []*call{leader, follower})
 	<-follower.done
@@ -362,7 +362,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.do(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil)})
+		_, err := b.send(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil)})
 		done <- err
 	}()
 	for {

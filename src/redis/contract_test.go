@@ -1,65 +1,71 @@
 package redis
 
 import (
-	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/openrls/ratelimit/src/limiter"
 )
 
-// TestLuaContract pins the Lua side of the wire contract to the Go
-// constants it mirrors: the algorithm ids, the flag bits, the sizes of a
-// decision's header and a hit's parameters, and the bounds both sides
-// clamp counts and debts to. A Go constant changed without the Lua (or
-// the reverse) fails here, not in a decision.
+// TestLuaContract: the Lua files take every number of the wire contract
+// from the prelude luaContract writes from Go's constants. Each name the
+// prelude defines is used, none is defined again in a file, and no
+// algorithm, mode or flag is compared with a bare number. (That the
+// values mean the same on both sides is what the store tests and the
+// differential test against src/limiter show, decision by decision.)
 func TestLuaContract(t *testing.T) {
-	for _, tc := range []struct {
-		name, src, want string
-	}{
-		{"sliding window id", stateSrc, fmt.Sprintf("if alg == %d then\n    return sliding_window(", limiter.SlidingWindow)},
-		{"token bucket id", stateSrc, fmt.Sprintf("elseif alg == %d then\n    return token_bucket(", limiter.TokenBucket)},
-		{"sliding log id", stateSrc, fmt.Sprintf("elseif alg == %d then\n    return sliding_log(", limiter.SlidingLog)},
-		{"fixed window's fast paths", batchSrc, fmt.Sprintf("if alg == %d and f < %d then", limiter.FixedWindow, flagRefund)},
-		{"count-rejected fast path", batchSrc, fmt.Sprintf("alg == %d and (f == %d or f == %d) then", limiter.FixedWindow,
-			flagCountRejected, flagCountRejected|flagAdvisory)},
-		{"flags", stateSrc, fmt.Sprintf("return f %% 2 == %d, math.floor(f / %d) %% 2 == 1, math.floor(f / %d) %% 2 == 1, "+
-			"math.floor(f / %d) %% 2 == 1, math.floor(f / %d)", flagAdvisory, flagRefund, flagOverdraft, flagCountRejected, flagLease)},
-		{"header", batchSrc, fmt.Sprintf("now, mode, n, pos = struct.unpack('<%s', blob, pos)", strings.Repeat("d", headerBytes/8))},
-		{"hit position", batchSrc, fmt.Sprintf("return pos + %d * (i - 1)", hitArgBytes)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(tc.src, tc.want) {
-				t.Errorf("the Lua lacks %q", tc.want)
+	files := map[string]string{
+		"common.lua": commonSrc, "fixed_window.lua": fixedWindowSrc, "sliding_window.lua": slidingWindowSrc,
+		"token_bucket.lua": tokenBucketSrc, "sliding_log.lua": slidingLogSrc, "state.lua": stateSrc,
+		"lease.lua": leaseSrc, "batch.lua": batchSrc,
+	}
+	all := strings.Join([]string{commonSrc, fixedWindowSrc, slidingWindowSrc, tokenBucketSrc, slidingLogSrc, stateSrc, leaseSrc, batchSrc}, "")
+	if !strings.HasPrefix(batchLib, luaContract()) || !strings.HasSuffix(batchLib, all) {
+		t.Fatal("batchLib is not the contract followed by the Lua files")
+	}
+	names := regexp.MustCompile(`(?m)^local ([A-Z_]+) = `).FindAllStringSubmatch(luaContract(), -1)
+	if len(names) < 15 {
+		t.Fatalf("the contract defines %d names: %q", len(names), luaContract())
+	}
+	for _, m := range names {
+		name := m[1]
+		if !regexp.MustCompile(`\b` + name + `\b`).MatchString(stripComments(all)) {
+			t.Errorf("%s is in the contract but no Lua code uses it", name)
+		}
+		for file, src := range files {
+			if regexp.MustCompile(`(?m)^\s*local ` + name + `\b`).MatchString(src) {
+				t.Errorf("%s defines %s again", file, name)
 			}
-		})
+		}
 	}
-	if got := luaConst(t, commonSrc, "MAX_COUNT"); got != limiter.MaxCount {
-		t.Errorf("common.lua's MAX_COUNT = %d, limiter.MaxCount = %d", got, uint64(limiter.MaxCount))
-	}
-	if got, want := luaConst(t, tokenBucketSrc, "MAX_DEBT"), uint64(2*limiter.MaxPeriod/time.Microsecond); got != want {
-		t.Errorf("token_bucket.lua's MAX_DEBT = %d, twice limiter.MaxPeriod = %d µs", got, want)
+	bare := regexp.MustCompile(`\b(alg|mode|now)\s*(==|~=|<|>|<=|>=)\s*-?[0-9]|\bf\s*(==|<|>)\s*[1-9]`)
+	for file, src := range files {
+		for i, line := range strings.Split(src, "\n") {
+			code := stripComments(line)
+			if bare.MatchString(code) {
+				t.Errorf("%s:%d compares with a bare number where the contract has a name: %s", file, i+1, strings.TrimSpace(code))
+			}
+		}
 	}
 }
 
-// luaConst evaluates `local NAME = a * b * ...` in src: integers, maybe
-// multiplied.
-func luaConst(t *testing.T, src, name string) uint64 {
-	t.Helper()
-	m := regexp.MustCompile(`(?m)^local ` + name + ` = ([0-9 *]+)`).FindStringSubmatch(src)
-	if m == nil {
-		t.Fatalf("no local %s = ... in the Lua", name)
-	}
-	v := uint64(1)
-	for _, f := range strings.Split(m[1], "*") {
-		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %q: %v", name, m[1], err)
+// TestLuaContractValues pins the prelude's text for the constants whose
+// Lua spelling is not a plain number.
+func TestLuaContractValues(t *testing.T) {
+	for _, want := range []string{
+		"local HEADER_FORMAT = '<ddd'\n",
+		"local HIT_FORMAT = '<dddddd'\n",
+		"local HIT_BYTES = 48\n",
+		"local REDIS_TIME = -1\n",
+		"local MAX_COUNT = 4398046511104\n",
+		"local MAX_DEBT = 632448000000000\n",
+	} {
+		if !strings.Contains(luaContract(), want) {
+			t.Errorf("the contract lacks %q:\n%s", want, luaContract())
 		}
-		v *= n
 	}
-	return v
+}
+
+// stripComments drops Lua's line comments.
+func stripComments(src string) string {
+	return regexp.MustCompile(`--[^\n]*`).ReplaceAllString(src, "")
 }

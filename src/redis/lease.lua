@@ -23,7 +23,7 @@ end
 local function lease_return(alg, s1, s2, s3, w, n)
   if s1 == w and s2 > 0 then
     return s1, s2 - math.min(s2, n), s3, true
-  elseif alg == 1 and s1 == w + 1 and s3 > 0 then
+  elseif alg == SLIDING_WINDOW and s1 == w + 1 and s3 > 0 then
     return s1, s2, s3 - math.min(s3, n), true
   end
   return s1, s2, s3, false
@@ -45,7 +45,7 @@ end
 local function held_at(alg, w, hc, hp, s1)
   if w == s1 then
     return hc, hp
-  elseif alg == 1 and s1 == w + 1 then
+  elseif alg == SLIDING_WINDOW and s1 == w + 1 then
     return 0, hc
   end
   return 0, 0
@@ -114,7 +114,7 @@ local function refund_held(alg, s1, s2, s3, h, now, limit, p, cost, burst, overd
   local n1, n2, n3, ok, _, _, retry, exp, write = step(alg, s1, s2 - hc, s3 - hp, now, limit, p, cost, burst, true, overdraft)
   if n1 == s1 then
     n2, n3 = n2 + hc, n3 + hp
-  elseif alg == 1 and n1 == s1 + 1 then
+  elseif alg == SLIDING_WINDOW and n1 == s1 + 1 then
     n3 = n3 + hc -- the window moved on by one: its held count is now the previous one
   end
   local _, _, _, _, rem, reset = step(alg, n1, n2, n3, now, limit, p, 0, burst, false, false)
@@ -137,7 +137,7 @@ local function give_back(alg, s1, s2, s3, h, w, n, size, g)
   local held = 0
   if s1 == w then
     held = hc
-  elseif alg == 1 and s1 == w + 1 then
+  elseif alg == SLIDING_WINDOW and s1 == w + 1 then
     held = hp
   end
   if held == 0 then
@@ -169,7 +169,7 @@ local function decide_hit(key, found, held_of, alg, s1, s2, s3, now, limit, p, c
   if refund and lease > 0 then
     local n1, n2, n3, write, h = give_back(alg, s1, s2, s3, held_of(key, found), lease - 1, cost, burst, limit)
     return n1, n2, n3, true, 0, 0, 0, now, write, h
-  elseif refund and alg < 2 then
+  elseif refund and (alg == FIXED_WINDOW or alg == SLIDING_WINDOW) then
     local n1, n2, n3, ok, rem, reset, retry, exp, write = refund_held(alg, s1, s2, s3, held_of(key, found), now, limit, p, cost,
       burst, overdraft)
     return n1, n2, n3, ok, rem, reset, retry, exp, write, nil

@@ -69,18 +69,6 @@ const clockEvery = 5 * time.Second
 // estimate that is off only sends more hits to the function: see above.)
 const clockMaxRTT = 100 * time.Millisecond
 
-// plainCall is a decision's hits as plain commands: INCRBY wkeys[i] by
-// costs[i], each key expiring at expireAt[i] (PEXPIREAT, sent unless the
-// key is known to exist: known[i]).
-type plainCall struct {
-	wkeys    []string
-	costs    []int64
-	windows  []int64 // each hit's window number, by the estimate of Redis's clock
-	expireAt []int64 // ms since the Unix epoch: when each hit's window ends
-	tags     []uint64
-	known    []bool
-}
-
 // plainReply is a plain call's reply: each hit's count, and Redis's TIME
 // (µs) in the transaction that made them.
 type plainReply struct {
@@ -178,30 +166,6 @@ func plainEligible(mode scriptMode, g *group) bool {
 	return true
 }
 
-// newCall is g's call: plain commands when the plain path serves (see
-// above) and g is eligible, else the function's.
-func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
-	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
-		if est, ok := s.rclock.now(ctx); ok {
-			n := len(g.hits)
-			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),
-				tags: make([]uint64, n), known: make([]bool, n)}
-			for i, h := range g.hits {
-				period := int64(h.Rule.Period / time.Microsecond)
-				w := est / period
-				p.wkeys[i] = windowKey(g.keys[i], w)
-				p.costs[i] = int64(h.Cost)
-				p.windows[i] = w
-				p.expireAt[i] = ((w+1)*period + 999) / 1000 // as batch.lua's ttl_ms, rounded up
-				p.tags[i] = s.known.tag(p.wkeys[i])
-				p.known[i] = s.known.has(p.tags[i])
-			}
-			return &call{keys: g.keys, plain: p}
-		}
-	}
-	return &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
-}
-
 // plainAllowed reports whether the permission probe (plainProbe) has
 // found the plain path's commands allowed; until it knows, it runs the
 // probe in the background (at most once per probeEvery) and the function
@@ -270,15 +234,10 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 		if !orphaned {
 			known.add(c.plain.tags[j]) // counted in its window: the key is there, with its TTL
 		}
-		reset := time.Duration((w+1)*period-r.at) * time.Microsecond
-		n := min(r.counts[j], limiter.MaxCount)
-		o := limiter.Outcome{ResetAfter: reset}
-		if limit := int64(min(h.Rule.Limit, 1<<62)); n <= limit {
-			o.Allowed, o.Remaining = true, uint64(limit-n)
-		} else {
-			o.RetryAfter, o.Excess = reset, uint64(n-limit)
-		}
-		outs[g.idx[j]] = o
+		// The count before this hit decides it, by the arithmetic every
+		// Go store shares (limiter's fixed step).
+		before := uint64(min(max(r.counts[j]-c.plain.costs[j], 0), limiter.MaxCount))
+		_, outs[g.idx[j]], _ = limiter.EvalFixed(before, time.UnixMicro(r.at), h.Rule, h.Cost, false)
 	}
 	return again, nil
 }

@@ -131,7 +131,7 @@ func functionMissing(err error) bool {
 	return goredis.HasErrorPrefix(err, "Function not found") // go-redis drops the "ERR "
 }
 
-// exec runs calls in one round trip and sets every call's reply and err:
+// send sends calls in one round trip and sets every call's reply and err:
 // the only place this package sends batch.lua, batched or not. One call is
 // one FCALL or EVALSHA; several are, with merge, one call holding them all
 // (merged), else a pipeline (Cluster: go-redis sends one per node). Plain
@@ -140,7 +140,7 @@ func functionMissing(err error) bool {
 // FUNCTION LOAD but not FCALL), did not run: they run again as the script,
 // whose answers (or errors) are theirs; a missing library is loaded again
 // when due, a refused FCALL is not tried again.
-func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
+func (r *runner) send(ctx context.Context, merge bool, batch []*call) {
 	r.loadIfDue(ctx)
 	fn := r.ready.Load()
 	var scripted, plain []*call
@@ -152,9 +152,9 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 		}
 	}
 	if len(plain) == 0 {
-		sendCalls(ctx, r.client, merge, fn, scripted)
+		sendScripted(ctx, r.client, merge, fn, scripted)
 	} else {
-		sendWithPlain(ctx, r.client, merge, fn, scripted, plain)
+		sendPipelined(ctx, r.client, merge, fn, scripted, plain)
 	}
 	var missed []*call
 	for _, c := range scripted {
@@ -171,34 +171,34 @@ func (r *runner) exec(ctx context.Context, merge bool, batch []*call) {
 		}
 	}
 	if len(missed) > 0 {
-		sendCalls(ctx, r.client, merge, false, missed)
+		sendScripted(ctx, r.client, merge, false, missed)
 	}
 }
 
-// sendCalls runs the calls as the function (fn) or the script. As the script,
+// sendScripted runs the calls as the function (fn) or the script. As the script,
 // one call is an EVALSHA that go-redis turns into an EVAL on NOSCRIPT; in a
 // pipeline, one that found the script flushed (a restart, SCRIPT FLUSH, a
 // failover) did not run, so running it again counts it once.
-func sendCalls(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
+func sendScripted(ctx context.Context, client goredis.UniversalClient, merge, fn bool, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.reply, c.err = invoke(ctx, client, fn, c.keys, c.arg).Result()
+		c.reply, c.err = sendOne(ctx, client, fn, c.keys, c.arg).Result()
 		return
 	}
 	if merge {
 		keys, arg := merged(batch)
-		reply, err := invoke(ctx, client, fn, keys, arg).Result()
+		reply, err := sendOne(ctx, client, fn, keys, arg).Result()
 		splitMerged(reply, err, batch)
 		return
 	}
-	sendWithPlain(ctx, client, false, fn, batch, nil)
+	sendPipelined(ctx, client, false, fn, batch, nil)
 }
 
-// sendWithPlain runs the plain calls (plain.go) in one transaction with a
+// sendPipelined runs the plain calls (plain.go) in one transaction with a
 // TIME, and the scripted calls (merged into one with merge) in it too, so
 // that the batch is still one round trip. A scripted call that found the
-// script flushed runs again as the script (see sendCalls).
-func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, fn bool, scripted, plain []*call) {
+// script flushed runs again as the script (see sendScripted).
+func sendPipelined(ctx context.Context, client goredis.UniversalClient, merge, fn bool, scripted, plain []*call) {
 	queue := func(p goredis.Pipeliner, keys []string, arg []byte) *goredis.Cmd {
 		if fn {
 			return p.FCall(ctx, fnName, keys, arg)
@@ -234,7 +234,7 @@ func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, f
 			// Redis refused a command of the transaction as it was queued
 			// (a plain one: an ACL, maxmemory), so nothing of it ran: the
 			// scripted calls run again, alone.
-			sendWithPlain(ctx, client, merge, fn, scripted, nil)
+			sendPipelined(ctx, client, merge, fn, scripted, nil)
 			return
 		}
 	} else {
@@ -257,50 +257,9 @@ func sendWithPlain(ctx context.Context, client goredis.UniversalClient, merge, f
 	}
 }
 
-// merged is the keys and argument of one call holding every call of
-// batch, decision after decision.
-func merged(batch []*call) (keys []string, arg []byte) {
-	for _, c := range batch {
-		keys = append(keys, c.keys...)
-		arg = append(arg, c.arg...)
-	}
-	return keys, arg
-}
-
-// splitMerged splits the reply (or err) of a merged call among its calls,
-// decision after decision (see answerBytes).
-func splitMerged(reply any, err error, batch []*call) {
-	packed, ok := reply.(string)
-	if err == nil && !ok {
-		err = fmt.Errorf("redis: unexpected script reply %T for %d decisions", reply, len(batch))
-	}
-	off := 0
-	for _, c := range batch {
-		if err == nil {
-			n, whole := answerBytes(packed[off:], len(c.keys))
-			if !whole {
-				err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d decisions", len(packed), len(batch))
-			} else {
-				// A call run again (as the script, after the function was
-				// found missing) drops the error of its first run.
-				c.reply, c.err = packed[off:off+n], nil
-				off += n
-				continue
-			}
-		}
-		c.err = err
-	}
-	if err == nil && off != len(packed) {
-		err = fmt.Errorf("redis: unexpected script reply (%d bytes) for %d decisions", len(packed), len(batch))
-		for _, c := range batch {
-			c.reply, c.err = nil, err
-		}
-	}
-}
-
-// invoke sends one call: an FCALL, or an EVALSHA that go-redis turns into an
+// sendOne sends one call: an FCALL, or an EVALSHA that go-redis turns into an
 // EVAL on NOSCRIPT.
-func invoke(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, arg []byte) *goredis.Cmd {
+func sendOne(ctx context.Context, client goredis.UniversalClient, fn bool, keys []string, arg []byte) *goredis.Cmd {
 	if fn {
 		return client.FCall(ctx, fnName, keys, arg)
 	}

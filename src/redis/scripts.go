@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -38,7 +39,7 @@ var (
 // functions that batch.lua, appended last, calls; it ends by defining
 // batch(keys, args). Keeping them one file each lets every algorithm sit
 // beside its Go twin in src/limiter/math.go.
-var batchLib = commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + stateSrc + leaseSrc + batchSrc
+var batchLib = luaContract() + commonSrc + fixedWindowSrc + slidingWindowSrc + tokenBucketSrc + slidingLogSrc + stateSrc + leaseSrc + batchSrc
 
 // batchScript is batchLib as a script (EVALSHA): what runs where the
 // function cannot (see runner.go). A script's local functions are created
@@ -98,6 +99,43 @@ const (
 	flagCountRejected = 8
 	flagLease         = 16
 )
+
+// luaContract is the Lua half of the wire contract, written from the Go
+// constants it must agree with and put before every Lua file, which name
+// these and have no numbers of their own for them: the algorithms, the
+// modes, the flag bits, how a decision's header and hits are packed, the
+// clock marker and the bounds both sides clamp counts and debts to.
+func luaContract() string {
+	var b strings.Builder
+	b.WriteString("-- The wire contract, written from Go's constants (luaContract in scripts.go).\n")
+	for _, c := range []struct {
+		name  string
+		value any
+	}{
+		{"FIXED_WINDOW", int(limiter.FixedWindow)},
+		{"SLIDING_WINDOW", int(limiter.SlidingWindow)},
+		{"TOKEN_BUCKET", int(limiter.TokenBucket)},
+		{"SLIDING_LOG", int(limiter.SlidingLog)},
+		{"MODE_EACH", int(modeEach)},
+		{"MODE_ALL_OR_NOTHING", int(modeAllOrNothing)},
+		{"MODE_DRY_RUN", int(modeDryRun)},
+		{"REDIS_TIME", redisTime},
+		{"FLAG_ADVISORY", flagAdvisory},
+		{"FLAG_REFUND", flagRefund},
+		{"FLAG_OVERDRAFT", flagOverdraft},
+		{"FLAG_COUNT_REJECTED", flagCountRejected},
+		{"FLAG_LEASE", flagLease},
+		{"HEADER_FORMAT", "'<" + strings.Repeat("d", headerBytes/8) + "'"},
+		{"HIT_FORMAT", "'<" + strings.Repeat("d", hitArgBytes/8) + "'"},
+		{"HIT_BYTES", hitArgBytes},
+		{"MAX_COUNT", uint64(limiter.MaxCount)},
+		// limiter's maxDebt: twice the longest period, in µs.
+		{"MAX_DEBT", int64(2 * limiter.MaxPeriod / time.Microsecond)},
+	} {
+		fmt.Fprintf(&b, "local %s = %v\n", c.name, c.value)
+	}
+	return b.String()
+}
 
 // scriptArg builds one decision's argument (see batch.lua): the header,
 // then each hit's parameters. One string per decision, rather than one per
@@ -163,100 +201,113 @@ type grant struct {
 // answerBytes is how many bytes of b answer its first hits hits (see
 // parseOutcomes), and whether b holds them all.
 func answerBytes(b string, hits int) (int, bool) {
-	at := 0
+	r := reply{b: b}
 	for range hits {
-		if at+32 > len(b) {
+		if _, ok := r.next(); !ok {
 			return 0, false
 		}
-		// The first double is 0 (rejected), 1 (allowed) or 1 + a slice,
-		// which a fifth double follows.
-		allowed := math.Float64frombits(uint64(b[at]) | uint64(b[at+1])<<8 | uint64(b[at+2])<<16 | uint64(b[at+3])<<24 |
-			uint64(b[at+4])<<32 | uint64(b[at+5])<<40 | uint64(b[at+6])<<48 | uint64(b[at+7])<<56)
-		if !exact(allowed) {
-			return 0, false // not batch.lua's: parseOutcomes refuses it too
-		}
-		at += 32
-		if int64(allowed) > 1 { // as parseOutcomes reads it
-			at += 8
-		}
 	}
-	if at > len(b) {
-		return 0, false
-	}
-	return at, true
+	return r.at, true
 }
 
-// parseOutcomes reads batch.lua's reply: 4 little-endian doubles per hit,
-// and a fifth after a hit granted a slice. A hit granted a slice gets it
-// in grants, when not nil.
-func parseOutcomes(reply any, n int, grants []grant) ([]limiter.Outcome, error) {
-	b, ok := reply.(string)
+// parseOutcomes reads batch.lua's reply to n hits. A hit granted a slice
+// gets it in grants, when not nil.
+func parseOutcomes(v any, n int, grants []grant) ([]limiter.Outcome, error) {
+	b, ok := v.(string)
 	bad := func() error {
-		return fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", reply, len(b), n)
+		return fmt.Errorf("redis: unexpected script reply %T (%d bytes) for %d hits", v, len(b), n)
 	}
-	if !ok || len(b) < 4*8*n || len(b)%8 != 0 {
+	if !ok || len(b) < 4*8*n {
 		return nil, bad()
 	}
-	r := doubles{b: b, valid: true}
-	f := r.at
+	r := reply{b: b}
 	outs := make([]limiter.Outcome, n)
-	at := 0 // the double where hit i's answer starts
 	for i := range outs {
-		if 8*(at+4) > len(b) {
+		a, ok := r.next()
+		if !ok {
 			return nil, bad()
 		}
-		allowed, retry, rem := f(at), f(at+3), f(at+1)
 		outs[i] = limiter.Outcome{
-			Allowed:    allowed >= 1,
-			Remaining:  uint64(max(rem, 0)),
-			ResetAfter: time.Duration(max(f(at+2), 0)) * time.Microsecond,
+			Allowed:    a.allowed >= 1,
+			Remaining:  uint64(max(a.remaining, 0)),
+			ResetAfter: time.Duration(max(a.reset, 0)) * time.Microsecond,
+			RetryAfter: time.Duration(max(a.retry, 0)) * time.Microsecond,
 		}
-		if rem < 0 && allowed < 1 {
+		if a.remaining < 0 && a.allowed < 1 {
 			// A rejected hit that was counted: its count's excess over
 			// the limit (see fixed_window.lua).
-			outs[i].Excess = uint64(-rem)
+			outs[i].Excess = uint64(-a.remaining)
 		}
-		at += 4
-		if allowed > 1 {
-			// A slice: the retry double names its window, a fifth its
-			// generation.
-			if 8*(at+1) > len(b) {
-				return nil, bad()
-			}
+		if a.allowed > 1 {
+			// A slice: the retry double names its window, not a wait.
+			outs[i].RetryAfter = 0
 			if grants != nil {
-				grants[i] = grant{extra: uint64(allowed - 1), window: retry, gen: f(at)}
+				grants[i] = grant{extra: uint64(a.allowed - 1), window: a.retry, gen: a.gen}
 			}
-			retry = 0
-			at++
 		}
-		outs[i].RetryAfter = time.Duration(max(retry, 0)) * time.Microsecond
 	}
-	if 8*at != len(b) || !r.valid {
+	if r.at != len(b) {
 		return nil, bad()
 	}
 	return outs, nil
 }
 
-// doubles reads batch.lua's reply, little-endian doubles; a double it
-// never sends (NaN, infinite, past ±2^62) clears valid and reads as 0:
-// converted, it would be whatever the machine makes of it.
-type doubles struct {
-	b     string
-	valid bool
+// reply reads batch.lua's reply one hit's answer at a time: 4
+// little-endian doubles (allowed, remaining, reset, retry), and a fifth,
+// the slice's generation, after a hit granted a slice (allowed > 1).
+// Every reader of a reply goes through next, so that splitting a merged
+// reply (answerBytes) and decoding it (parseOutcomes) cannot disagree on
+// where an answer ends.
+type reply struct {
+	b  string
+	at int // the byte where the next answer starts
 }
 
-// at is double i as an int64.
-func (d *doubles) at(i int) int64 {
+// answer is one hit's part of a reply.
+type answer struct{ allowed, remaining, reset, retry, gen int64 }
+
+// next reads the next answer; false if the reply ends inside it or it
+// holds a double batch.lua never sends.
+func (r *reply) next() (answer, bool) {
+	var a answer
+	if r.at+32 > len(r.b) {
+		return a, false
+	}
+	var ok [4]bool
+	a.allowed, ok[0] = r.double(0)
+	a.remaining, ok[1] = r.double(1)
+	a.reset, ok[2] = r.double(2)
+	a.retry, ok[3] = r.double(3)
+	if ok != [4]bool{true, true, true, true} {
+		return a, false
+	}
+	size := 32
+	if a.allowed > 1 {
+		if size = 40; r.at+size > len(r.b) {
+			return a, false
+		}
+		if a.gen, ok[0] = r.double(4); !ok[0] {
+			return a, false
+		}
+	}
+	r.at += size
+	return a, true
+}
+
+// double is the answer's double i as an int64, false for a double
+// batch.lua never sends (NaN, infinite, past ±2^62): converted, it would
+// be whatever the machine makes of it.
+func (r *reply) double(i int) (int64, bool) {
+	at := r.at + 8*i
 	var u uint64
 	for k := 7; k >= 0; k-- {
-		u = u<<8 | uint64(d.b[8*i+k])
+		u = u<<8 | uint64(r.b[at+k])
 	}
 	v := math.Float64frombits(u)
 	if !exact(v) {
-		d.valid = false
-		return 0
+		return 0, false
 	}
-	return int64(v)
+	return int64(v), true
 }
 
 // exact reports whether v is a number batch.lua's replies hold: finite,

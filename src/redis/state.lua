@@ -58,10 +58,10 @@ end
 
 -- load reads a key's state: three doubles (zeros when absent; a fixed
 -- window's is {w, count, 0}, from window w's key, win_key), or for a
--- sliding log (alg 3) its blob ("" when absent), and whether the key was
+-- sliding log its blob ("" when absent), and whether the key was
 -- there.
 local function load(key, alg, w)
-  if alg == 0 then
+  if alg == FIXED_WINDOW then
     local c = tonumber(redis.call('GET', win_key(key, w)) or '')
     if c then
       return w, c, 0, true
@@ -69,7 +69,7 @@ local function load(key, alg, w)
     return 0, 0, 0, false
   end
   local v = redis.call('GET', key)
-  if alg == 3 then
+  if alg == SLIDING_LOG then
     if v then
       return v, 0, 0, true
     end
@@ -83,14 +83,19 @@ local function load(key, alg, w)
 end
 
 local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
-  if alg == 1 then
+  if alg == SLIDING_WINDOW then
     return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
-  elseif alg == 2 then
+  elseif alg == TOKEN_BUCKET then
     return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
-  elseif alg == 3 then
+  elseif alg == SLIDING_LOG then
     return sliding_log(s1, now, limit, p, cost, refund, overdraft)
   end
   return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej)
+end
+
+-- has says whether flags double f has flag's bit.
+local function has(f, flag)
+  return math.floor(f / flag) % 2 == 1
 end
 
 -- flags splits a hit's flags double: advisory, refund, overdraft,
@@ -99,5 +104,5 @@ local function flags(f)
   if f == 0 then
     return false, false, false, false, 0
   end
-  return f % 2 == 1, math.floor(f / 2) % 2 == 1, math.floor(f / 4) % 2 == 1, math.floor(f / 8) % 2 == 1, math.floor(f / 16)
+  return has(f, FLAG_ADVISORY), has(f, FLAG_REFUND), has(f, FLAG_OVERDRAFT), has(f, FLAG_COUNT_REJECTED), math.floor(f / FLAG_LEASE)
 end

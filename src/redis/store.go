@@ -205,7 +205,7 @@ func (s *Store) apply(ctx context.Context, b limiter.Batch, wants []uint64) (out
 		}
 		return out, collectGrants(groups, len(b.Hits)), nil
 	}
-	if err := s.run(ctx, deadline, now, mode, groups, outs); err != nil {
+	if err := s.applyGroups(ctx, deadline, now, mode, groups, outs); err != nil {
 		return nil, nil, err
 	}
 	s.remember(b.Hits, outs, localNow)
@@ -232,13 +232,13 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 	out, err := limiter.CheckThenCount(b, func(step limiter.Step, _ []limiter.Outcome) ([]limiter.Outcome, error) {
 		switch step {
 		case limiter.StepCheck:
-			return outs, s.run(ctx, deadline, now, modeDryRun, groups, outs)
+			return outs, s.applyGroups(ctx, deadline, now, modeDryRun, groups, outs)
 		case limiter.StepReports:
 			counted = true
-			return outs, s.run(ctx, deadline, now, modeEach, reportGroups(groups, outs), outs)
+			return outs, s.applyGroups(ctx, deadline, now, modeEach, reportGroups(groups, outs), outs)
 		}
 		counted = true
-		return outs, s.run(ctx, deadline, now, modeAllOrNothing, groups, outs)
+		return outs, s.applyGroups(ctx, deadline, now, modeAllOrNothing, groups, outs)
 	})
 	if err != nil {
 		return nil, err
@@ -249,10 +249,10 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 	return out, nil
 }
 
-// run executes the groups' calls in one round trip and fills outs. Plain
+// applyGroups sends the groups' calls in one round trip and fills outs. Plain
 // hits that must be decided again (plain.go) take a second, as the
 // function's. ctx ends at deadline unless batching is on (see Apply).
-func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
+func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
 		calls[i] = s.newCall(ctx, now, mode, g)
@@ -311,18 +311,18 @@ func (s *Store) run(ctx context.Context, deadline time.Time, now int64, mode scr
 // each call's reply and err.
 func (s *Store) send(ctx context.Context, deadline time.Time, calls []*call) {
 	if s.batch != nil {
-		s.runBatched(ctx, deadline, calls)
+		s.sendBatched(ctx, deadline, calls)
 	} else {
-		s.runner.exec(ctx, false, calls)
+		s.runner.send(ctx, false, calls)
 	}
 }
 
-// runBatched hands the calls to the batcher, which pipelines them with
+// sendBatched hands the calls to the batcher, which pipelines them with
 // other decisions' calls, and sets each call's reply and err.
-func (s *Store) runBatched(ctx context.Context, deadline time.Time, calls []*call) {
+func (s *Store) sendBatched(ctx context.Context, deadline time.Time, calls []*call) {
 	if len(calls) == 1 {
 		c := calls[0]
-		c.reply, c.err = s.batch.do(ctx, deadline, c)
+		c.reply, c.err = s.batch.send(ctx, deadline, c)
 		return
 	}
 	var wg sync.WaitGroup
@@ -330,7 +330,7 @@ func (s *Store) runBatched(ctx context.Context, deadline time.Time, calls []*cal
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.reply, c.err = s.batch.do(ctx, deadline, c)
+			c.reply, c.err = s.batch.send(ctx, deadline, c)
 		}()
 	}
 	wg.Wait()

@@ -524,7 +524,7 @@ func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 		}
 		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil)})
 	}
-	sendCalls(context.Background(), c, true, false, calls) // merged: one script call
+	sendScripted(context.Background(), c, true, false, calls) // merged: one script call
 	for i, bt := range batches {
 		r := calls[i]
 		if r.err != nil {

@@ -5,8 +5,7 @@
 -- retry (µs), expire_at (µs), write (whether to store the new state).
 -- Mirrors limiter.tokenStep in src/limiter/math.go line for line.
 
--- MAX_DEBT mirrors limiter.maxDebt: twice the longest period, in µs.
-local MAX_DEBT = 2 * 10 * 366 * 24 * 3600 * 1000000
+-- MAX_DEBT (the contract) is limiter.maxDebt: twice the longest period, in µs.
 
 local function token_bucket(tat0, now, limit, p, cost, burst, refund, overdraft)
   if burst == 0 then
