@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -112,7 +113,7 @@ func run(ctx context.Context) error {
 func startQuota(ctx context.Context, s settings.Settings, store limiter.Store, configs *reload.Holder,
 	reg *metrics.Registry, debug map[string]http.Handler, log logrus.FieldLogger) *rlqs.Service {
 	o := s.RLQSOptions()
-	o.Store, o.Configs, o.Logger = store, configs, log
+	o.Store, o.Configs, o.Logger, o.Clock = store, configs, log, processClock
 	q := rlqs.New(o)
 	for _, c := range q.Collectors() {
 		reg.MustRegister(c)
@@ -157,11 +158,21 @@ func oneLine(err error) error {
 	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 }
 
+// processClock is the one clock the wiring hands out (docs/stores.md):
+// the quota service names its windows by it and, with
+// RLQS_SHARED_COUNTERS, so does the RLS handler, so that both name the
+// same window. Otherwise each store counts by its own clock (Redis's
+// TIME), which the handler leaves it by passing none.
+func processClock() time.Time { return time.Now() }
+
 // serviceOptions projects the settings onto the RLS handler's options.
 func serviceOptions(s settings.Settings, store limiter.Store, fallback limiter.Store, configs *reload.Holder, reg *metrics.Registry,
 	limited service.Limited, log logrus.FieldLogger) service.Options {
 	o := s.ServiceOptions()
 	o.Store, o.Fallback, o.Configs = store, fallback, configs
+	if o.SharedWindows {
+		o.Now = processClock
+	}
 	o.Metrics, o.Limited, o.Logger = reg, limited, log
 	return o
 }

@@ -49,3 +49,24 @@ func TestStoreGetsItsOwnClockByDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedWindowsNeedTheClock: counting on the quota service's window
+// counters names windows by the clock it names them by, which the wiring
+// must pass; there is no hidden process clock to fall back on.
+func TestSharedWindowsNeedTheClock(t *testing.T) {
+	cur := configs(t, "test.yaml", testConfig)
+	if _, err := New(Options{Store: &nowRecorder{}, Configs: cur, SharedWindows: true, Logger: quietLogger()}); err == nil {
+		t.Fatal("SharedWindows without Now was accepted")
+	}
+	rec := &nowRecorder{}
+	s, err := New(Options{Store: rec, Configs: cur, SharedWindows: true, Now: func() time.Time { return t0 }, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ShouldRateLimit(context.Background(), req("web", d("ip=1"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last.Load(); got == nil || !got.Equal(t0) {
+		t.Errorf("Batch.Now = %v, want the passed clock's %v", got, t0)
+	}
+}

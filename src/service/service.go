@@ -31,16 +31,17 @@ type Options struct {
 	Store   limiter.Store
 	Configs Configs
 	// Now, when set, is the clock handed to the store with every batch.
-	// Nil (production) hands the zero instant, which tells each store to
-	// use its own clock: Redis's TIME for the Redis store, so replicas
-	// whose clocks disagree still share one window; the process clock for
-	// the memory store. Tests set it to count at named instants.
+	// Nil hands the zero instant, which tells each store to use its own
+	// clock: Redis's TIME for the Redis store, so replicas whose clocks
+	// disagree still share one window; the process clock for the memory
+	// store. The wiring sets it only with SharedWindows (and tests, to
+	// count at named instants).
 	Now func() time.Time
 	// SharedWindows counts fixed-window hits on the per-window counters
 	// the Rate Limit Quota Service reserves its grants on
 	// (RLQS_SHARED_COUNTERS), so that RLS clients and RLQS fleets share
-	// one count. Windows are then named by the process clock (Now, or
-	// time.Now), not the store's.
+	// one count. Windows are then named by Now, the clock the quota
+	// service names its windows by, which it requires.
 	SharedWindows bool
 	// ShadowMode answers an overall OK whatever the outcome (SHADOW_MODE),
 	// still counting; each descriptor's status says what was decided.
@@ -124,6 +125,9 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Store == nil || opts.Configs == nil {
 		return nil, errors.New("service: Store and Configs are required")
+	}
+	if opts.SharedWindows && opts.Now == nil {
+		return nil, errors.New("service: SharedWindows needs Now, the clock the quota service names its windows by")
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.New()
@@ -233,7 +237,7 @@ func (s *Server) count(ctx context.Context, plan *config.Plan) ([]limiter.Outcom
 	}
 	now := s.now()
 	if s.opts.SharedWindows {
-		now = windowKeys(plan.Hits, now)
+		windowKeys(plan.Hits, now)
 	}
 	began := time.Now()
 	outcomes, err := s.opts.Store.Apply(ctx, limiter.Batch{Now: now, Hits: plan.Hits, AllOrNothing: s.opts.StopIncrementWhenOverLimit})
@@ -249,21 +253,14 @@ func (s *Server) count(ctx context.Context, plan *config.Plan) ([]limiter.Outcom
 }
 
 // windowKeys moves each fixed-window hit (not overdraft, not leased) onto
-// its window's own counter, the one RLQS reserves its grants on, and
-// returns the instant the windows are named by: now, or the process
-// clock when now is zero, since a key's window is fixed before the store
-// sees it.
-func windowKeys(hits []limiter.Hit, now time.Time) time.Time {
-	if now.IsZero() {
-		now = time.Now()
-	}
+// its window's own counter as of now, the one RLQS reserves its grants on.
+func windowKeys(hits []limiter.Hit, now time.Time) {
 	for i := range hits {
 		h := &hits[i]
 		if h.Rule.Algorithm == limiter.FixedWindow && !h.Rule.Overdraft && h.Rule.Lease == "" {
 			h.Key = limiter.WindowKey(h.Key, limiter.WindowOf(now, h.Rule.Period))
 		}
 	}
-	return now
 }
 
 // now is the instant handed to the store: zero (the store's own clock)
