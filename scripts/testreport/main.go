@@ -29,7 +29,7 @@ type event struct {
 }
 
 func main() {
-	os.Exit(report(os.Stdin, os.Stdout, 20*time.Second))
+	os.Exit(report(os.Stdin, os.Stdout, 15*time.Second))
 }
 
 // report reads events from r and writes progress to w; it returns the exit
@@ -51,7 +51,9 @@ func report(r io.Reader, w io.Writer, quiet time.Duration) int {
 	}()
 	pw := &progressWriter{w: w, last: time.Now()}
 	w = pw
-	tick := time.NewTicker(max(quiet/4, time.Millisecond))
+	// Checked every second (or faster for a short quiet): a check every
+	// quiet/4 left a cold run silent for 25 s with quiet at 20 s.
+	tick := time.NewTicker(max(min(quiet/4, time.Second), time.Millisecond))
 	defer tick.Stop()
 read:
 	for {
