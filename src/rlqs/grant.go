@@ -101,10 +101,10 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 		}
 		t.raise(now, now.Add(s.o.TTL+s.o.Delivery), r)
 		j.members, j.trials = append(j.members, m), append(j.trials, t)
-		for w, n := range t.shortfall(now) {
+		t.shortfall(now, func(w int64, n uint64) {
 			at := maxTime(t.start(w), now)
 			j.asks = append(j.asks, &ask{j: j, m: i, mb: m, rule: m.p.rule, w: w, n: n, at: at, key: m.p.key})
-		}
+		})
 	}
 	return j
 }

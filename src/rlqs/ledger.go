@@ -26,10 +26,8 @@ import (
 // rate frees nothing before the higher one's horizon has passed.
 type ledger struct {
 	period time.Duration
-	segs   []seg             // the envelope from the present on, sorted, disjoint
-	past   map[int64]float64 // window → the envelope's integral before the present
-	resets map[int64]uint64
-	held   map[int64]uint64 // window → tokens the store holds for this bucket
+	segs   []seg // the envelope from the present on, sorted, disjoint
+	wins   wins  // what is known of each window from the present's on
 	// began is when the envelope first rose: a window that starts after it
 	// may open with the token the bucket kept. (A bucket whose assignment
 	// lapsed since starts again full: that is a reset, counted apart.)
@@ -62,7 +60,7 @@ type seg struct {
 }
 
 func newLedger(period time.Duration) *ledger {
-	return &ledger{period: period, past: map[int64]float64{}, resets: map[int64]uint64{}, held: map[int64]uint64{}, burst: 1, sent: 1}
+	return &ledger{period: period, burst: 1, sent: 1}
 }
 
 // grant notes a grant of capacity c sent at now, in force until until at
@@ -96,33 +94,21 @@ func (l *ledger) advance(now time.Time) {
 			keep = append(keep, s)
 			continue
 		}
-		end := minTime(s.to, now)
-		l.addIntegral(l.past, s.from, end, s.rate)
+		l.addIntegral(s.from, minTime(s.to, now), s.rate)
 		if s.to.After(now) {
 			keep = append(keep, seg{now, s.to, s.rate})
 		}
 	}
 	l.segs = keep
-	for _, m := range []map[int64]uint64{l.resets, l.held} {
-		for w := range m {
-			if w < cur {
-				delete(m, w)
-			}
-		}
-	}
-	for w := range l.past {
-		if w < cur {
-			delete(l.past, w)
-		}
-	}
+	l.wins.dropBefore(cur)
 }
 
-// addIntegral adds rate × the part of [from, to) in each window to m.
-func (l *ledger) addIntegral(m map[int64]float64, from, to time.Time, rate float64) {
+// addIntegral adds rate × the part of [from, to) in each window to its past.
+func (l *ledger) addIntegral(from, to time.Time, rate float64) {
 	for from.Before(to) {
 		w := l.window(from)
 		end := minTime(to, l.start(w+1))
-		m[w] += rate * end.Sub(from).Seconds()
+		l.wins.at(w).past += rate * end.Sub(from).Seconds()
 		from = end
 	}
 }
@@ -132,7 +118,7 @@ func (l *ledger) raise(from, to time.Time, rate float64) {
 	if l.began.IsZero() {
 		l.began = from
 	}
-	var out []seg
+	out := make([]seg, 0, len(l.segs)+3)
 	cur := from
 	for _, s := range l.segs {
 		if !s.to.After(from) || !s.from.Before(to) {
@@ -162,13 +148,14 @@ func (l *ledger) raise(from, to time.Time, rate float64) {
 // reset notes that a bucket may start full again at a moment in [from, to].
 func (l *ledger) reset(from, to time.Time) {
 	for w := l.window(from); w <= l.window(to); w++ {
-		l.resets[w]++
+		l.wins.at(w).resets++
 	}
 }
 
 // need is what window w needs in all.
 func (l *ledger) need(w int64) uint64 {
-	sum := l.past[w]
+	x := l.wins.get(w)
+	sum := x.past
 	touched := sum > 0
 	ws, we := l.start(w), l.start(w+1)
 	for _, s := range l.segs {
@@ -178,7 +165,7 @@ func (l *ledger) need(w int64) uint64 {
 			sum += s.rate * hi.Sub(lo).Seconds()
 		}
 	}
-	if !touched && l.resets[w] == 0 {
+	if !touched && x.resets == 0 {
 		return 0
 	}
 	var kept uint64
@@ -187,42 +174,35 @@ func (l *ledger) need(w int64) uint64 {
 	}
 	// A hair below a whole number is that number: float sums of a rate
 	// that is a whole number of tokens per period must not round up.
-	return kept + l.burst*l.resets[w] + uint64(math.Ceil(sum-1e-6))
+	return kept + l.burst*x.resets + uint64(math.Ceil(sum-1e-6))
 }
 
-// shortfall lists, for every window from now's to the envelope's end, what
-// the store must still grant to cover the need.
-func (l *ledger) shortfall(now time.Time) map[int64]uint64 {
-	out := map[int64]uint64{}
+// shortfall calls f, for every window from now's to the envelope's end,
+// with what the store must still grant to cover the window's need, where
+// that is more than nothing.
+func (l *ledger) shortfall(now time.Time, f func(w int64, n uint64)) {
 	last := l.window(now)
 	if n := len(l.segs); n > 0 {
 		last = max(last, l.window(l.segs[n-1].to.Add(-time.Nanosecond)))
 	}
-	for w := range l.resets {
-		last = max(last, w)
-	}
-	for w := l.window(now); w <= last; w++ {
-		if n := l.need(w); n > l.held[w] {
-			out[w] = n - l.held[w]
+	for _, x := range l.wins {
+		if x.resets > 0 {
+			last = max(last, x.w)
 		}
 	}
-	return out
+	for w := l.window(now); w <= last; w++ {
+		if n, held := l.need(w), l.wins.get(w).held; n > held {
+			f(w, n-held)
+		}
+	}
 }
 
 // clone copies l, to try a rate without committing it.
 func (l *ledger) clone() *ledger {
-	c := &ledger{period: l.period, began: l.began, burst: l.burst, sent: l.sent, burstUntil: l.burstUntil, segs: append([]seg(nil), l.segs...),
-		past: make(map[int64]float64, len(l.past)), resets: make(map[int64]uint64, len(l.resets)), held: make(map[int64]uint64, len(l.held))}
-	for k, v := range l.past {
-		c.past[k] = v
-	}
-	for k, v := range l.resets {
-		c.resets[k] = v
-	}
-	for k, v := range l.held {
-		c.held[k] = v
-	}
-	return c
+	c := *l
+	c.segs = append([]seg(nil), l.segs...)
+	c.wins = append(wins(nil), l.wins...)
+	return &c
 }
 
 func sortSegs(s []seg) {
@@ -260,4 +240,54 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// win is what a ledger knows of one window.
+type win struct {
+	w      int64
+	past   float64 // the envelope's integral before the present
+	resets uint64  // times the bucket may start full again in it
+	held   uint64  // tokens the store holds for this bucket
+}
+
+// wins is a ledger's windows, sorted. They are few (from the present's to
+// the end of the TTL's reach), and every round clones every bucket's
+// ledger: a short slice costs one allocation where maps cost several,
+// which under bucket churn was most of the service's garbage.
+type wins []win
+
+// get returns window w's record, zero if there is none.
+func (ws wins) get(w int64) win {
+	for _, x := range ws {
+		if x.w == w {
+			return x
+		}
+	}
+	return win{w: w}
+}
+
+// at returns window w's record, added if there was none.
+func (ws *wins) at(w int64) *win {
+	s := *ws
+	i := 0
+	for i < len(s) && s[i].w < w {
+		i++
+	}
+	if i == len(s) || s[i].w != w {
+		s = append(s, win{})
+		copy(s[i+1:], s[i:])
+		s[i] = win{w: w}
+		*ws = s
+	}
+	return &(*ws)[i]
+}
+
+// dropBefore forgets the windows before w.
+func (ws *wins) dropBefore(w int64) {
+	s := *ws
+	i := 0
+	for i < len(s) && s[i].w < w {
+		i++
+	}
+	*ws = append(s[:0], s[i:]...)
 }

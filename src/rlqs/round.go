@@ -1,9 +1,13 @@
 package rlqs
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -96,9 +100,9 @@ func (s *Service) credit(j *job) {
 	j.credited = true
 	for _, a := range j.asks {
 		if a.ok {
-			j.trials[a.m].held[a.w] += a.n
+			j.trials[a.m].wins.at(a.w).held += a.n
 			if j.refused || j.failed {
-				a.mb.l.held[a.w] += a.n
+				a.mb.l.wins.at(a.w).held += a.n
 			}
 		}
 	}
@@ -244,6 +248,11 @@ func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
 	for at, all := range byAt {
 		for _, asks := range batches(all, maxBatch) {
 			s.reserveBatch(ctx, at, asks, dry)
+			// Let the ordinary calls waiting for a processor run between
+			// batches: the scheduler would preempt this goroutine only
+			// after 10 ms, and on two cores those calls would wait that
+			// long behind a round (BenchmarkRLQSChurn).
+			runtime.Gosched()
 		}
 	}
 }
@@ -258,29 +267,33 @@ const maxBatch = 128
 // batches cuts asks into batches of about max, keeping the asks of one
 // store key together and in order: a key's later asks see its earlier
 // ones within a batch, and asks of different keys are independent, so
-// the batches decide as one call would.
+// the batches decide as one call would. A stable sort by (key, window)
+// groups them without a string or a map per key, which a round over
+// thousands of buckets would otherwise allocate.
 func batches(asks []*ask, max int) [][]*ask {
 	if len(asks) <= max {
 		return [][]*ask{asks}
 	}
-	byKey := map[string][]*ask{}
-	var order []string
-	for _, a := range asks {
-		k := limiter.WindowKey(a.key, a.w)
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
+	sorted := slices.Clone(asks)
+	slices.SortStableFunc(sorted, func(a, b *ask) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
 		}
-		byKey[k] = append(byKey[k], a)
-	}
+		return cmp.Compare(a.w, b.w)
+	})
 	var out [][]*ask
-	var cur []*ask
-	for _, k := range order {
-		if g := byKey[k]; len(cur) > 0 && len(cur)+len(g) > max {
-			out, cur = append(out, cur), nil
+	start := 0 // where the batch being cut starts
+	for i := 0; i < len(sorted); {
+		j := i + 1 // the end of the key's asks
+		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].w == sorted[i].w {
+			j++
 		}
-		cur = append(cur, byKey[k]...)
+		if i > start && j-start > max {
+			out, start = append(out, sorted[start:i]), i
+		}
+		i = j
 	}
-	return append(out, cur)
+	return append(out, sorted[start:])
 }
 
 // reserveBatch asks the store for one batch of asks, at at.
@@ -309,7 +322,7 @@ func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask, d
 			if j.left[a.m] == nil {
 				j.left[a.m] = map[int64]uint64{}
 			}
-			j.left[a.m][a.w] = j.trials[a.m].held[a.w] + outs[i].Remaining
+			j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
 			j.failed = true
 		default:
 			j.failed = true
