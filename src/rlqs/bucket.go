@@ -50,6 +50,7 @@ type bucket struct {
 	sentKind kind
 	sentQ    uint32
 	sentF    int64
+	sentCap  uint64
 	// lapsed is set when an assignment may not have arrived: the next token
 	// bucket may find the Envoy's bucket expired, and so start full.
 	lapsed bool

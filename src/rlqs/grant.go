@@ -15,7 +15,7 @@ import (
 func (s *Service) cut(j *job, now time.Time) *job {
 	s.stats.shortfalls.Inc()
 	fits := func(q uint32) *job {
-		c := s.limitedJob(j.b, now, q, j.f)
+		c := s.sizedJob(j.b, now, q, j.f, false)
 		for i, t := range c.trials {
 			for w, left := range j.left[i] {
 				if t.need(w) > left {
@@ -67,9 +67,16 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 }
 
 // limitedJob is the job of granting b q tokens every f seconds: each
-// member's ledger with the grant in it, and what the store must add.
+// member's ledger with the grant in it, and what the store must add. Its
+// capacity may grow (see capacityFor); cut's smaller grants keep it.
 func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
-	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacity(q)}
+	return s.sizedJob(b, now, q, f, true)
+}
+
+// sizedJob is limitedJob, with a capacity that may grow or not.
+func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
+	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacityFor(b, q, lapsed, mayGrow)}
 	if b.sentKind == kindLimited && f != b.sentF && q == b.sentQ {
 		// Envoy 1.40 takes a token bucket with the same capacity and
 		// tokens_per_fill, and a fill interval differing only in whole
@@ -84,7 +91,6 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 	}
 	q = j.q
 	r := float64(q) / float64(f)
-	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
 	for i, m := range b.members {
 		m.l.advance(now)
 		t := m.l.clone()
@@ -108,6 +114,33 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 	}
 	return j
 }
+
+// capacityFor is the capacity of b's next grant of q tokens per period.
+// A token bucket that starts full anyway (startsFull: a first one, or one
+// after DENY_ALL or a lapse) takes capacity(q). Otherwise a capacity that
+// grows costs a reset in its window (the Envoy rescales the tokens it
+// holds), which a pool whose shares fill its limit cannot spare: such a
+// grant was cut to fit, with a capacity of 1 again, round after round (3
+// equal Envoys with Poisson arrivals held 7/1, 9/2 and 7/1 of 30/s, and a
+// capacity of 1 loses the refills that come due while its token waits).
+// So the capacity grows only where mayGrow (the round's first try; cut's
+// smaller grants keep the capacity held), and shrinks only below
+// shrinkBelow tokens per period, so that it does not flap.
+func capacityFor(b *bucket, q uint32, startsFull, mayGrow bool) uint64 {
+	switch {
+	case startsFull || b.sentCap == 0:
+		return capacity(q)
+	case q < shrinkBelow:
+		return 1
+	case mayGrow:
+		return max(b.sentCap, capacity(q))
+	}
+	return b.sentCap
+}
+
+// shrinkBelow is the grant, in tokens per period, below which a capacity
+// of 2 shrinks to 1: half of where capacity gives 2.
+const shrinkBelow = 4
 
 // holdBack is the job of a limited bucket with no share this round: a token
 // bucket in force runs on (what the store holds covers it) while the next

@@ -389,7 +389,7 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 		for i, m := range j.members {
 			m.l = j.trials[i]
 		}
-		b.sentQ, b.sentF = j.q, j.f
+		b.sentQ, b.sentF, b.sentCap = j.q, j.f, j.capacity
 	}
 	b.sent, b.sentKind, b.lapsed = now, j.kind, false
 	s.stats.assignments.WithLabelValues(j.kind.String()).Inc()
