@@ -169,6 +169,20 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	}
 }
 
+// rank orders a crowded pool's busy members for a share: by want, one
+// holding a token bucket counted a quarter busier.
+func (m *member) rank() float64 {
+	if m.b.sentKind == kindLimited && !m.b.lapsed {
+		return m.want() * 1.25
+	}
+	return m.want()
+}
+
+// minShare is the share, in tokens per period, that a pool which cannot
+// give every busy member its want gives each holder at least, by
+// letting fewer hold one (see pool.fill).
+const minShare = 2
+
 // want is the demand a pool's fill sees: what was measured, with room to
 // grow by a tenth, so a bucket whose traffic rises shows it (as denials)
 // and gets more on the next fill; and at least a token per period, the

@@ -187,13 +187,33 @@ func (p *pool) fill() {
 			busy = append(busy, m)
 		}
 	}
-	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
 	limit := float64(p.rule.Limit) * p.frac
+	per := p.rule.Period.Seconds()
 	n, kept := len(busy), 0.0
 	for _, m := range busy {
 		kept += m.setAside()
 	}
+	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
+	if level := (limit - kept) / float64(max(n, 1)); n > 0 && level < minShare && level < busy[n-1].want()*per {
+		// Crowded: not every member can hold a share worth its cost, so
+		// those holding one keep it over noise in their demand (each
+		// change of holder costs a full start; 30 equal Envoys changed
+		// places round after round and used a quarter of the limit).
+		sort.SliceStable(busy, func(i, j int) bool { return busy[i].rank() > busy[j].rank() })
+	}
 	for n > 0 && limit-kept < float64(n) {
+		n--
+		kept -= busy[n].setAside()
+	}
+	// Every holder costs its window-start tokens in every window, so many
+	// holders of a token or so each spend the pool on those (30 Envoys of
+	// 2/s on 30/s used a quarter of it). Fewer hold a share until each
+	// gets minShare tokens per period or the least busy all it wants.
+	for n > 1 {
+		level := (limit - kept) / float64(n)
+		if level >= minShare || level >= busy[n-1].want()*per {
+			break
+		}
 		n--
 		kept -= busy[n].setAside()
 	}
@@ -202,7 +222,6 @@ func (p *pool) fill() {
 	for i, m := range busy {
 		wants[i] = m.want()
 	}
-	per := p.rule.Period.Seconds()
 	tokens := math.Floor(limit - kept)
 	shares := fill(tokens/per, wants)
 	// Grants are whole tokens per period, so that a window's need is a

@@ -88,3 +88,53 @@ func TestPoolFillSkewed(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolFillCrowded: 30 buckets of 2/s on a limit of 30 a second. Each
+// holder sets aside its window-start token, so 15 holders of a token a
+// second each used a quarter of the limit; fewer hold a share, each at
+// least minShare a second (or all it wants), and those already holding
+// one keep it over a newcomer of the same demand.
+func TestPoolFillCrowded(t *testing.T) {
+	p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+	var holders, others []*member
+	for i := range 30 {
+		b := &bucket{demand: 2, sentKind: kindLimited}
+		if i >= 10 {
+			b.sentKind = kindDeny // denied last round: not holding a token bucket
+		}
+		m := &member{b: b, p: p, l: newLedger(time.Second)}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		if i < 10 {
+			holders = append(holders, m)
+		} else {
+			others = append(others, m)
+		}
+	}
+	p.fill()
+	held, sum := 0, 0.0
+	for m := range p.members {
+		if m.target > 0 {
+			held++
+			sum += m.target
+			if m.target < minShare {
+				t.Errorf("a holder's target %.2f, want at least %d", m.target, minShare)
+			}
+		}
+	}
+	if held == 0 || held > 10 {
+		t.Errorf("%d buckets hold a share, want 1 to 10", held)
+	}
+	if sum+float64(held) > 30+1e-9 {
+		t.Errorf("targets %.2f and %d set aside, past the limit", sum, held)
+	}
+	for _, m := range others {
+		if m.target > 0 {
+			for _, h := range holders {
+				if h.target == 0 {
+					t.Fatal("a denied bucket took a share from one holding a token bucket of the same demand")
+				}
+			}
+		}
+	}
+}
