@@ -17,35 +17,51 @@ import (
 )
 
 // rlqsPattern is a fleet's demand: one rate per fake Envoy (requests per
-// second), paced or with Poisson arrivals.
+// second), paced or with Poisson arrivals, on the limit of 30 a second or,
+// perMinute, on one of 300 a minute.
 type rlqsPattern struct {
-	name    string
-	demands []float64
-	poisson bool
+	name      string
+	demands   []float64
+	poisson   bool
+	perMinute bool
 }
 
 var rlqsPatterns = []rlqsPattern{
-	{"3 equal (20/s each)", []float64{20, 20, 20}, false},
-	{"3 equal, Poisson", []float64{20, 20, 20}, true},
-	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false},
+	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false},
+	{"3 equal, Poisson", []float64{20, 20, 20}, true, false},
+	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false},
 	{"30 Envoys (2/s each)", func() []float64 {
 		d := make([]float64, 30)
 		for i := range d {
 			d[i] = 2
 		}
 		return d
-	}(), false},
-	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false},
+	}(), false, false},
+	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false},
+	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true},
+	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true},
 }
 
-// BenchmarkRLQSPatterns measures how much of one limit (30 a second) a fleet
-// of fake Envoys (Envoy 1.40's client, reports every 5 s, DENY_ALL before a
-// first assignment) uses under each demand pattern, through the binary on
-// the embedded store and on Redis: the worst second against the limit, the
-// share of the limit used once settled (from 12 s to -rlqs.phase), demand
-// admitted where demand is under the limit, and the Envoy furthest from its
-// max-min fair share (admitted over share). Loopback; each pattern runs
-// -rlqs.phase.
+// rlqsMinutes is how long a per-minute pattern runs: its first minute
+// settles, the whole minutes after it are read.
+var rlqsMinutes = flag.Duration("rlqs.minutes", 3*time.Minute, "BenchmarkRLQSPatterns: how long each per-minute pattern runs")
+
+// rlqsMinuteConfig adds the per-minute limit beside rlqsConfig's.
+const rlqsMinuteConfig = `
+  - key: tenant
+    value: minute
+    rate_limit: {unit: minute, requests_per_unit: 300}
+`
+
+// BenchmarkRLQSPatterns measures how much of one limit (30 a second, or 300
+// a minute) a fleet of fake Envoys (Envoy 1.40's client, reports every 5 s,
+// DENY_ALL before a first assignment) uses under each demand pattern,
+// through the binary on the embedded store and on Redis: the worst window
+// against the limit, the share of the limit used once settled (per second:
+// from 12 s to -rlqs.phase; per minute: the whole minutes after the first,
+// within -rlqs.minutes), demand admitted where demand is under the limit,
+// and the Envoy furthest from its max-min fair share (admitted over
+// share). Loopback; each pattern runs -rlqs.phase or -rlqs.minutes.
 //
 //	go test ./integration-test -run '^$' -bench RLQSPatterns -benchtime 1x -args -rlqs.phase=30s
 var rlqsPatternOnly = flag.String("rlqs.pattern", "", "BenchmarkRLQSPatterns: run only the patterns whose name matches this regular expression")
@@ -54,7 +70,7 @@ func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) {
-			rows := []string{"| pattern | worst second | used (settled) | demand admitted | furthest from fair share |", "|---|---|---|---|---|"}
+			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share |", "|---|---|---|---|---|"}
 			for _, pt := range rlqsPatterns {
 				if !only.MatchString(pt.name) {
 					continue
@@ -62,24 +78,31 @@ func BenchmarkRLQSPatterns(b *testing.B) {
 				rows = append(rows, rlqsPatternRow(b, store, pt))
 				b.Log(rows[len(rows)-1])
 			}
-			fmt.Println("RLQS patterns on " + store + ", limit 30/s:\n" + strings.Join(rows, "\n"))
+			fmt.Println("RLQS patterns on " + store + ", limit 30/s or 300/min:\n" + strings.Join(rows, "\n"))
 		})
 	}
 }
 
 func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
-	const limit = 30
-	env := writeConfig(b, map[string]string{"quota.yaml": rlqsConfig})
+	limit, window, id := 30.0, time.Second, map[string]string{"tenant": "acme"}
+	begin := time.Now()
+	end, settleAt := begin.Add(*rlqsPhase), begin.Add(12*time.Second)
+	if pt.perMinute {
+		limit, window, id = 300, time.Minute, map[string]string{"tenant": "minute"}
+		end = begin.Add(*rlqsMinutes)
+		settleAt = begin.Truncate(time.Minute).Add(2 * time.Minute) // the first whole minute after the first
+	}
+	env := writeConfig(b, map[string]string{"quota.yaml": rlqsConfig + rlqsMinuteConfig})
 	env["LOG_LEVEL"] = "warn"
 	if store == "redis" {
 		env["REDIS_URL"], env["BACKEND_TYPE"] = redistest.Start(b).Addr, "redis"
 	}
+	// Whole windows are read: from the first that starts at or after
+	// settleAt to the last that ends by end.
+	first := (settleAt.UnixNano() + int64(window) - 1) / int64(window)
+	last := end.UnixNano()/int64(window) - 1
 	p := start(b, env)
 	defer p.stop(b)
-	id := map[string]string{"tenant": "acme"}
-	begin := time.Now()
-	end := begin.Add(*rlqsPhase)
-	settleAt := begin.Add(12 * time.Second)
 	var mu sync.Mutex
 	per := map[int64]int{}
 	mine := make([]int, len(pt.demands))
@@ -89,8 +112,9 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 			OnAdmit: func(_ string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
-				per[at.Unix()]++
-				if !at.Before(settleAt) && at.Before(end) {
+				w := at.UnixNano() / int64(window)
+				per[w]++
+				if w >= first && w <= last {
 					mine[i]++
 				}
 			}})
@@ -104,31 +128,35 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	worst, used, secs := 0, 0, 0
-	for s, n := range per {
+	worst, used := 0, 0
+	for w, n := range per {
 		worst = max(worst, n)
-		if s >= settleAt.Unix() && s < end.Unix() {
-			used, secs = used+n, secs+1
+		if w >= first && w <= last {
+			used += n
 		}
+	}
+	if last < first {
+		return fmt.Sprintf("| %s | %d / %.0f | no whole window to read: run longer | | |", pt.name, worst, limit)
 	}
 	demand := 0.0
 	for _, d := range pt.demands {
 		demand += d
 	}
-	span := float64(secs)
-	shares := maxMinShares(limit, pt.demands)
+	span := float64(last-first+1) * window.Seconds() // seconds read
+	shares := maxMinShares(limit/window.Seconds(), pt.demands)
 	furthest, which := 1.0, 0
 	for i, n := range mine {
 		if r := float64(n) / span / shares[i]; math.Abs(r-1) > math.Abs(furthest-1) || i == 0 {
 			furthest, which = r, i
 		}
 	}
+	perSecond := limit / window.Seconds()
 	admitted := "-"
-	if demand < limit {
+	if demand < perSecond {
 		admitted = fmt.Sprintf("%.0f%%", 100*float64(used)/span/demand)
 	}
-	return fmt.Sprintf("| %s | %d / %d | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share |", pt.name, worst, limit,
-		100*float64(used)/span/limit, admitted, which, pt.demands[which], furthest)
+	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share |", pt.name, worst, limit,
+		100*float64(used)/span/perSecond, admitted, which, pt.demands[which], furthest)
 }
 
 // arrivals calls fn at rate a second until end: paced, or with Poisson
