@@ -177,8 +177,9 @@ func (m *member) setAside() float64 {
 // part of the limit (see exchangeDemand), of what it leaves once each
 // bucket's window-start tokens (its capacity) are set aside (a reset's
 // are not: the store refuses what no longer fits, and that bucket's next
-// grant is smaller). When the limit cannot give every busy bucket a
-// token per period besides, the least busy get nothing until it can.
+// grant is smaller), among the buckets holders picks: when the limit
+// cannot give every busy bucket minShare tokens per period (or all it
+// wants) besides, the least busy get nothing until it can.
 func (p *pool) fill() {
 	var busy []*member
 	for m := range p.members {
@@ -187,6 +188,21 @@ func (p *pool) fill() {
 			busy = append(busy, m)
 		}
 	}
+	per := p.rule.Period.Seconds()
+	busy, kept := p.holders(busy)
+	wants := make([]float64, len(busy))
+	for i, m := range busy {
+		wants[i] = m.want()
+	}
+	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
+	for i, u := range wholeTokens(fill(tokens/per, wants), per, tokens) {
+		busy[i].target = u / per
+	}
+}
+
+// holders picks which of the busy members hold a share, and the tokens
+// set aside for them (their window-start tokens, see setAside).
+func (p *pool) holders(busy []*member) ([]*member, float64) {
 	limit := float64(p.rule.Limit) * p.frac
 	per := p.rule.Period.Seconds()
 	n, kept := len(busy), 0.0
@@ -217,23 +233,21 @@ func (p *pool) fill() {
 		n--
 		kept -= busy[n].setAside()
 	}
-	busy = busy[:n]
-	wants := make([]float64, n)
-	for i, m := range busy {
-		wants[i] = m.want()
-	}
-	tokens := math.Floor(limit - kept)
-	shares := fill(tokens/per, wants)
-	// Grants are whole tokens per period, so that a window's need is a
-	// whole number too: floor each share, then hand the tokens the floors
-	// left to the largest remainders.
-	units := make([]float64, n)
+	return busy[:n], kept
+}
+
+// wholeTokens turns shares (tokens per second) into whole tokens per
+// period, so that a window's need is a whole number too: each share
+// floored, then the tokens the floors left (of tokens in all) handed to
+// the largest remainders.
+func wholeTokens(shares []float64, per, tokens float64) []float64 {
+	units := make([]float64, len(shares))
 	left := tokens
 	for i, t := range shares {
 		units[i] = math.Floor(t*per + 1e-9)
 		left -= units[i]
 	}
-	order := make([]int, n)
+	order := make([]int, len(shares))
 	for i := range order {
 		order[i] = i
 	}
@@ -250,9 +264,7 @@ func (p *pool) fill() {
 			left--
 		}
 	}
-	for i, m := range busy {
-		m.target = units[i] / per
-	}
+	return units
 }
 
 // reserve asks the store for every job's shortfall, one batch per
