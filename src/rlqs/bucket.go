@@ -180,7 +180,7 @@ func (m *member) rank() float64 {
 
 // minShare is the share, in tokens per period, that a pool which cannot
 // give every busy member its want gives each holder at least, by
-// letting fewer hold one (see pool.fill).
+// letting fewer hold one (see pool.holders).
 const minShare = 2
 
 // want is the demand a pool's fill sees: what was measured, with room to
