@@ -3,10 +3,8 @@ package rlqs
 import (
 	"cmp"
 	"context"
-	"math"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -158,113 +156,6 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 		}
 	}
 	return jobs
-}
-
-// setAside is what a member's grant needs in a window beside its rate:
-// the tokens its bucket may hold when the window starts and, when its
-// next token bucket starts full again (a first one, or one after DENY_ALL
-// or a lapse), one more for that. Not set aside, a bucket whose grant
-// must start full never fits once the others' shares fill the limit:
-// it is cut to nothing, denied, and must start full again next round.
-func (m *member) setAside() float64 {
-	if m.b.sentKind != kindLimited || m.b.lapsed {
-		return float64(m.l.burst) + 1
-	}
-	return float64(m.l.burst)
-}
-
-// fill sets every member's target: max-min fair shares of this replica's
-// part of the limit (see exchangeDemand), of what it leaves once each
-// bucket's window-start tokens (its capacity) are set aside (a reset's
-// are not: the store refuses what no longer fits, and that bucket's next
-// grant is smaller), among the buckets holders picks: when the limit
-// cannot give every busy bucket minShare tokens per period (or all it
-// wants) besides, the least busy get nothing until it can.
-func (p *pool) fill() {
-	var busy []*member
-	for m := range p.members {
-		m.target = 0
-		if m.want() > 0 {
-			busy = append(busy, m)
-		}
-	}
-	per := p.rule.Period.Seconds()
-	busy, kept := p.holders(busy)
-	wants := make([]float64, len(busy))
-	for i, m := range busy {
-		wants[i] = m.want()
-	}
-	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
-	for i, u := range wholeTokens(fill(tokens/per, wants), per, tokens) {
-		busy[i].target = u / per
-	}
-}
-
-// holders picks which of the busy members hold a share, and the tokens
-// set aside for them (their window-start tokens, see setAside).
-func (p *pool) holders(busy []*member) ([]*member, float64) {
-	limit := float64(p.rule.Limit) * p.frac
-	per := p.rule.Period.Seconds()
-	n, kept := len(busy), 0.0
-	for _, m := range busy {
-		kept += m.setAside()
-	}
-	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
-	if level := (limit - kept) / float64(max(n, 1)); n > 0 && level < minShare && level < busy[n-1].want()*per {
-		// Crowded: not every member can hold a share worth its cost, so
-		// those holding one keep it over noise in their demand (each
-		// change of holder costs a full start; 30 equal Envoys changed
-		// places round after round and used a quarter of the limit).
-		sort.SliceStable(busy, func(i, j int) bool { return busy[i].rank() > busy[j].rank() })
-	}
-	for n > 0 && limit-kept < float64(n) {
-		n--
-		kept -= busy[n].setAside()
-	}
-	// Every holder costs its window-start tokens in every window, so many
-	// holders of a token or so each spend the pool on those (30 Envoys of
-	// 2/s on 30/s used a quarter of it). Fewer hold a share until each
-	// gets minShare tokens per period or the least busy all it wants.
-	for n > 1 {
-		level := (limit - kept) / float64(n)
-		if level >= minShare || level >= busy[n-1].want()*per {
-			break
-		}
-		n--
-		kept -= busy[n].setAside()
-	}
-	return busy[:n], kept
-}
-
-// wholeTokens turns shares (tokens per second) into whole tokens per
-// period, so that a window's need is a whole number too: each share
-// floored, then the tokens the floors left (of tokens in all) handed to
-// the largest remainders.
-func wholeTokens(shares []float64, per, tokens float64) []float64 {
-	units := make([]float64, len(shares))
-	left := tokens
-	for i, t := range shares {
-		units[i] = math.Floor(t*per + 1e-9)
-		left -= units[i]
-	}
-	order := make([]int, len(shares))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ra, rb := shares[order[a]]*per-units[order[a]], shares[order[b]]*per-units[order[b]]
-		return ra > rb
-	})
-	for _, i := range order {
-		if left < 1 {
-			break
-		}
-		if shares[i]*per-units[i] > 1e-9 {
-			units[i]++
-			left--
-		}
-	}
-	return units
 }
 
 // reserve asks the store for every job's shortfall, one batch per
