@@ -1,10 +1,13 @@
 package rlqs
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/openrls/ratelimit/src/limiter"
 )
@@ -55,6 +58,47 @@ func TestBatches(t *testing.T) {
 		}
 		if tc.asks > tc.max && tc.keys >= tc.asks && len(got) < tc.asks/tc.max {
 			t.Errorf("%+v: %d batches", tc, len(got))
+		}
+	}
+}
+
+// largestCall is a store that records the most hits it was asked at once.
+type largestCall struct {
+	limiter.Store
+	mu      sync.Mutex
+	largest int
+}
+
+func (r *largestCall) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	r.mu.Lock()
+	r.largest = max(r.largest, len(b.Hits))
+	r.mu.Unlock()
+	return r.Store.Apply(ctx, b)
+}
+
+// TestDemandExchangedInSmallBatches: a full round publishes and reads
+// every pool's demand; over 2,000 pools that too is done in store calls of
+// at most maxBatch keys, and every pool gets its part. (One call held all
+// of them: TestRoundsAskInSmallBatches failed under the race detector when
+// a full round came before it ended.)
+func TestDemandExchangedInSmallBatches(t *testing.T) {
+	rec := &largestCall{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
+	s := New(Options{Store: rec})
+	for i := range 2000 {
+		key := fmt.Sprintf("k%d", i)
+		p := &pool{key: key, rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Second},
+			members: map[*member]struct{}{}, frac: 0.5}
+		b := &bucket{demand: 5}
+		p.members[&member{b: b, p: p}] = struct{}{}
+		s.pools[key] = p
+	}
+	s.exchangeDemand(context.Background(), time.Unix(1_700_000_000, 0))
+	if rec.largest == 0 || rec.largest > maxBatch {
+		t.Errorf("the largest store call held %d keys, want 1 to %d", rec.largest, maxBatch)
+	}
+	for key, p := range s.pools {
+		if p.frac != 1 {
+			t.Fatalf("pool %s: part %v, want 1 (the only replica)", key, p.frac)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"math"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -60,11 +61,11 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 		add[i] = limiter.Hit{Key: pb.key + "\x00" + strconv.FormatInt(w, 10), Rule: rule, Cost: pb.mine}
 		read[i] = limiter.Hit{Key: pb.key + "\x00" + strconv.FormatInt(w-1, 10), Rule: rule}
 	}
-	if _, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at(w), Hits: add}); err != nil {
+	if _, err := s.applyInBatches(ctx, at(w), add); err != nil {
 		s.storeError(err)
 		return
 	}
-	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at(w - 1), Hits: read})
+	outs, err := s.applyInBatches(ctx, at(w-1), read)
 	if err != nil {
 		s.storeError(err)
 		return
@@ -82,6 +83,26 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 			pb.p.frac = float64(pb.mine) / float64(total)
 		}
 	}
+}
+
+// applyInBatches applies hits of distinct keys at now in store calls of at
+// most maxBatch, yielding between them, as reserve does: one call over
+// thousands of pools would hold the embedded store's locks, or Redis, for
+// as long as it takes, and ordinary calls would wait behind it.
+func (s *Service) applyInBatches(ctx context.Context, now time.Time, hits []limiter.Hit) ([]limiter.Outcome, error) {
+	outs := make([]limiter.Outcome, 0, len(hits))
+	for len(hits) > 0 {
+		n := min(len(hits), maxBatch)
+		part, err := s.o.Store.Apply(ctx, limiter.Batch{Now: now, Hits: hits[:n]})
+		if err != nil {
+			return nil, err
+		}
+		outs, hits = append(outs, part...), hits[n:]
+		if len(hits) > 0 {
+			runtime.Gosched()
+		}
+	}
+	return outs, nil
 }
 
 // demandPeriod is the window demand is published in: the push interval,
