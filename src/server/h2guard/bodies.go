@@ -108,6 +108,29 @@ type body struct {
 	padPending, endsStr bool
 	fresh               int64
 	scratch             message // cur for a stream that had no message unfinished
+	discard             message // cur for a stream the server ended: nothing counted
+}
+
+// maxEnded bounds a connection's record of streams the server ended
+// before the client finished sending (see guardedConn.ended): past it the
+// lowest is forgotten, and its late bytes read as a new message would,
+// counted against the budget and cut like one.
+const maxEnded = 1024
+
+// endedByServer notes that the server ended a client stream. The caller
+// holds mu.
+func (c *guardedConn) endedByServer(stream uint32) {
+	if c.ended == nil {
+		c.ended = map[uint32]struct{}{}
+	}
+	if len(c.ended) >= maxEnded {
+		lowest := stream
+		for s := range c.ended {
+			lowest = min(lowest, s)
+		}
+		delete(c.ended, lowest)
+	}
+	c.ended[stream] = struct{}{}
 }
 
 // beginData starts reading a DATA frame of a client stream. The caller
@@ -118,6 +141,13 @@ func (c *guardedConn) beginData(stream uint32, flags byte, length uint32) {
 	b.padPending, b.endsStr = flags&flagPadded != 0, flags&flagEndStream != 0
 	if m, ok := c.messages[stream]; ok {
 		b.cur = m
+	} else if _, ok := c.ended[stream]; ok {
+		// The rest of a body the server stopped reading: not a new
+		// message. (A 3 MB request refused from its prefix kept sending;
+		// read as messages, its bytes held the budget for as long as
+		// the client took, and a slow client was cut for it.)
+		b.discard = message{}
+		b.cur = &b.discard
 	} else {
 		b.scratch = message{}
 		b.cur = &b.scratch
@@ -157,6 +187,9 @@ func (c *guardedConn) inboundData(p []byte) bool {
 // holds mu.
 func (c *guardedConn) consume(data []byte) {
 	b, m := &c.body, c.body.cur
+	if m == &b.discard {
+		return
+	}
 	for len(data) > 0 {
 		if m.left == 0 {
 			if m.have == 0 {
@@ -196,6 +229,12 @@ func (c *guardedConn) finish(m *message) {
 func (c *guardedConn) endData() Event {
 	b := &c.body
 	m := b.cur
+	if m == &b.discard {
+		if b.endsStr {
+			delete(c.ended, b.stream)
+		}
+		return ""
+	}
 	if b.endsStr || !m.unfinished() {
 		c.finish(m)
 		delete(c.messages, b.stream)

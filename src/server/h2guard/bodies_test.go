@@ -286,3 +286,56 @@ func TestManyRecordsAreBounded(t *testing.T) {
 		t.Errorf("%d records kept, past the budget's %d", n, (64<<10)/messageCost)
 	}
 }
+
+// TestBodiesAfterTheServerEnds: once the server ends a client stream
+// (trailers, or a reset), the rest of its body is bytes grpc-go discards,
+// not a new message: nothing is counted for it, however much comes or
+// however long it takes (a 3 MB request refused from its prefix used to
+// be read as messages of whatever length its bytes spelled, held past
+// slowBody on a slow machine and cut for abuse). The record of such
+// streams is bounded.
+func TestBodiesAfterTheServerEnds(t *testing.T) {
+	msg := grpcMessage(100000)
+	for i := prefixLen; i < len(msg); i++ {
+		msg[i] = 0x7f // read as a prefix, a message of about 2 GB
+	}
+	for _, end := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"trailers", rawFrame(frameHeaders, flagEndStream, 1)},
+		{"a reset", append(rawFrame(frameRST, 0, 1)[:frameHeader:frameHeader], 0, 0, 0, 0)},
+	} {
+		r := newBodyRig(1 << 20)
+		feedChunks(r.c, dataFrame(1, 0, msg[:20000], -1), 1)
+		if r.gl.o.Bytes.Used() == 0 {
+			t.Fatalf("%s: the unfinished message counts nothing", end.name)
+		}
+		if _, err := r.c.Write(end.frame); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.gl.o.Bytes.Used(); got != 0 {
+			t.Fatalf("%s: the server ended the stream, the budget still holds %d", end.name, got)
+		}
+		feedChunks(r.c, dataFrame(1, 0, msg[20000:60000], -1), 2)
+		if got := r.gl.o.Bytes.Used(); got != 0 {
+			t.Fatalf("%s: the rest of the body holds %d, want nothing", end.name, got)
+		}
+		feedChunks(r.c, dataFrame(1, flagEndStream, msg[60000:], -1), 3)
+		if got := r.gl.o.Bytes.Used(); got != 0 || r.c.cut.Load() {
+			t.Fatalf("%s: the rest of the body holds %d (cut %v), want nothing", end.name, got, r.c.cut.Load())
+		}
+		if len(r.c.ended) != 0 {
+			t.Fatalf("%s: the client ended the stream, %d ended streams still recorded", end.name, len(r.c.ended))
+		}
+	}
+	r := newBodyRig(1 << 20)
+	for s := uint32(1); s < 2*maxEnded+200; s += 2 {
+		r.c.mu.Lock()
+		r.c.endedByServer(s)
+		r.c.mu.Unlock()
+	}
+	if len(r.c.ended) > maxEnded {
+		t.Fatalf("%d ended streams recorded, want at most %d", len(r.c.ended), maxEnded)
+	}
+}

@@ -165,6 +165,11 @@ type guardedConn struct {
 	// DATA frame being read (see bodies.go).
 	messages map[uint32]*message
 	body     body
+	// ended holds client streams the server ended (trailers or a reset)
+	// while the client may still be sending their bodies: those bytes are
+	// the rest of a message already dropped, which grpc-go discards, not
+	// the start of a new one (bodies.go). At most maxEnded.
+	ended map[uint32]struct{}
 }
 
 func (c *guardedConn) Read(b []byte) (int, error) {
@@ -214,10 +219,12 @@ func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 		}
 		if flags&flagEndStream != 0 { // trailers: no more data
 			c.dropMessage(stream)
+			delete(c.ended, stream)
 		}
 	case frameRST:
 		delete(c.waiting, stream)
 		c.dropMessage(stream)
+		delete(c.ended, stream)
 		c.lastReset.Store(c.gl.now.Load())
 		// Many resets, and most of the streams opened: a client that
 		// cancels what it asks as a habit, not now and then.
@@ -268,6 +275,7 @@ func (c *guardedConn) outbound(typ, flags byte, stream uint32) bool {
 	}
 	if typ == frameRST || typ == frameHeaders && flags&flagEndStream != 0 {
 		c.dropMessage(stream) // the stream is over: grpc-go drops what comes
+		c.endedByServer(stream)
 	}
 	return false
 }

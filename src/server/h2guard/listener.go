@@ -228,16 +228,27 @@ func (gl *Listener) tick() {
 	}
 	gl.vacatePlaces(now.UnixNano())
 	gl.releaseTarpit(false)
+	// Every connection is judged before any is cut: a cut gives its bytes
+	// back (in the background), which would spare the address's other
+	// connections by chance of timing.
+	type cut struct {
+		c     *guardedConn
+		event Event
+	}
+	var cuts []cut
 	gl.conns.Range(func(k, _ any) bool {
 		c := k.(*guardedConn)
 		switch {
 		case c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano():
-			c.goAway(EventUnreadAnswers, false)
+			cuts = append(cuts, cut{c, EventUnreadAnswers})
 		case c.oldestBody() < now.Add(-stalledBody).UnixNano():
-			c.goAway(EventStalledBody, false)
+			cuts = append(cuts, cut{c, EventStalledBody})
 		case c.overShare(now.UnixNano()):
-			c.goAway(EventRequestBytes, false)
+			cuts = append(cuts, cut{c, EventRequestBytes})
 		}
 		return true
 	})
+	for _, x := range cuts {
+		x.c.goAway(x.event, false)
+	}
 }
