@@ -86,33 +86,17 @@ func TestReloadRootSymlinkSwap(t *testing.T) {
 	waitLimit(t, p, "a", 1)
 }
 
-// configMapUpdate lays out dir as the kubelet does: a timestamped directory,
-// ..data pointing at it (swapped atomically), and top-level links into ..data.
-func configMapUpdate(t *testing.T, dir, stamp string, files map[string]string) {
-	t.Helper()
-	writeFiles(t, filepath.Join(dir, stamp), files)
-	configtest.SwapLink(t, stamp, filepath.Join(dir, "..data"))
-	for name := range files {
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 func TestReloadConfigMapDataSwap(t *testing.T) {
 	for _, watchRoot := range []string{"true", "false"} {
 		t.Run("RUNTIME_WATCH_ROOT="+watchRoot, func(t *testing.T) {
 			root := t.TempDir()
 			dir := filepath.Join(root, "config")
-			configMapUpdate(t, dir, "..2026_11_22_01", map[string]string{"a.yaml": limitYAML("a", 7)})
+			configtest.ConfigMap(t, dir, "..2026_11_22_01", map[string]string{"a.yaml": limitYAML("a", 7)})
 			// RUNTIME_IGNOREDOTFILES stays false: the ..data internals must
 			// still not be read twice (that would be a duplicate domain).
 			p := start(t, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_WATCH_ROOT": watchRoot})
 			waitLimit(t, p, "a", 7)
-			configMapUpdate(t, dir, "..2026_11_22_02", map[string]string{"a.yaml": limitYAML("a", 8)})
+			configtest.ConfigMap(t, dir, "..2026_11_22_02", map[string]string{"a.yaml": limitYAML("a", 8)})
 			waitLimit(t, p, "a", 8)
 			if strings.Contains(p.stderr.String(), "duplicate domain") {
 				t.Errorf("ConfigMap internals read as a duplicate domain:\n%s", p.stderr)

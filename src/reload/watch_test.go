@@ -48,24 +48,6 @@ func write(t *testing.T, path, body string) {
 	}
 }
 
-// configMap lays out dir as a Kubernetes ConfigMap volume does: files are
-// links into ..data, which links to a timestamped directory.
-func configMap(t *testing.T, dir, stamp string, files map[string]string) {
-	t.Helper()
-	for name, body := range files {
-		write(t, filepath.Join(dir, stamp, name), body)
-	}
-	configtest.SwapLink(t, stamp, filepath.Join(dir, "..data"))
-	for name := range files {
-		link := filepath.Join(dir, name)
-		if _, err := os.Lstat(link); err != nil {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 func TestWatchReloads(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -116,19 +98,19 @@ func TestWatchReloads(t *testing.T) {
 			}},
 		{"configmap ..data swap, watching the root", true,
 			func(t *testing.T, base string) (string, string) {
-				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
+				configtest.ConfigMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
 				return base, filepath.Join(base, "cfg")
 			},
 			func(t *testing.T, base string) {
-				configMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
+				configtest.ConfigMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
 			}},
 		{"configmap ..data swap, watching the directory", false,
 			func(t *testing.T, base string) (string, string) {
-				configMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
+				configtest.ConfigMap(t, filepath.Join(base, "cfg"), "..2026_01", map[string]string{"a.yaml": limitConfig("a", 1)})
 				return base, filepath.Join(base, "cfg")
 			},
 			func(t *testing.T, base string) {
-				configMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
+				configtest.ConfigMap(t, filepath.Join(base, "cfg"), "..2026_02", map[string]string{"a.yaml": limitConfig("a", 2)})
 			}},
 	}
 	for _, tc := range tests {

@@ -62,18 +62,26 @@ func TestBatches(t *testing.T) {
 	}
 }
 
-// largestCall is a store that records the most hits it was asked at once.
-type largestCall struct {
+// BatchRecorder is a store that records the most hits it was asked at
+// once; exported for this package's external tests too.
+type BatchRecorder struct {
 	limiter.Store
 	mu      sync.Mutex
 	largest int
 }
 
-func (r *largestCall) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+func (r *BatchRecorder) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
 	r.mu.Lock()
 	r.largest = max(r.largest, len(b.Hits))
 	r.mu.Unlock()
 	return r.Store.Apply(ctx, b)
+}
+
+// Largest is the most hits asked at once so far.
+func (r *BatchRecorder) Largest() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.largest
 }
 
 // TestDemandExchangedInSmallBatches: a full round publishes and reads
@@ -82,7 +90,7 @@ func (r *largestCall) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Out
 // of them: TestRoundsAskInSmallBatches failed under the race detector when
 // a full round came before it ended.)
 func TestDemandExchangedInSmallBatches(t *testing.T) {
-	rec := &largestCall{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
+	rec := &BatchRecorder{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
 	s := New(Options{Store: rec})
 	for i := range 2000 {
 		key := fmt.Sprintf("k%d", i)
@@ -93,8 +101,8 @@ func TestDemandExchangedInSmallBatches(t *testing.T) {
 		s.pools[key] = p
 	}
 	s.exchangeDemand(context.Background(), time.Unix(1_700_000_000, 0))
-	if rec.largest == 0 || rec.largest > maxBatch {
-		t.Errorf("the largest store call held %d keys, want 1 to %d", rec.largest, maxBatch)
+	if n := rec.Largest(); n == 0 || n > maxBatch {
+		t.Errorf("the largest store call held %d keys, want 1 to %d", n, maxBatch)
 	}
 	for key, p := range s.pools {
 		if p.frac != 1 {

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -110,27 +109,13 @@ func TestHostileClientsAreBounded(t *testing.T) {
 	}
 }
 
-// batchRecorder is a store that records the largest batch it was asked.
-type batchRecorder struct {
-	limiter.Store
-	mu      sync.Mutex
-	largest int
-}
-
-func (r *batchRecorder) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
-	r.mu.Lock()
-	r.largest = max(r.largest, len(b.Hits))
-	r.mu.Unlock()
-	return r.Store.Apply(ctx, b)
-}
-
 // TestRoundsAskInSmallBatches: a stream's 2,000 new buckets, each with a
 // limit of its own, are granted in store calls of at most 128 keys, so
 // that ordinary calls on the same store wait behind one small call, not a
 // round; and every bucket is answered.
 func TestRoundsAskInSmallBatches(t *testing.T) {
 	t.Parallel()
-	rec := &batchRecorder{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
+	rec := &rlqs.BatchRecorder{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
 	conn, _ := serveService(t, rlqs.Options{Configs: load(t, `
 domain: each
 descriptors:
@@ -159,9 +144,7 @@ descriptors:
 		}
 		answered += len(resp.GetBucketAction())
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if rec.largest == 0 || rec.largest > 128 {
-		t.Errorf("the largest store call held %d keys, want 1 to 128", rec.largest)
+	if n := rec.Largest(); n == 0 || n > 128 {
+		t.Errorf("the largest store call held %d keys, want 1 to 128", n)
 	}
 }
