@@ -13,18 +13,19 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/openrls/ratelimit/src/config/configtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
 // BenchmarkRLQSChurn measures what RLQS bucket churn costs ordinary
 // ShouldRateLimit callers: 20 RLQS streams of 500 buckets each, every one
 // closed after 0.3 to 1.5 s and opened again with new buckets, for
-// -load.duration, beside one caller at 200 calls a second on a connection
-// of its own. Reported: the caller's p50 and p99 quiet and during the
+// -load.duration, beside one caller at 200 calls a second in a process
+// and on a connection of its own (each churning client has a connection of
+// its own too, as Envoys do). Reported: the caller's p50 and p99 quiet and during the
 // churn, its failed calls, the service's peak resident memory and the
 // RLQS refusals. On the embedded store and on Redis. Loopback only; every
 // loop ends with -load.duration.
@@ -49,21 +50,12 @@ descriptors:
 	}
 	p := start(b, env)
 	defer p.stop(b)
-	ordinary := func(d time.Duration) (lat []time.Duration, failed int) {
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for end := time.Now().Add(d); time.Now().Before(end); <-t.C {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			begin := time.Now()
-			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=ordinary"))})
-			cancel()
-			if err != nil {
-				failed++
-				continue
-			}
-			lat = append(lat, time.Since(begin))
-		}
-		return lat, failed
+	// The caller is a process of its own on a connection of its own, as
+	// an Envoy is: what it sees is the service's doing, not this process's
+	// churning clients'.
+	ordinary := func(d time.Duration) ([]time.Duration, int) {
+		r := callFromProcess(b, callerJob{Addr: p.grpcAddr, Domain: "it", Entry: "user=ordinary", Every: 5 * time.Millisecond, Duration: d})
+		return r.Latencies, r.Failed
 	}
 	quiet, quietFailed := ordinary(*loadDuration / 2)
 
@@ -75,13 +67,21 @@ descriptors:
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			// Each churning client is an Envoy of its own: a connection
+			// of its own.
+			conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer conn.Close()
 			for gen := 0; ; gen++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				churnStream(p, i, gen, rng, stop)
+				churnStream(conn, i, gen, rng, stop)
 				streams.Add(1)
 				buckets.Add(500)
 			}
@@ -131,10 +131,10 @@ func bucketQuantile(before, after, series string, q float64) float64 {
 
 // churnStream opens one RLQS stream, reports 500 buckets of its own on
 // it, reads what comes for 0.3 to 1.5 s and closes it.
-func churnStream(p *proc, i, gen int, rng *rand.Rand, stop <-chan struct{}) {
+func churnStream(conn *grpc.ClientConn, i, gen int, rng *rand.Rand, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(ctx)
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		return
 	}
