@@ -178,6 +178,17 @@ func (m *member) rank() float64 {
 	return m.want()
 }
 
+// held is the grant in force for the member's limit, in tokens per
+// period: what its bucket was last sent, when that is a token bucket of
+// this limit's period still in force; else 0.
+func (m *member) held() float64 {
+	b := m.b
+	if b.sentKind != kindLimited || b.lapsed || time.Duration(b.sentF)*time.Second != m.p.rule.Period {
+		return 0
+	}
+	return float64(b.sentQ)
+}
+
 // minShare is the share, in tokens per period, that a pool which cannot
 // give every busy member its want gives each holder at least, by
 // letting fewer hold one (see pool.holders).

@@ -71,14 +71,39 @@ func (p *pool) fill() {
 	}
 	per := p.rule.Period.Seconds()
 	busy, kept := p.holders(busy)
-	wants := make([]float64, len(busy))
+	wants, held := make([]float64, len(busy)), make([]float64, len(busy))
 	for i, m := range busy {
-		wants[i] = m.want()
+		wants[i], held[i] = m.want(), m.held()
 	}
 	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
-	for i, u := range wholeTokens(fill(tokens/per, wants), per, tokens) {
+	shares := fill(tokens/per, wants)
+	if newcomers(wants) {
+		// Keep an unmeasured member's share for one more: see newcomers.
+		shares = fill(tokens/per, append(wants, math.Inf(1)))[:len(wants)]
+		tokens = 0
+		for _, u := range shares {
+			tokens += u * per
+		}
+		tokens = math.Floor(tokens + 1e-9)
+	}
+	for i, u := range wholeTokens(shares, per, tokens, held) {
 		busy[i].target = u / per
 	}
+}
+
+// newcomers reports whether a pool has a member not yet measured, which
+// wants an even share (the level). While one has, the pool keeps a share
+// the size of the level for one more: a pool's first reporter took the
+// whole limit, reserved for its grant's horizon (5 s), and the Envoys
+// that reported a moment later were denied until it passed. Once every
+// member has reported twice, demand decides alone.
+func newcomers(wants []float64) bool {
+	for _, w := range wants {
+		if math.IsInf(w, 1) {
+			return true
+		}
+	}
+	return false
 }
 
 // holders picks which of the busy members hold a share, and the tokens
@@ -120,22 +145,31 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 // wholeTokens turns shares (tokens per second) into whole tokens per
 // period, so that a window's need is a whole number too: each share
 // floored, then the tokens the floors left (of tokens in all) handed to
-// the largest remainders.
-func wholeTokens(shares []float64, per, tokens float64) []float64 {
+// the largest remainders, a member that holds more than its floor now
+// (held, tokens per period) counted half a token ahead. Equal shares
+// otherwise pass their odd token around as their measured demands move
+// (3 Envoys with Poisson arrivals): each pass lowers one grant, whose
+// tokens stay reserved until its horizon ends, and raises another,
+// which then does not fit and is cut.
+func wholeTokens(shares []float64, per, tokens float64, held []float64) []float64 {
 	units := make([]float64, len(shares))
 	left := tokens
 	for i, t := range shares {
 		units[i] = math.Floor(t*per + 1e-9)
 		left -= units[i]
 	}
+	rank := make([]float64, len(shares))
+	for i, t := range shares {
+		rank[i] = t*per - units[i]
+		if held[i] > units[i] {
+			rank[i] += 0.5
+		}
+	}
 	order := make([]int, len(shares))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ra, rb := shares[order[a]]*per-units[order[a]], shares[order[b]]*per-units[order[b]]
-		return ra > rb
-	})
+	sort.SliceStable(order, func(a, b int) bool { return rank[order[a]] > rank[order[b]] })
 	for _, i := range order {
 		if left < 1 {
 			break

@@ -138,3 +138,76 @@ func TestPoolFillCrowded(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeTokens: shares become whole tokens per period that sum to the
+// tokens given; the odd tokens go to the largest remainders, and stay
+// with a member that holds them unless another's remainder is half a
+// token larger (equal Envoys passed the odd token around as their
+// measured demand moved, each pass a lowered grant still reserved and a
+// raised one that did not fit).
+func TestWholeTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shares []float64 // tokens per second
+		per    float64
+		tokens float64
+		held   []float64
+		want   []float64
+	}{
+		{"largest remainder", []float64{8.30, 8.36, 8.34}, 1, 25, []float64{0, 0, 0}, []float64{8, 9, 8}},
+		{"the odd token stays", []float64{8.30, 8.36, 8.34}, 1, 25, []float64{9, 8, 8}, []float64{9, 8, 8}},
+		{"unless another is half a token ahead", []float64{8.1, 8.7, 8.2}, 1, 25, []float64{9, 8, 8}, []float64{8, 9, 8}},
+		{"per minute", []float64{0.5, 0.5}, 60, 60, []float64{0, 0}, []float64{30, 30}},
+		{"a share of nothing gets nothing", []float64{0, 2.5}, 1, 3, []float64{1, 0}, []float64{0, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wholeTokens(tc.shares, tc.per, tc.tokens, tc.held)
+			sum := 0.0
+			for i := range got {
+				sum += got[i]
+				if got[i] != tc.want[i] {
+					t.Fatalf("wholeTokens = %v, want %v", got, tc.want)
+				}
+			}
+			if sum > tc.tokens {
+				t.Fatalf("%v sums past %v tokens", got, tc.tokens)
+			}
+		})
+	}
+}
+
+// TestPoolFillKeepsRoomForNewcomers: while a member is unmeasured, the
+// pool keeps an even share for one more, so that the Envoys reporting
+// just after a pool's first are not denied while the first one's grant
+// holds the whole limit; once all are measured, demand decides alone.
+func TestPoolFillKeepsRoomForNewcomers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		demands []float64
+		most    float64 // the targets' sum, at most (each start's two tokens set aside)
+		least   float64 // and at least
+	}{
+		{"the first reporter", []float64{math.Inf(1)}, 14, 14},
+		{"two unmeasured", []float64{math.Inf(1), math.Inf(1)}, 17, 17},
+		{"measured beside unmeasured", []float64{5, math.Inf(1)}, 16, 15},
+		{"all measured", []float64{20, 20}, 26, 26},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+			for _, d := range tc.demands {
+				b := &bucket{demand: d}
+				m := &member{b: b, p: p, l: newLedger(time.Second)}
+				b.members = []*member{m}
+				p.members[m] = struct{}{}
+			}
+			p.fill()
+			sum := 0.0
+			for m := range p.members {
+				sum += m.target
+			}
+			if sum > tc.most+1e-9 || sum < tc.least-1e-9 {
+				t.Errorf("targets sum to %.2f, want %.0f to %.0f", sum, tc.least, tc.most)
+			}
+		})
+	}
+}
