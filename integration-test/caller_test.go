@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -32,11 +34,17 @@ type callerJob struct {
 	Entry    string // k=v
 	Every    time.Duration
 	Duration time.Duration
+	// Bystander, when set, is a Redis server beside the service, idle,
+	// pinged after each call: how long a process that shares the machine
+	// but not the service waits is the floor the machine's load sets under
+	// the service's latency.
+	Bystander string
 }
 
 type callerResult struct {
 	Latencies []time.Duration
 	Failed    int
+	Bystander []time.Duration
 }
 
 // callerMain runs the job in callerEnv, if set, and reports whether it did.
@@ -72,6 +80,26 @@ func call(job callerJob) (callerResult, error) {
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	req := &rlsv3.RateLimitRequest{Domain: job.Domain, Descriptors: descs(configtest.Desc(job.Entry))}
+	var ping func() (time.Duration, error)
+	if job.Bystander != "" {
+		c, err := net.DialTimeout("tcp", job.Bystander, 5*time.Second)
+		if err != nil {
+			return res, err
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		ping = func() (time.Duration, error) {
+			begin := time.Now()
+			_ = c.SetDeadline(begin.Add(5 * time.Second))
+			if _, err := c.Write([]byte("PING\r\n")); err != nil {
+				return 0, err
+			}
+			if _, err := r.ReadString('\n'); err != nil {
+				return 0, err
+			}
+			return time.Since(begin), nil
+		}
+	}
 	t := time.NewTicker(job.Every)
 	defer t.Stop()
 	for end := time.Now().Add(job.Duration); time.Now().Before(end); <-t.C {
@@ -84,6 +112,13 @@ func call(job callerJob) (callerResult, error) {
 			continue
 		}
 		res.Latencies = append(res.Latencies, time.Since(begin))
+		if ping != nil {
+			d, err := ping()
+			if err != nil {
+				return res, fmt.Errorf("bystander: %w", err)
+			}
+			res.Bystander = append(res.Bystander, d)
+		}
 	}
 	return res, nil
 }

@@ -25,9 +25,11 @@ import (
 // closed after 0.3 to 1.5 s and opened again with new buckets, for
 // -load.duration, beside one caller at 200 calls a second in a process
 // and on a connection of its own (each churning client has a connection of
-// its own too, as Envoys do). Reported: the caller's p50 and p99 quiet and during the
-// churn, its failed calls, the service's peak resident memory and the
-// RLQS refusals. On the embedded store and on Redis. Loopback only; every
+// its own too, as Envoys do). Reported: the caller's p50 and p99 quiet
+// and during the churn, beside those of an idle Redis it pings after each
+// call (the machine's floor: the service, the churning clients and the
+// caller share two cores), its failed calls, the service's peak resident
+// memory and the RLQS refusals. On the embedded store and on Redis. Loopback only; every
 // loop ends with -load.duration.
 //
 //	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR]
@@ -50,14 +52,15 @@ descriptors:
 	}
 	p := start(b, env)
 	defer p.stop(b)
+	bystander := redistest.Start(b).Addr
 	// The caller is a process of its own on a connection of its own, as
 	// an Envoy is: what it sees is the service's doing, not this process's
 	// churning clients'.
-	ordinary := func(d time.Duration) ([]time.Duration, int) {
-		r := callFromProcess(b, callerJob{Addr: p.grpcAddr, Domain: "it", Entry: "user=ordinary", Every: 5 * time.Millisecond, Duration: d})
-		return r.Latencies, r.Failed
+	ordinary := func(d time.Duration) callerResult {
+		return callFromProcess(b, callerJob{Addr: p.grpcAddr, Domain: "it", Entry: "user=ordinary", Bystander: bystander, Every: 5 * time.Millisecond, Duration: d})
 	}
-	quiet, quietFailed := ordinary(*loadDuration / 2)
+	q := ordinary(*loadDuration / 2)
+	quiet, quietFailed := q.Latencies, q.Failed
 
 	stop := make(chan struct{})
 	var streams, buckets atomic.Int64
@@ -90,7 +93,8 @@ descriptors:
 	// -load.pprof DIR keeps the service's CPU profile of the churn.
 	profiled := saveProfile(b, p.debugAddr, "rlqs-churn-"+map[bool]string{true: "redis", false: "memory"}[redis], *loadDuration)
 	before := metricsBody(b, p)
-	during, failed := ordinary(*loadDuration)
+	c := ordinary(*loadDuration)
+	during, failed := c.Latencies, c.Failed
 	// The handler's own time (the service's histogram, whose only
 	// ShouldRateLimit caller is this one) against the caller's: what the
 	// caller sees past it is waiting for a processor, in the service or in
@@ -103,10 +107,12 @@ descriptors:
 	b.ReportMetric(float64(quantile(quiet, 0.99).Microseconds())/1000, "quiet-p99-ms")
 	b.ReportMetric(float64(quantile(during, 0.99).Microseconds())/1000, "churn-p99-ms")
 	b.ReportMetric(handlerP99*1000, "churn-handler-p99-ms-at-most")
+	b.ReportMetric(float64(quantile(c.Bystander, 0.99).Microseconds())/1000, "churn-bystander-p99-ms")
 	b.ReportMetric(float64(failed), "churn-failed")
 	b.ReportMetric(float64(memKB(b, p, "VmHWM"))/1024, "peak-RSS-MiB")
-	b.Logf("ordinary p50/p99: quiet %v/%v (%d calls, %d failed); churn %v/%v (%d calls, %d failed); %d streams and %d buckets opened; refused %v",
+	b.Logf("ordinary p50/p99: quiet %v/%v (%d calls, %d failed); churn %v/%v (%d calls, %d failed); an idle Redis beside, pinged by the caller: quiet %v/%v, churn %v/%v; %d streams and %d buckets opened; refused %v",
 		quantile(quiet, 0.5), quantile(quiet, 0.99), len(quiet), quietFailed, quantile(during, 0.5), quantile(during, 0.99), len(during), failed,
+		quantile(q.Bystander, 0.5), quantile(q.Bystander, 0.99), quantile(c.Bystander, 0.5), quantile(c.Bystander, 0.99),
 		streams.Load(), buckets.Load(), fmt.Sprint(metricValue(m, `ratelimit_rlqs_refused_total{what="buckets"}`)))
 }
 
