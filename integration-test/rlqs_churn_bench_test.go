@@ -28,8 +28,8 @@ import (
 // its own too, as Envoys do). Reported: the caller's p50 and p99 quiet
 // and during the churn, beside those of an idle Redis it pings after each
 // call (the machine's floor: the service, the churning clients and the
-// caller share two cores), its failed calls, the service's peak resident
-// memory and the RLQS refusals. On the embedded store and on Redis. Loopback only; every
+// caller share two cores), its failed calls, the service's CPU (cores
+// busy on average), its peak resident memory and the RLQS refusals. On the embedded store and on Redis. Loopback only; every
 // loop ends with -load.duration.
 //
 //	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR]
@@ -92,8 +92,9 @@ descriptors:
 	}
 	// -load.pprof DIR keeps the service's CPU profile of the churn.
 	profiled := saveProfile(b, p.debugAddr, "rlqs-churn-"+map[bool]string{true: "redis", false: "memory"}[redis], *loadDuration)
-	before := metricsBody(b, p)
+	before, cpuBefore := metricsBody(b, p), processCPU(p.cmd.Process.Pid)
 	c := ordinary(*loadDuration)
+	cpu := processCPU(p.cmd.Process.Pid) - cpuBefore
 	during, failed := c.Latencies, c.Failed
 	// The handler's own time (the service's histogram, whose only
 	// ShouldRateLimit caller is this one) against the caller's: what the
@@ -109,6 +110,7 @@ descriptors:
 	b.ReportMetric(handlerP99*1000, "churn-handler-p99-ms-at-most")
 	b.ReportMetric(float64(quantile(c.Bystander, 0.99).Microseconds())/1000, "churn-bystander-p99-ms")
 	b.ReportMetric(float64(failed), "churn-failed")
+	b.ReportMetric(cpu.Seconds()/loadDuration.Seconds(), "churn-service-cores")
 	b.ReportMetric(float64(memKB(b, p, "VmHWM"))/1024, "peak-RSS-MiB")
 	b.Logf("ordinary p50/p99: quiet %v/%v (%d calls, %d failed); churn %v/%v (%d calls, %d failed); an idle Redis beside, pinged by the caller: quiet %v/%v, churn %v/%v; %d streams and %d buckets opened; refused %v",
 		quantile(quiet, 0.5), quantile(quiet, 0.99), len(quiet), quietFailed, quantile(during, 0.5), quantile(during, 0.99), len(during), failed,
