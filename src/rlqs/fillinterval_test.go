@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -48,6 +49,9 @@ func TestGrantsDifferWhenOnlyTheFillIntervalDoes(t *testing.T) {
 // try or when its token bucket starts full anyway, and shrinks only for a
 // grant too small to carry 2. (Cut to capacity 1 round after round, 3
 // equal Envoys with Poisson arrivals used 60% of their limit; 70% now.)
+// A token bucket that starts full takes the capacity its demand calls
+// for on the round's first try, so that a bucket starting on a small share
+// need not grow later.
 func TestCapacityKeptThroughCuts(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	for _, tc := range []struct {
@@ -56,20 +60,25 @@ func TestCapacityKeptThroughCuts(t *testing.T) {
 		lapsed  bool
 		q       uint32
 		mayGrow bool
+		demand  float64 // requests per second
 		want    uint64
 	}{
-		{"held 2, cut to 7: keeps 2", 2, false, 7, false, 2},
-		{"held 2, cut to 4: keeps 2", 2, false, 4, false, 2},
-		{"held 2, cut to 3: shrinks", 2, false, 3, false, 1},
-		{"held 1, first try at 9: grows", 1, false, 9, true, 2},
-		{"held 1, cut to 8: does not grow", 1, false, 8, false, 1},
-		{"held 1, first try at 5: stays", 1, false, 5, true, 1},
-		{"starts full at 9", 1, true, 9, false, 2},
-		{"starts full at 5", 2, true, 5, true, 1},
+		{"held 2, cut to 7: keeps 2", 2, false, 7, false, 0, 2},
+		{"held 2, cut to 4: keeps 2", 2, false, 4, false, 0, 2},
+		{"held 2, cut to 3: shrinks", 2, false, 3, false, 0, 1},
+		{"held 1, first try at 9: grows", 1, false, 9, true, 0, 2},
+		{"held 1, cut to 8: does not grow", 1, false, 8, false, 0, 1},
+		{"held 1, first try at 5: stays", 1, false, 5, true, 0, 1},
+		{"starts full at 9", 1, true, 9, false, 0, 2},
+		{"starts full at 5", 2, true, 5, true, 0, 1},
+		{"starts full at 5, wanting 20/s", 1, true, 5, true, 20, 2},
+		{"starts full at 5, unmeasured", 1, true, 5, true, math.Inf(1), 2},
+		{"starts full, cut to 5", 1, true, 5, false, math.Inf(1), 1},
+		{"starts full at 5, wanting 3/s", 1, true, 5, true, 3, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(Options{})
-			b := &bucket{sentKind: kindLimited, sentQ: 9, sentF: 1, sentCap: tc.sentCap, sent: now, lapsed: tc.lapsed,
+			b := &bucket{sentKind: kindLimited, sentQ: 9, sentF: 1, sentCap: tc.sentCap, sent: now, lapsed: tc.lapsed, demand: tc.demand,
 				members: []*member{{l: newLedger(time.Second), p: &pool{key: "k"}}}}
 			if j := s.sizedJob(b, now, tc.q, 1, tc.mayGrow); j.capacity != tc.want {
 				t.Errorf("capacity %d, want %d", j.capacity, tc.want)

@@ -76,7 +76,7 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 // sizedJob is limitedJob, with a capacity that may grow or not.
 func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
 	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
-	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacityFor(b, q, lapsed, mayGrow)}
+	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacityFor(b, q, f, lapsed, mayGrow)}
 	if b.sentKind == kindLimited && f != b.sentF && q == b.sentQ {
 		// Envoy 1.40 takes a token bucket with the same capacity and
 		// tokens_per_fill, and a fill interval differing only in whole
@@ -117,7 +117,10 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 
 // capacityFor is the capacity of b's next grant of q tokens per period.
 // A token bucket that starts full anyway (startsFull: a first one, or one
-// after DENY_ALL or a lapse) takes capacity(q). Otherwise a capacity that
+// after DENY_ALL or a lapse) takes capacity(q), or on the round's first
+// try the capacity its demand calls for (startCapacity): a bucket that
+// starts on a small share, as an Envoy joining a full pool does, and
+// grows later, grows only at a cost a full pool cannot spare. Otherwise a capacity that
 // grows costs a reset in its window (the Envoy rescales the tokens it
 // holds), which a pool whose shares fill its limit cannot spare: such a
 // grant was cut to fit, with a capacity of 1 again, round after round (3
@@ -126,8 +129,10 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 // So the capacity grows only where mayGrow (the round's first try; cut's
 // smaller grants keep the capacity held), and shrinks only below
 // shrinkBelow tokens per period, so that it does not flap.
-func capacityFor(b *bucket, q uint32, startsFull, mayGrow bool) uint64 {
+func capacityFor(b *bucket, q uint32, f int64, startsFull, mayGrow bool) uint64 {
 	switch {
+	case (startsFull || b.sentCap == 0) && mayGrow:
+		return max(capacity(q), startCapacity(b, f))
 	case startsFull || b.sentCap == 0:
 		return capacity(q)
 	case q < shrinkBelow:
@@ -136,6 +141,12 @@ func capacityFor(b *bucket, q uint32, startsFull, mayGrow bool) uint64 {
 		return max(b.sentCap, capacity(q))
 	}
 	return b.sentCap
+}
+
+// startCapacity is the capacity b's demand calls for on a period of f
+// seconds: capacity of what it asks (all it can get while unmeasured).
+func startCapacity(b *bucket, f int64) uint64 {
+	return capacity(uint32(min(b.demand*float64(f), math.MaxUint32)))
 }
 
 // shrinkBelow is the grant, in tokens per period, below which a capacity

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"math"
 	"sort"
+	"time"
 )
 
 // fill shares capacity (tokens per second) among demands by max-min
@@ -49,7 +50,7 @@ func fill(capacity float64, demands []float64) []float64 {
 // it is cut to nothing, denied, and must start full again next round.
 func (m *member) setAside() float64 {
 	if m.b.sentKind != kindLimited || m.b.lapsed {
-		return float64(m.l.burst) + 1
+		return float64(max(m.l.burst, startCapacity(m.b, int64(m.p.rule.Period/time.Second)))) + 1
 	}
 	return float64(m.l.burst)
 }
