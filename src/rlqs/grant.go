@@ -119,8 +119,9 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 // A token bucket that starts full anyway (startsFull: a first one, or one
 // after DENY_ALL or a lapse) takes capacity(q), or on the round's first
 // try the capacity its demand calls for (startCapacity): a bucket that
-// starts on a small share, as an Envoy joining a full pool does, and
-// grows later, grows only at a cost a full pool cannot spare. Otherwise a capacity that
+// starts on a small share, as an Envoy joining a full pool does, grows
+// later only at a cost its pool's fill must set aside (see setAside).
+// Otherwise a capacity that
 // grows costs a reset in its window (the Envoy rescales the tokens it
 // holds), which a pool whose shares fill its limit cannot spare: such a
 // grant was cut to fit, with a capacity of 1 again, round after round (3
@@ -138,7 +139,7 @@ func capacityFor(b *bucket, q uint32, f int64, startsFull, mayGrow bool) uint64 
 	case q < shrinkBelow:
 		return 1
 	case mayGrow:
-		return max(b.sentCap, capacity(q))
+		return max(b.sentCap, capacity(q), startCapacity(b, f))
 	}
 	return b.sentCap
 }
