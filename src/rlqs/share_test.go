@@ -211,3 +211,44 @@ func TestPoolFillKeepsRoomForNewcomers(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolFillPlansAGrowth: three buckets of 20/s on a limit of 30 a
+// second, two holding 8 a second with a capacity of 2, one 7 with a
+// capacity of 1 (it started on a small share). Its capacity is to grow to
+// 2, which counts as a reset in two windows: the fill sets that aside
+// (twice the new capacity), and the grant on the round's first try grows.
+// Unplanned, the growth never fitted, and the bucket kept 7/1 for good.
+func TestPoolFillPlansAGrowth(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+	add := func(q uint32, c uint64) *member {
+		b := &bucket{demand: 20, sentKind: kindLimited, sentQ: q, sentF: 1, sentCap: c, sent: now}
+		l := newLedger(time.Second)
+		l.burst, l.sent = c, c
+		m := &member{b: b, p: p, l: l}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		return m
+	}
+	add(8, 2)
+	add(8, 2)
+	grower := add(7, 1)
+	if got := grower.setAside(); got != 4 {
+		t.Errorf("the growing bucket has %v set aside, want 4", got)
+	}
+	p.fill()
+	sum := 0.0
+	for m := range p.members {
+		sum += m.target
+	}
+	if sum > 30-8+1e-9 {
+		t.Errorf("targets sum to %.2f, past the 22 left beside 8 set aside", sum)
+	}
+	if grower.target*1 < shrinkBelow {
+		t.Fatalf("the growing bucket's target %.2f, below %d", grower.target, shrinkBelow)
+	}
+	s := New(Options{})
+	if j := s.sizedJob(grower.b, now, uint32(grower.target), 1, true); j.capacity != 2 {
+		t.Errorf("the first try's capacity %d, want 2", j.capacity)
+	}
+}
