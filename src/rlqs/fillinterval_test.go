@@ -48,10 +48,9 @@ func TestGrantsDifferWhenOnlyTheFillIntervalDoes(t *testing.T) {
 // its grant is cut to fit a full pool; it grows only on a round's first
 // try or when its token bucket starts full anyway, and shrinks only for a
 // grant too small to carry 2. (Cut to capacity 1 round after round, 3
-// equal Envoys with Poisson arrivals used 60% of their limit; 70% now.)
-// A token bucket that starts full takes the capacity its demand calls
-// for on the round's first try, so that a bucket starting on a small share
-// need not grow later.
+// equal Envoys with Poisson arrivals used 60% of their limit.) On the
+// round's first try, a token bucket that starts full takes the capacity
+// its demand calls for, and one in force grows to it.
 func TestCapacityKeptThroughCuts(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	for _, tc := range []struct {
@@ -69,6 +68,8 @@ func TestCapacityKeptThroughCuts(t *testing.T) {
 		{"held 1, first try at 9: grows", 1, false, 9, true, 0, 2},
 		{"held 1, cut to 8: does not grow", 1, false, 8, false, 0, 1},
 		{"held 1, first try at 5: stays", 1, false, 5, true, 0, 1},
+		{"held 1, first try at 5, wanting 20/s: grows", 1, false, 5, true, 20, 2},
+		{"held 1, cut to 5, wanting 20/s: stays", 1, false, 5, false, 20, 1},
 		{"starts full at 9", 1, true, 9, false, 0, 2},
 		{"starts full at 5", 2, true, 5, true, 0, 1},
 		{"starts full at 5, wanting 20/s", 1, true, 5, true, 20, 2},

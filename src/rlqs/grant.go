@@ -118,18 +118,17 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 // capacityFor is the capacity of b's next grant of q tokens per period.
 // A token bucket that starts full anyway (startsFull: a first one, or one
 // after DENY_ALL or a lapse) takes capacity(q), or on the round's first
-// try the capacity its demand calls for (startCapacity): a bucket that
-// starts on a small share, as an Envoy joining a full pool does, grows
-// later only at a cost its pool's fill must set aside (see setAside).
-// Otherwise a capacity that
-// grows costs a reset in its window (the Envoy rescales the tokens it
-// holds), which a pool whose shares fill its limit cannot spare: such a
+// try the capacity its demand calls for (startCapacity). Otherwise a
+// capacity that grows costs a reset in its window (the Envoy rescales the
+// tokens it holds), which a pool whose shares fill its limit cannot spare
+// unless its fill sets the growth aside (see setAside): unplanned, such a
 // grant was cut to fit, with a capacity of 1 again, round after round (3
 // equal Envoys with Poisson arrivals held 7/1, 9/2 and 7/1 of 30/s, and a
 // capacity of 1 loses the refills that come due while its token waits).
 // So the capacity grows only where mayGrow (the round's first try; cut's
-// smaller grants keep the capacity held), and shrinks only below
-// shrinkBelow tokens per period, so that it does not flap.
+// smaller grants keep the capacity held), to what the grant or the demand
+// calls for, and shrinks only below shrinkBelow tokens per period, so
+// that it does not flap.
 func capacityFor(b *bucket, q uint32, f int64, startsFull, mayGrow bool) uint64 {
 	switch {
 	case (startsFull || b.sentCap == 0) && mayGrow:
