@@ -51,16 +51,7 @@ type ask struct {
 	n    uint64
 	at   time.Time
 	key  string
-	wkey string // the window's store key, made once for the check and the count
 	ok   bool
-}
-
-// windowKey is the store key of the ask's window.
-func (a *ask) windowKey() string {
-	if a.wkey == "" {
-		a.wkey = limiter.WindowKey(a.key, a.w)
-	}
-	return a.wkey
 }
 
 // round renews and refills: every bucket when only is nil, else only
@@ -231,7 +222,7 @@ func batches(asks []*ask, max int) [][]*ask {
 func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask, dry bool) {
 	hits := make([]limiter.Hit, len(asks))
 	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: a.windowKey(), Rule: a.rule, Cost: a.n}
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
 	}
 	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
 	if err != nil {
