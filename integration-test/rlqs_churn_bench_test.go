@@ -29,8 +29,9 @@ import (
 // and during the churn, beside those of an idle Redis it pings after each
 // call (the machine's floor: the service, the churning clients and the
 // caller share two cores), its failed calls, the service's CPU (cores
-// busy on average), its peak resident memory and the RLQS refusals. On the embedded store and on Redis. Loopback only; every
-// loop ends with -load.duration.
+// busy on average), its peak resident memory and the RLQS refusals. On
+// the embedded store and on Redis. Loopback only; every loop ends with
+// -load.duration.
 //
 //	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR]
 func BenchmarkRLQSChurn(b *testing.B) {
