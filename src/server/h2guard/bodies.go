@@ -117,7 +117,27 @@ type body struct {
 // counted against the budget and cut like one.
 const maxEnded = 1024
 
-// endedByServer notes that the server ended a client stream. The caller
+// serverEnded notes that the server ended a client stream: what its
+// unfinished message held is given back and, when the client was in the
+// middle of a message or of a DATA frame of it, the stream is recorded
+// and the rest of that frame counts nothing (a stream whose client sent
+// all it had, as a unary call's has by its answer, needs no record). The
+// caller holds mu.
+func (c *guardedConn) serverEnded(stream uint32) {
+	b := &c.body
+	midFrame := b.stream == stream && b.data > 0 && b.cur != &b.discard
+	_, midMessage := c.messages[stream]
+	c.dropMessage(stream)
+	if midFrame {
+		b.discard = message{}
+		b.cur = &b.discard
+	}
+	if midFrame || midMessage {
+		c.endedByServer(stream)
+	}
+}
+
+// endedByServer records a client stream the server ended. The caller
 // holds mu.
 func (c *guardedConn) endedByServer(stream uint32) {
 	if c.ended == nil {

@@ -339,3 +339,60 @@ func TestBodiesAfterTheServerEnds(t *testing.T) {
 		t.Fatalf("%d ended streams recorded, want at most %d", len(r.c.ended), maxEnded)
 	}
 }
+
+// TestFinishedRequestsLeaveNoRecord: the server's answer to a request the
+// client already sent in full (every unary call) ends a stream the client
+// has nothing more to send on, so it leaves no record of an ended stream.
+// (Every answer was recorded until the record held maxEnded, and then each
+// answer scanned it for the lowest stream under the connection's lock: a
+// cost on every call of a long-lived connection, as Envoy's are.) A stream
+// the server ends in the middle of a frame of its body is recorded, and
+// the rest of that frame counts nothing.
+func TestFinishedRequestsLeaveNoRecord(t *testing.T) {
+	r := newBodyRig(1 << 20)
+	for s := uint32(1); s < 4*maxEnded; s += 2 {
+		feedChunks(r.c, rawFrame(frameHeaders, flagEndHeaders, s), uint64(s))
+		feedChunks(r.c, dataFrame(s, flagEndStream, grpcMessage(100), -1), uint64(s))
+		if _, err := r.c.Write(rawFrame(frameHeaders, flagEndStream, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.c.ended); n != 0 {
+		t.Fatalf("%d ended streams recorded after requests sent in full, want none", n)
+	}
+
+	msg := grpcMessage(100000)
+	frame := dataFrame(1<<20+1, 0, msg[:30000], -1)
+	r.c.in.feed(frame[:frameHeader+10000], r.c.inbound, r.c.inboundData)
+	if _, err := r.c.Write(rawFrame(frameRST, 0, 1<<20+1)); err != nil {
+		t.Fatal(err)
+	}
+	r.c.in.feed(frame[frameHeader+10000:], r.c.inbound, r.c.inboundData)
+	if got := r.gl.o.Bytes.Used(); got != 0 {
+		t.Fatalf("the rest of a frame the server ended its stream in holds %d, want nothing", got)
+	}
+	if _, ok := r.c.ended[1<<20+1]; !ok {
+		t.Fatal("a stream ended in the middle of its body's frame is not recorded")
+	}
+}
+
+// flagEndHeaders is HTTP/2's END_HEADERS flag, which the guard ignores.
+const flagEndHeaders = 0x4
+
+// BenchmarkUnaryCalls is the guard's work for one unary call on a
+// long-lived connection: the request's headers and message in, the
+// answer's headers, message and trailers out.
+func BenchmarkUnaryCalls(b *testing.B) {
+	r := newBodyRig(1 << 30)
+	var in, out []byte
+	for i := range b.N {
+		s := uint32(2*i + 1)
+		in = append(append(in[:0], rawFrame(frameHeaders, flagEndHeaders, s)...), dataFrame(s, flagEndStream, grpcMessage(100), -1)...)
+		out = append(append(append(out[:0], rawFrame(frameHeaders, flagEndHeaders, s)...), dataFrame(s, 0, grpcMessage(20), -1)...),
+			rawFrame(frameHeaders, flagEndStream|flagEndHeaders, s)...)
+		r.c.in.feed(in, r.c.inbound, r.c.inboundData)
+		if _, err := r.c.Write(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

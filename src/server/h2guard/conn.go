@@ -166,7 +166,8 @@ type guardedConn struct {
 	messages map[uint32]*message
 	body     body
 	// ended holds client streams the server ended (trailers or a reset)
-	// while the client may still be sending their bodies: those bytes are
+	// in the middle of their bodies' messages, which the client may still
+	// be sending: those bytes are
 	// the rest of a message already dropped, which grpc-go discards, not
 	// the start of a new one (bodies.go). At most maxEnded.
 	ended map[uint32]struct{}
@@ -274,8 +275,7 @@ func (c *guardedConn) outbound(typ, flags byte, stream uint32) bool {
 		delete(c.waiting, stream)
 	}
 	if typ == frameRST || typ == frameHeaders && flags&flagEndStream != 0 {
-		c.dropMessage(stream) // the stream is over: grpc-go drops what comes
-		c.endedByServer(stream)
+		c.serverEnded(stream) // the stream is over: grpc-go drops what comes
 	}
 	return false
 }
