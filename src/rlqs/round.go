@@ -65,18 +65,30 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	}
 	var jobs []*job
 	s.locked(func() { jobs = s.plan(now, only) })
-	// Check first, so that a grant the store cannot hold in full is cut
-	// to what it can before anything is counted: counting a part of it
-	// would hold tokens nobody is sent.
-	s.reserve(ctx, jobs, true)
-	s.locked(func() {
-		for i, j := range jobs {
-			if j.failed && !j.refused && !j.b.gone {
-				jobs[i] = s.cut(j, now)
-			}
+	// Count at once: most grants fit, and checking each first would ask
+	// the store twice for every one. A grant that does not fit in full is
+	// given back and cut to what the store can hold (counting a part of
+	// it would hold tokens nobody is sent); only those are asked again.
+	s.reserve(ctx, jobs)
+	var short []*job
+	for _, j := range jobs {
+		if j.failed && !j.refused {
+			short = append(short, j)
 		}
-	})
-	s.reserve(ctx, jobs, false)
+	}
+	if len(short) > 0 {
+		s.giveBack(ctx, short)
+		var again []*job
+		s.locked(func() {
+			for i, j := range jobs {
+				if j.failed && !j.refused && !j.b.gone {
+					jobs[i] = s.cut(j, now)
+					again = append(again, jobs[i])
+				}
+			}
+		})
+		s.reserve(ctx, again)
+	}
 	s.locked(func() { s.commit(now, jobs) })
 }
 
@@ -158,18 +170,31 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 	return jobs
 }
 
-// reserve asks the store for every job's shortfall, one batch per
-// instant, and notes what it refused.
-func (s *Service) reserve(ctx context.Context, jobs []*job, dry bool) {
+// reserve counts every job's asks in the store and notes what it
+// refused and, where a grant fell short, what the store could still hold.
+func (s *Service) reserve(ctx context.Context, jobs []*job) {
+	s.inBatches(jobs, func(*ask) bool { return true }, func(at time.Time, asks []*ask) { s.reserveBatch(ctx, at, asks) })
+}
+
+// giveBack returns to the store what it counted for jobs that fell short.
+func (s *Service) giveBack(ctx context.Context, jobs []*job) {
+	s.inBatches(jobs, func(a *ask) bool { return a.ok }, func(at time.Time, asks []*ask) { s.giveBackBatch(ctx, at, asks) })
+}
+
+// inBatches calls do with the jobs' asks that pick chooses, one instant
+// and about maxBatch asks at a time.
+func (s *Service) inBatches(jobs []*job, pick func(*ask) bool, do func(at time.Time, asks []*ask)) {
 	byAt := map[time.Time][]*ask{}
 	for _, j := range jobs {
 		for _, a := range j.asks {
-			byAt[a.at] = append(byAt[a.at], a)
+			if pick(a) {
+				byAt[a.at] = append(byAt[a.at], a)
+			}
 		}
 	}
 	for at, all := range byAt {
 		for _, asks := range batches(all, maxBatch) {
-			s.reserveBatch(ctx, at, asks, dry)
+			do(at, asks)
 			// Let the ordinary calls waiting for a processor run between
 			// batches: the scheduler would preempt this goroutine only
 			// after 10 ms, and on two cores those calls would wait that
@@ -218,13 +243,13 @@ func batches(asks []*ask, max int) [][]*ask {
 	return append(out, sorted[start:])
 }
 
-// reserveBatch asks the store for one batch of asks, at at.
-func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask, dry bool) {
+// reserveBatch counts one batch of asks in the store, at at.
+func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 	hits := make([]limiter.Hit, len(asks))
 	for i, a := range asks {
 		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
 	}
-	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits, DryRun: dry})
+	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
 	if err != nil {
 		s.storeError(err)
 		for _, a := range asks {
@@ -233,21 +258,41 @@ func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask, d
 		return
 	}
 	for i, a := range asks {
+		if outs[i].Allowed {
+			a.ok = true
+			continue
+		}
 		j := a.j
-		switch {
-		case outs[i].Allowed:
-			a.ok = !dry
-		case dry:
-			if j.left == nil {
-				j.left = make([]map[int64]uint64, len(j.trials))
-			}
-			if j.left[a.m] == nil {
-				j.left[a.m] = map[int64]uint64{}
-			}
-			j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
-			j.failed = true
-		default:
-			j.failed = true
+		if j.left == nil {
+			j.left = make([]map[int64]uint64, len(j.trials))
+		}
+		if j.left[a.m] == nil {
+			j.left[a.m] = map[int64]uint64{}
+		}
+		j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
+		j.failed = true
+	}
+}
+
+// giveBackBatch returns one batch of counted asks to the store, at at.
+// Whether a refund the store failed on was applied is unknown, so it is
+// taken as applied either way: the bucket is not credited with tokens the
+// store may no longer hold, at worst the store holds some that nobody is
+// sent until their window ends. Its job sends nothing (refused), as when
+// the store fails a count.
+func (s *Service) giveBackBatch(ctx context.Context, at time.Time, asks []*ask) {
+	hits := make([]limiter.Hit, len(asks))
+	for i, a := range asks {
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: true}
+	}
+	_, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
+	if err != nil {
+		s.storeError(err)
+	}
+	for _, a := range asks {
+		a.ok = false
+		if err != nil {
+			a.j.refused = true
 		}
 	}
 }

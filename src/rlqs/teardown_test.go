@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,8 +18,8 @@ import (
 	"github.com/openrls/ratelimit/src/rlqs"
 )
 
-// gateStore holds the first dry run (a grant round's check) after it is
-// armed until released; panicking makes every Apply panic.
+// gateStore holds the first count of grants (not the demand exchange)
+// after it is armed until released; panicking makes every Apply panic.
 type gateStore struct {
 	limiter.Store
 	armed, panicking atomic.Bool
@@ -29,11 +30,17 @@ func (g *gateStore) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outco
 	if g.panicking.Load() {
 		panic("gateStore: a store that panics")
 	}
-	if b.DryRun && g.armed.CompareAndSwap(true, false) {
+	if countsGrants(b) && g.armed.CompareAndSwap(true, false) {
 		close(g.entered)
 		<-g.release
 	}
 	return g.Store.Apply(ctx, b)
+}
+
+// countsGrants reports whether b counts grants: not the demand exchange's
+// counters, not refunds.
+func countsGrants(b limiter.Batch) bool {
+	return len(b.Hits) > 0 && !b.Hits[0].Refund && !strings.HasSuffix(b.Hits[0].Key, "rlqs-demand")
 }
 
 // gauge reads one of svc's series.
@@ -75,8 +82,8 @@ func reportOnce(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (grpc.
 	return st, err
 }
 
-// A stream that closes while a grant round is between its check and its
-// count (the round holds no lock while the store works) empties its
+// A stream that closes while a grant round counts in the store (the round
+// holds no lock while the store works) empties its
 // buckets' members under the round: the round must finish on what it
 // planned, not index what is gone (it crashed the process: index out of
 // range in reserve). Run under -race by make check.

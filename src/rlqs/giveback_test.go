@@ -1,0 +1,163 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+type cfgHolder struct{ cfg *config.Config }
+
+func (h cfgHolder) Load() *config.Config { return h.cfg }
+
+// rivalStore is a real store beside which another replica counts: armed,
+// the first batch that counts more than rivalLeaves tokens for a window
+// finds that window filled by the rival up to rivalLeaves, counted just
+// before it.
+type rivalStore struct {
+	limiter.Store
+	armed atomic.Bool
+	key   string // the window the rival filled
+	rival uint64 // and by how much
+	// failRefunds makes every refund fail, as a store that goes away
+	// between the count and the refund.
+	failRefunds bool
+}
+
+const rivalLeaves = 8
+
+var errAway = errors.New("rivalStore: away")
+
+func (r *rivalStore) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
+	if r.failRefunds && len(b.Hits) > 0 && b.Hits[0].Refund {
+		return nil, errAway
+	}
+	if len(b.Hits) > 0 && !b.Hits[0].Refund && b.Hits[0].Cost > rivalLeaves && r.armed.CompareAndSwap(true, false) {
+		h := b.Hits[0]
+		r.key, r.rival = h.Key, h.Rule.Limit-rivalLeaves
+		fill := limiter.Hit{Key: h.Key, Rule: h.Rule, Cost: r.rival}
+		if _, err := r.Store.Apply(ctx, limiter.Batch{Now: b.Now, Hits: []limiter.Hit{fill}}); err != nil {
+			return nil, err
+		}
+	}
+	return r.Store.Apply(ctx, b)
+}
+
+// TestAShortGrantHoldsOnlyWhatItSends: a round counts its grants at once,
+// without checking first. When another replica took a window's room just
+// before, the grant falls short there: what was counted for it in its
+// other windows is given back, and it is cut to what fits. After the
+// round the store holds, in every window, what the bucket's ledger says it
+// holds (plus the rival's count), not the uncut grant beside the cut one.
+func TestAShortGrantHoldsOnlyWhatItSends(t *testing.T) {
+	s, store, b := shortGrant(t, false)
+	var short dto.Metric
+	if err := s.stats.shortfalls.Write(&short); err != nil || short.GetCounter().GetValue() == 0 {
+		t.Fatal("the grant did not fall short: the rival's count did not bite")
+	}
+	m := b.members[0]
+	windows := 0
+	for _, w := range m.l.wins {
+		key := limiter.WindowKey(m.p.key, w.w)
+		stored := held(t, store.Store, m, w.w)
+		want := w.held
+		if key == store.key {
+			want += store.rival
+		}
+		if stored != want {
+			t.Errorf("window %d: the store holds %d, want %d (the ledger's %d, the rival's in %s)", w.w, stored, want, w.held, store.key)
+		}
+		windows++
+	}
+	if windows < 2 {
+		t.Errorf("the grant held %d windows, want at least 2 (the one the rival filled and others)", windows)
+	}
+	if b.sentKind != kindLimited {
+		t.Errorf("the bucket was sent %v, want its cut token bucket", b.sentKind)
+	}
+}
+
+// TestAFailedGiveBackSendsNothing: when the store fails the refund of a
+// short grant, whether it gave the tokens back is unknown. The bucket is
+// sent nothing and credited with nothing: a ledger that counted tokens
+// the store gave back could grant past the limit later; tokens the store
+// kept are only idle until their window ends.
+func TestAFailedGiveBackSendsNothing(t *testing.T) {
+	s, _, b := shortGrant(t, true)
+	if b.sentKind != kindNone {
+		t.Errorf("the bucket was sent %v, want nothing", b.sentKind)
+	}
+	for _, w := range b.members[0].l.wins {
+		if w.held != 0 {
+			t.Errorf("window %d: the ledger holds %d, want 0", w.w, w.held)
+		}
+	}
+	var errs dto.Metric
+	if err := s.stats.storeErrors.Write(&errs); err != nil || errs.GetCounter().GetValue() == 0 {
+		t.Errorf("the failed refund was not counted as a store error")
+	}
+}
+
+// shortGrant runs a new bucket's first round (20/s on a limit of 30/s)
+// beside a rival that fills one of its windows first.
+func shortGrant(t *testing.T, failRefunds bool) (*Service, *rivalStore, *bucket) {
+	t.Helper()
+	f, err := config.Parse("rlqs.yaml", []byte("domain: fleet\ndescriptors:\n  - key: tenant\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 30}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Build([]*config.File{f}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 300_000_000)
+	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds}
+	s := New(Options{Store: store, Configs: cfgHolder{cfg}, Clock: func() time.Time { return now }})
+	s.o.Logger = quietLogger(t)
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 20}}})
+	if len(fresh) != 1 {
+		t.Fatalf("%d buckets made, want 1", len(fresh))
+	}
+	store.armed.Store(true)
+	s.round(context.Background(), fresh)
+	if store.key == "" {
+		t.Fatal("the round counted nothing")
+	}
+	return s, store, fresh[0]
+}
+
+// quietLogger drops the service's log: the store errors here are the
+// test's doing.
+func quietLogger(t *testing.T) logrus.FieldLogger {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	return log
+}
+
+// held is what the store holds in window w of m's pool.
+func held(t *testing.T, store limiter.Store, m *member, w int64) uint64 {
+	t.Helper()
+	outs, err := store.Apply(context.Background(), limiter.Batch{Now: m.l.start(w), DryRun: true,
+		Hits: []limiter.Hit{{Key: limiter.WindowKey(m.p.key, w), Rule: m.p.rule}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.p.rule.Limit - outs[0].Remaining
+}
