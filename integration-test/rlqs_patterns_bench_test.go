@@ -24,22 +24,26 @@ type rlqsPattern struct {
 	demands   []float64
 	poisson   bool
 	perMinute bool
+	// moves, when set, gives the demand to one Envoy at a time, the next
+	// every moves (Envoy k of n from k×moves, then (n+k)×moves, ...).
+	moves time.Duration
 }
 
 var rlqsPatterns = []rlqsPattern{
-	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false},
-	{"3 equal, Poisson", []float64{20, 20, 20}, true, false},
-	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false},
+	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0},
+	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0},
+	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0},
 	{"30 Envoys (2/s each)", func() []float64 {
 		d := make([]float64, 30)
 		for i := range d {
 			d[i] = 2
 		}
 		return d
-	}(), false, false},
-	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false},
-	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true},
-	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true},
+	}(), false, false, 0},
+	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0},
+	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second},
+	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0},
+	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0},
 }
 
 // rlqsMinutes is how long a per-minute pattern runs: its first minute
@@ -122,7 +126,11 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			arrivals(d, pt.poisson, uint64(i), end, func() { e.Request(id) })
+			arrivals(d, pt.poisson, uint64(i), end, func() {
+				if pt.active(i, begin, time.Now()) {
+					e.Request(id)
+				}
+			})
 		}()
 	}
 	wg.Wait()
@@ -143,13 +151,14 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 		demand += d
 	}
 	span := float64(last-first+1) * window.Seconds() // seconds read
-	shares := maxMinShares(limit/window.Seconds(), pt.demands)
-	furthest, which := 1.0, 0
+	shares := pt.shares(limit/window.Seconds(), begin, time.Unix(0, first*int64(window)), time.Unix(0, (last+1)*int64(window)))
+	furthest, which := 1.0, -1
 	for i, n := range mine {
-		if r := float64(n) / span / shares[i]; math.Abs(r-1) > math.Abs(furthest-1) || i == 0 {
+		if r := float64(n) / span / shares[i]; shares[i] > 0 && (math.Abs(r-1) > math.Abs(furthest-1) || which < 0) {
 			furthest, which = r, i
 		}
 	}
+	which = max(which, 0)
 	perSecond := limit / window.Seconds()
 	admitted := "-"
 	if demand < perSecond {
@@ -157,6 +166,35 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	}
 	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share |", pt.name, worst, limit,
 		100*float64(used)/span/perSecond, admitted, which, pt.demands[which], furthest)
+}
+
+// active reports whether Envoy i has demand at t, in a run begun at begin.
+func (pt rlqsPattern) active(i int, begin, t time.Time) bool {
+	return pt.moves == 0 || int(t.Sub(begin)/pt.moves)%len(pt.demands) == i
+}
+
+// shares is each Envoy's max-min fair share of capacity (a second),
+// averaged over [from, to): where demand moves, the one that has it gets
+// all it wants while it has it.
+func (pt rlqsPattern) shares(capacity float64, begin, from, to time.Time) []float64 {
+	if pt.moves == 0 {
+		return maxMinShares(capacity, pt.demands)
+	}
+	out := make([]float64, len(pt.demands))
+	step := 10 * time.Millisecond
+	n := 0
+	for t := from; t.Before(to); t = t.Add(step) {
+		n++
+		for i, d := range pt.demands {
+			if pt.active(i, begin, t) {
+				out[i] += math.Min(d, capacity)
+			}
+		}
+	}
+	for i := range out {
+		out[i] /= float64(n)
+	}
+	return out
 }
 
 // arrivals calls fn at rate a second until end: paced, or with Poisson

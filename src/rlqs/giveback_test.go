@@ -114,17 +114,9 @@ func TestAFailedGiveBackSendsNothing(t *testing.T) {
 // beside a rival that fills one of its windows first.
 func shortGrant(t *testing.T, failRefunds bool) (*Service, *rivalStore, *bucket) {
 	t.Helper()
-	f, err := config.Parse("rlqs.yaml", []byte("domain: fleet\ndescriptors:\n  - key: tenant\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 30}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Build([]*config.File{f}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Unix(1_700_000_000, 300_000_000)
 	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds}
-	s := New(Options{Store: store, Configs: cfgHolder{cfg}, Clock: func() time.Time { return now }})
+	s := New(Options{Store: store, Configs: fleet(t), Clock: func() time.Time { return now }})
 	s.o.Logger = quietLogger(t)
 	st, err := s.open()
 	if err != nil {
@@ -160,4 +152,106 @@ func held(t *testing.T, store limiter.Store, m *member, w int64) uint64 {
 		t.Fatal(err)
 	}
 	return m.p.rule.Limit - outs[0].Remaining
+}
+
+// TestALoweredGrantGivesBackItsExcess: once a lower grant's message is on
+// its way, the higher one ends when it arrives (the delivery bound), and
+// the store holds past that only what the lower one needs; the windows
+// before stay held for the higher one. When the message is dropped (the
+// Envoy reads too slowly), the higher grant stays in force, and held, to
+// its own horizon.
+func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
+	for _, dropped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sent", true: "dropped"}[dropped], func(t *testing.T) {
+			now := time.Unix(1_700_000_000, 300_000_000)
+			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
+			s := New(Options{Store: mem, Configs: fleet(t), Clock: func() time.Time { return now }})
+			s.o.Logger = quietLogger(t)
+			st, err := s.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := s.open() // another Envoy, wanting 40 a second throughout
+			if err != nil {
+				t.Fatal(err)
+			}
+			usage := func(n uint64) *rlqsv3.RateLimitQuotaUsageReports {
+				return &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+					BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: n}}}
+			}
+			drain := func() {
+				for _, x := range []*stream{st, other} {
+					for len(x.out) > 0 {
+						<-x.out
+					}
+				}
+			}
+			fresh := s.report(st, usage(25))
+			s.round(context.Background(), append(fresh, s.report(other, usage(25))...))
+			now = now.Add(2 * time.Second)
+			s.report(st, usage(55)) // 40 a second measured
+			s.report(other, usage(55))
+			s.round(context.Background(), nil)
+			drain()
+			b := fresh[0]
+			m := b.members[0]
+			high := b.sentQ
+			before := map[int64]uint64{}
+			for _, w := range m.l.wins {
+				before[w.w] = w.held
+			}
+			now = now.Add(2 * time.Second)
+			s.report(st, usage(4)) // 2 a second measured
+			s.report(other, usage(80))
+			if dropped {
+				for len(st.out) < cap(st.out) {
+					st.out <- &rlqsv3.RateLimitQuotaResponse{}
+				}
+			}
+			s.round(context.Background(), nil)
+			if b.sentQ >= high {
+				t.Fatalf("the grant went from %d to %d a second, want lower", high, b.sentQ)
+			}
+			cur, cut := m.l.window(now), m.l.window(now.Add(s.o.Delivery))
+			lowered := 0
+			for w, was := range before {
+				if w < cur {
+					continue
+				}
+				got := m.l.wins.get(w).held
+				switch {
+				case dropped && got < was:
+					t.Errorf("window %d: the bucket holds %d, held %d: given back for a grant never sent", w, got, was)
+				case !dropped && w < cut && got < was:
+					t.Errorf("window %d, before the new grant arrives: the bucket holds %d, held %d", w, got, was)
+				case got < was:
+					lowered++
+				}
+				var ledgers uint64
+				for mm := range m.p.members {
+					ledgers += mm.l.wins.get(w).held
+				}
+				if stored := held(t, mem, m, w); stored != ledgers {
+					t.Errorf("window %d: the store holds %d, the buckets' ledgers %d", w, stored, ledgers)
+				}
+			}
+			if !dropped && lowered == 0 {
+				t.Errorf("no window after the hand-over was given back anything: %v", before)
+			}
+		})
+	}
+}
+
+// fleet is a config of one limit, 30 a second for tenant a.
+func fleet(t *testing.T) cfgHolder {
+	t.Helper()
+	f, err := config.Parse("rlqs.yaml", []byte("domain: fleet\ndescriptors:\n  - key: tenant\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 30}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Build([]*config.File{f}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfgHolder{cfg}
 }

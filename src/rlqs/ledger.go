@@ -22,8 +22,10 @@ import (
 //	+ the envelope's integral over the window, rounded up.
 //
 // The store is asked for the difference between a window's need and what
-// it already holds for this bucket; nothing is ever given back, so a lower
-// rate frees nothing before the higher one's horizon has passed.
+// it already holds for this bucket. Once a grant's message is on its way,
+// the grants before it end when it arrives, no later than its send plus
+// the delivery bound: from then on the envelope is the last grant's alone,
+// and what the store holds past a window's need is given back (handOver).
 type ledger struct {
 	period time.Duration
 	segs   []seg // the envelope from the present on, sorted, disjoint
@@ -37,6 +39,13 @@ type ledger struct {
 	// to after that.
 	burst, sent uint64
 	burstUntil  time.Time
+	// last is the last grant's rate from its send to its horizon.
+	last seg
+	// handed is the last hand-over's cut: from then on, the capacity in
+	// force is at most handedCap, the largest sent since the grant handed
+	// over to (that one included).
+	handed    time.Time
+	handedCap uint64
 }
 
 // capacity is the token-bucket capacity of a grant of q tokens per
@@ -72,6 +81,7 @@ func (l *ledger) grant(c uint64, now, until time.Time) (grows bool) {
 	}
 	grows = c > l.sent
 	l.sent = c
+	l.handedCap = max(l.handedCap, c)
 	if c >= l.burst {
 		l.burst, l.burstUntil = c, until
 	}
@@ -168,13 +178,53 @@ func (l *ledger) need(w int64) uint64 {
 	if !touched && x.resets == 0 {
 		return 0
 	}
+	// The capacity that may be in force as the window starts: the largest
+	// sent, or after a hand-over the largest sent since.
+	c := l.burst
+	if !l.handed.IsZero() && !ws.Before(l.handed) {
+		c = min(c, l.handedCap)
+	}
 	var kept uint64
 	if touched && !l.began.IsZero() && l.began.Before(ws) {
-		kept = l.burst
+		kept = c
 	}
 	// A hair below a whole number is that number: float sums of a rate
 	// that is a whole number of tokens per period must not round up.
-	return kept + l.burst*x.resets + uint64(math.Ceil(sum-1e-6))
+	return kept + c*x.resets + uint64(math.Ceil(sum-1e-6))
+}
+
+// handOver notes that from cut on only the last grant may be in force (its
+// message reaches the Envoy by then and replaces what it held): the
+// envelope after cut falls to the last grant's rate until its horizon,
+// and so does the capacity in force. It then calls f for every
+// window from now's on where the store holds more for this bucket than the
+// window now needs, with the difference, and holds only the need: the
+// caller gives the rest back. Called only once the message is on its way
+// (a message dropped for a slow reader leaves the grants before it in
+// force until their own horizons).
+func (l *ledger) handOver(now, cut time.Time, f func(w int64, n uint64)) {
+	out := make([]seg, 0, len(l.segs)+1)
+	for _, s := range l.segs {
+		if s.from.Before(cut) {
+			out = append(out, seg{s.from, minTime(s.to, cut), s.rate})
+		}
+	}
+	if l.last.to.After(cut) {
+		out = append(out, seg{maxTime(l.last.from, cut), l.last.to, l.last.rate})
+	}
+	l.segs = coalesce(out)
+	l.handed, l.handedCap = cut, l.sent
+	cur := l.window(now)
+	for i := range l.wins {
+		x := &l.wins[i]
+		if x.w < cur {
+			continue
+		}
+		if n := l.need(x.w); x.held > n {
+			f(x.w, x.held-n)
+			x.held = n
+		}
+	}
 }
 
 // shortfall calls f, for every window from now's to the envelope's end,

@@ -1,11 +1,7 @@
 package rlqs
 
 import (
-	"cmp"
 	"context"
-	"runtime"
-	"slices"
-	"strings"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -89,7 +85,9 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 		})
 		s.reserve(ctx, again)
 	}
-	s.locked(func() { s.commit(now, jobs) })
+	var freed []*ask
+	s.locked(func() { freed = s.commit(now, jobs) })
+	s.release(ctx, freed)
 }
 
 // locked runs f with the service's lock held, released however f ends (a
@@ -170,137 +168,12 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 	return jobs
 }
 
-// reserve counts every job's asks in the store and notes what it
-// refused and, where a grant fell short, what the store could still hold.
-func (s *Service) reserve(ctx context.Context, jobs []*job) {
-	s.inBatches(jobs, func(*ask) bool { return true }, func(at time.Time, asks []*ask) { s.reserveBatch(ctx, at, asks) })
-}
-
-// giveBack returns to the store what it counted for jobs that fell short.
-func (s *Service) giveBack(ctx context.Context, jobs []*job) {
-	s.inBatches(jobs, func(a *ask) bool { return a.ok }, func(at time.Time, asks []*ask) { s.giveBackBatch(ctx, at, asks) })
-}
-
-// inBatches calls do with the jobs' asks that pick chooses, one instant
-// and about maxBatch asks at a time.
-func (s *Service) inBatches(jobs []*job, pick func(*ask) bool, do func(at time.Time, asks []*ask)) {
-	byAt := map[time.Time][]*ask{}
-	for _, j := range jobs {
-		for _, a := range j.asks {
-			if pick(a) {
-				byAt[a.at] = append(byAt[a.at], a)
-			}
-		}
-	}
-	for at, all := range byAt {
-		for _, asks := range batches(all, maxBatch) {
-			do(at, asks)
-			// Let the ordinary calls waiting for a processor run between
-			// batches: the scheduler would preempt this goroutine only
-			// after 10 ms, and on two cores those calls would wait that
-			// long behind a round (BenchmarkRLQSChurn).
-			runtime.Gosched()
-		}
-	}
-}
-
-// maxBatch is about how many asks go to the store in one call. A round
-// over thousands of buckets asks for thousands of keys; in one call they
-// would hold the embedded store's locks, or Redis, for as long as they
-// take, and every ordinary ShouldRateLimit call would wait behind them
-// (BenchmarkRLQSChurn; its figures are in docs/rlqs.md).
-const maxBatch = 128
-
-// batches cuts asks into batches of about max, keeping the asks of one
-// store key together and in order: a key's later asks see its earlier
-// ones within a batch, and asks of different keys are independent, so
-// the batches decide as one call would. A stable sort by (key, window)
-// groups them without a string or a map per key, which a round over
-// thousands of buckets would otherwise allocate.
-func batches(asks []*ask, max int) [][]*ask {
-	if len(asks) <= max {
-		return [][]*ask{asks}
-	}
-	sorted := slices.Clone(asks)
-	slices.SortStableFunc(sorted, func(a, b *ask) int {
-		if c := strings.Compare(a.key, b.key); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.w, b.w)
-	})
-	var out [][]*ask
-	start := 0 // where the batch being cut starts
-	for i := 0; i < len(sorted); {
-		j := i + 1 // the end of the key's asks
-		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].w == sorted[i].w {
-			j++
-		}
-		if i > start && j-start > max {
-			out, start = append(out, sorted[start:i]), i
-		}
-		i = j
-	}
-	return append(out, sorted[start:])
-}
-
-// reserveBatch counts one batch of asks in the store, at at.
-func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
-	hits := make([]limiter.Hit, len(asks))
-	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
-	}
-	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
-	if err != nil {
-		s.storeError(err)
-		for _, a := range asks {
-			a.j.refused = true
-		}
-		return
-	}
-	for i, a := range asks {
-		if outs[i].Allowed {
-			a.ok = true
-			continue
-		}
-		j := a.j
-		if j.left == nil {
-			j.left = make([]map[int64]uint64, len(j.trials))
-		}
-		if j.left[a.m] == nil {
-			j.left[a.m] = map[int64]uint64{}
-		}
-		j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
-		j.failed = true
-	}
-}
-
-// giveBackBatch returns one batch of counted asks to the store, at at.
-// Whether a refund the store failed on was applied is unknown, so it is
-// taken as applied either way: the bucket is not credited with tokens the
-// store may no longer hold, at worst the store holds some that nobody is
-// sent until their window ends. Its job sends nothing (refused), as when
-// the store fails a count.
-func (s *Service) giveBackBatch(ctx context.Context, at time.Time, asks []*ask) {
-	hits := make([]limiter.Hit, len(asks))
-	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: true}
-	}
-	_, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
-	if err != nil {
-		s.storeError(err)
-	}
-	for _, a := range asks {
-		a.ok = false
-		if err != nil {
-			a.j.refused = true
-		}
-	}
-}
-
 // commit records what the store now holds, settles each job and sends.
-func (s *Service) commit(now time.Time, jobs []*job) {
+// It returns what the store holds past the need of the grants it handed
+// over to (see ledger.handOver), for the caller to give back.
+func (s *Service) commit(now time.Time, jobs []*job) []*ask {
 	out := map[*stream]*rlqsv3.RateLimitQuotaResponse{}
-	sent := map[*stream][]*bucket{}
+	sent := map[*stream][]*job{}
 	for _, j := range jobs {
 		b := j.b
 		s.credit(j)
@@ -315,20 +188,41 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 			out[b.s] = &rlqsv3.RateLimitQuotaResponse{}
 		}
 		out[b.s].BucketAction = append(out[b.s].BucketAction, action)
-		sent[b.s] = append(sent[b.s], b)
+		sent[b.s] = append(sent[b.s], j)
 	}
+	var freed []*ask
 	for st, m := range out {
 		select {
 		case st.out <- m:
+			freed = s.handOver(now, sent[st], freed)
 		default:
 			// The Envoy reads slower than we renew: this message is lost,
 			// so what it renewed may lapse before the next one.
 			s.stats.dropped.Inc()
-			for _, b := range sent[st] {
-				b.lapsed = true
+			for _, j := range sent[st] {
+				j.b.lapsed = true
 			}
 		}
 	}
+	return freed
+}
+
+// handOver hands the ledgers of the token buckets just sent over to them
+// (see ledger.handOver) and appends to freed what their stores hold past
+// their need.
+func (s *Service) handOver(now time.Time, jobs []*job, freed []*ask) []*ask {
+	cut := now.Add(s.o.Delivery)
+	for _, j := range jobs {
+		if j.kind != kindLimited {
+			continue
+		}
+		for _, m := range j.b.members {
+			m.l.handOver(now, cut, func(w int64, n uint64) {
+				freed = append(freed, &ask{rule: m.p.rule, w: w, n: n, at: maxTime(m.l.start(w), now), key: m.p.key})
+			})
+		}
+	}
+	return freed
 }
 
 // settle applies a job's outcome to its bucket and returns the action to

@@ -1,0 +1,166 @@
+package rlqs
+
+import (
+	"cmp"
+	"context"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// What a round asks of the store: counts, and refunds, in small batches.
+
+// reserve counts every job's asks in the store and notes what it
+// refused and, where a grant fell short, what the store could still hold.
+func (s *Service) reserve(ctx context.Context, jobs []*job) {
+	s.inBatches(asksOf(jobs, func(*ask) bool { return true }), func(at time.Time, asks []*ask) { s.reserveBatch(ctx, at, asks) })
+}
+
+// giveBack returns to the store what it counted for jobs that fell short.
+func (s *Service) giveBack(ctx context.Context, jobs []*job) {
+	s.inBatches(asksOf(jobs, func(a *ask) bool { return a.ok }), func(at time.Time, asks []*ask) { s.giveBackBatch(ctx, at, asks) })
+}
+
+// release returns to the store what no grant needs any more. The ledgers
+// hold only what they need already: a refund the store fails leaves it
+// holding more, never less, until the window ends.
+func (s *Service) release(ctx context.Context, asks []*ask) {
+	s.inBatches(asks, func(at time.Time, batch []*ask) {
+		if _, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: refunds(batch)}); err != nil {
+			s.storeError(err)
+		}
+	})
+}
+
+// asksOf is the asks of jobs that pick chooses.
+func asksOf(jobs []*job, pick func(*ask) bool) []*ask {
+	var out []*ask
+	for _, j := range jobs {
+		for _, a := range j.asks {
+			if pick(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// inBatches calls do with asks, one instant and about maxBatch asks at a
+// time.
+func (s *Service) inBatches(asks []*ask, do func(at time.Time, asks []*ask)) {
+	byAt := map[time.Time][]*ask{}
+	for _, a := range asks {
+		byAt[a.at] = append(byAt[a.at], a)
+	}
+	for at, all := range byAt {
+		for _, batch := range batches(all, maxBatch) {
+			do(at, batch)
+			// Let the ordinary calls waiting for a processor run between
+			// batches: the scheduler would preempt this goroutine only
+			// after 10 ms, and on two cores those calls would wait that
+			// long behind a round (BenchmarkRLQSChurn).
+			runtime.Gosched()
+		}
+	}
+}
+
+// maxBatch is about how many asks go to the store in one call. A round
+// over thousands of buckets asks for thousands of keys; in one call they
+// would hold the embedded store's locks, or Redis, for as long as they
+// take, and every ordinary ShouldRateLimit call would wait behind them
+// (BenchmarkRLQSChurn; its figures are in docs/rlqs.md).
+const maxBatch = 128
+
+// batches cuts asks into batches of about max, keeping the asks of one
+// store key together and in order: a key's later asks see its earlier
+// ones within a batch, and asks of different keys are independent, so
+// the batches decide as one call would. A stable sort by (key, window)
+// groups them without a string or a map per key, which a round over
+// thousands of buckets would otherwise allocate.
+func batches(asks []*ask, max int) [][]*ask {
+	if len(asks) <= max {
+		return [][]*ask{asks}
+	}
+	sorted := slices.Clone(asks)
+	slices.SortStableFunc(sorted, func(a, b *ask) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.w, b.w)
+	})
+	var out [][]*ask
+	start := 0 // where the batch being cut starts
+	for i := 0; i < len(sorted); {
+		j := i + 1 // the end of the key's asks
+		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].w == sorted[i].w {
+			j++
+		}
+		if i > start && j-start > max {
+			out, start = append(out, sorted[start:i]), i
+		}
+		i = j
+	}
+	return append(out, sorted[start:])
+}
+
+// reserveBatch counts one batch of asks in the store, at at.
+func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
+	hits := make([]limiter.Hit, len(asks))
+	for i, a := range asks {
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
+	}
+	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
+	if err != nil {
+		s.storeError(err)
+		for _, a := range asks {
+			a.j.refused = true
+		}
+		return
+	}
+	for i, a := range asks {
+		if outs[i].Allowed {
+			a.ok = true
+			continue
+		}
+		j := a.j
+		if j.left == nil {
+			j.left = make([]map[int64]uint64, len(j.trials))
+		}
+		if j.left[a.m] == nil {
+			j.left[a.m] = map[int64]uint64{}
+		}
+		j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
+		j.failed = true
+	}
+}
+
+// refunds is the hits that give asks back.
+func refunds(asks []*ask) []limiter.Hit {
+	hits := make([]limiter.Hit, len(asks))
+	for i, a := range asks {
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: true}
+	}
+	return hits
+}
+
+// giveBackBatch returns one batch of counted asks to the store, at at.
+// Whether a refund the store failed on was applied is unknown, so it is
+// taken as applied either way: the bucket is not credited with tokens the
+// store may no longer hold, at worst the store holds some that nobody is
+// sent until their window ends. Its job sends nothing (refused), as when
+// the store fails a count.
+func (s *Service) giveBackBatch(ctx context.Context, at time.Time, asks []*ask) {
+	_, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: refunds(asks)})
+	if err != nil {
+		s.storeError(err)
+	}
+	for _, a := range asks {
+		a.ok = false
+		if err != nil {
+			a.j.refused = true
+		}
+	}
+}
