@@ -154,15 +154,26 @@ func held(t *testing.T, store limiter.Store, m *member, w int64) uint64 {
 	return m.p.rule.Limit - outs[0].Remaining
 }
 
-// TestALoweredGrantGivesBackItsExcess: once a lower grant's message is on
-// its way, the higher one ends when it arrives (the delivery bound), and
-// the store holds past that only what the lower one needs; the windows
-// before stay held for the higher one. When the message is dropped (the
+// TestALoweredGrantGivesBackItsExcess: once a lower grant's message (or a
+// DENY_ALL's) is on its way, the higher one ends when it arrives (the
+// delivery bound), and the store holds past that only what the lower one
+// needs (DENY_ALL: nothing); the windows before stay held for the higher
+// one. When the message is dropped (the
 // Envoy reads too slowly), the higher grant stays in force, and held, to
 // its own horizon.
 func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
-	for _, dropped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "sent", true: "dropped"}[dropped], func(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		dropped         bool
+		reported, wants uint64 // the bucket's last report, and what the other wants
+	}{
+		{"lowered", false, 4, 80},
+		{"lowered, message dropped", true, 4, 80},
+		{"denied", false, 0, 80},
+		{"denied, message dropped", true, 0, 80},
+	} {
+		dropped := tc.dropped
+		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1_700_000_000, 300_000_000)
 			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 			s := New(Options{Store: mem, Configs: fleet(t), Clock: func() time.Time { return now }})
@@ -201,15 +212,18 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 				before[w.w] = w.held
 			}
 			now = now.Add(2 * time.Second)
-			s.report(st, usage(4)) // 2 a second measured
-			s.report(other, usage(80))
+			s.report(st, usage(tc.reported))
+			s.report(other, usage(tc.wants))
 			if dropped {
 				for len(st.out) < cap(st.out) {
 					st.out <- &rlqsv3.RateLimitQuotaResponse{}
 				}
 			}
 			s.round(context.Background(), nil)
-			if b.sentQ >= high {
+			switch {
+			case tc.reported == 0 && b.sentKind != kindDeny:
+				t.Fatalf("the bucket was sent %v, want DENY_ALL", b.sentKind)
+			case tc.reported > 0 && b.sentQ >= high:
 				t.Fatalf("the grant went from %d to %d a second, want lower", high, b.sentQ)
 			}
 			cur, cut := m.l.window(now), m.l.window(now.Add(s.o.Delivery))

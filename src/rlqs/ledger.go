@@ -201,8 +201,12 @@ func (l *ledger) need(w int64) uint64 {
 // window now needs, with the difference, and holds only the need: the
 // caller gives the rest back. Called only once the message is on its way
 // (a message dropped for a slow reader leaves the grants before it in
-// force until their own horizons).
-func (l *ledger) handOver(now, cut time.Time, f func(w int64, n uint64)) {
+// force until their own horizons). deny hands over to DENY_ALL instead,
+// which admits nothing.
+func (l *ledger) handOver(now, cut time.Time, deny bool, f func(w int64, n uint64)) {
+	if deny {
+		l.last = seg{}
+	}
 	out := make([]seg, 0, len(l.segs)+1)
 	for _, s := range l.segs {
 		if s.from.Before(cut) {
@@ -214,6 +218,9 @@ func (l *ledger) handOver(now, cut time.Time, f func(w int64, n uint64)) {
 	}
 	l.segs = coalesce(out)
 	l.handed, l.handedCap = cut, l.sent
+	if deny {
+		l.handedCap = 0
+	}
 	cur := l.window(now)
 	for i := range l.wins {
 		x := &l.wins[i]

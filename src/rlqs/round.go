@@ -207,17 +207,17 @@ func (s *Service) commit(now time.Time, jobs []*job) []*ask {
 	return freed
 }
 
-// handOver hands the ledgers of the token buckets just sent over to them
-// (see ledger.handOver) and appends to freed what their stores hold past
-// their need.
+// handOver hands the ledgers of the buckets just sent a token bucket or
+// DENY_ALL over to it (see ledger.handOver) and appends to freed what the
+// store holds for them past their need.
 func (s *Service) handOver(now time.Time, jobs []*job, freed []*ask) []*ask {
 	cut := now.Add(s.o.Delivery)
 	for _, j := range jobs {
-		if j.kind != kindLimited {
+		if j.kind != kindLimited && j.kind != kindDeny || j.abandon {
 			continue
 		}
 		for _, m := range j.b.members {
-			m.l.handOver(now, cut, func(w int64, n uint64) {
+			m.l.handOver(now, cut, j.kind == kindDeny, func(w int64, n uint64) {
 				freed = append(freed, &ask{rule: m.p.rule, w: w, n: n, at: maxTime(m.l.start(w), now), key: m.p.key})
 			})
 		}
