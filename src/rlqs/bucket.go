@@ -62,6 +62,7 @@ type member struct {
 	p      *pool
 	l      *ledger
 	target float64 // tokens per second, from the pool's last fill
+	served int     // the pool's fills that gave it a share
 }
 
 // pool is one limit's counter, shared by every bucket (of every stream on
@@ -167,15 +168,6 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 		b.demand = float64(b.counted) / dt.Seconds()
 		b.counted, b.lastReport = 0, now
 	}
-}
-
-// rank orders a crowded pool's busy members for a share: by want, one
-// holding a token bucket counted a quarter busier.
-func (m *member) rank() float64 {
-	if m.b.sentKind == kindLimited && !m.b.lapsed {
-		return m.want() * 1.25
-	}
-	return m.want()
 }
 
 // held is the grant in force for the member's limit, in tokens per

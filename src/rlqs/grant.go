@@ -60,10 +60,30 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 		}
 	}
 	q := math.Floor(rate*float64(f) + 1e-9)
+	if q < 1 && passedOver(b) {
+		// Its share went to another (a crowded pool rotates them): DENY_ALL
+		// now hands its room over a delivery bound later, where the token
+		// bucket it holds would keep it reserved to its horizon.
+		return &job{b: b, kind: kindDeny}
+	}
 	if q < 1 {
 		return s.holdBack(b, now)
 	}
 	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
+}
+
+// passedOver reports whether b holds a token bucket and wants more, but a
+// fill gave one of its members nothing.
+func passedOver(b *bucket) bool {
+	if b.sentKind != kindLimited || b.lapsed {
+		return false
+	}
+	for _, m := range b.members {
+		if m.target == 0 && m.want() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // limitedJob is the job of granting b q tokens every f seconds: each

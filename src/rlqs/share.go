@@ -84,6 +84,9 @@ func (p *pool) fill() {
 	}
 	per := p.rule.Period.Seconds()
 	busy, kept := p.holders(busy)
+	for _, m := range busy {
+		m.served++
+	}
 	wants, held := make([]float64, len(busy)), make([]float64, len(busy))
 	for i, m := range busy {
 		wants[i], held[i] = m.want(), m.held()
@@ -131,10 +134,18 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
 	if level := (limit - kept) / float64(max(n, 1)); n > 0 && level < minShare && level < busy[n-1].want()*per {
 		// Crowded: not every member can hold a share worth its cost, so
-		// those holding one keep it over noise in their demand (each
+		// the shares rotate: the members served least hold them, and a
+		// holder keeps its share until it has been served rotateAfter
+		// fills more than one waiting, not over noise in demand (each
 		// change of holder costs a full start; 30 equal Envoys changed
-		// places round after round and used a quarter of the limit).
-		sort.SliceStable(busy, func(i, j int) bool { return busy[i].rank() > busy[j].rank() })
+		// places round after round and used a quarter of the limit; held
+		// for good, two thirds of them got nothing).
+		sort.SliceStable(busy, func(i, j int) bool {
+			if a, b := busy[i].turn(), busy[j].turn(); a != b {
+				return a < b
+			}
+			return busy[i].want() > busy[j].want()
+		})
 	}
 	for n > 0 && limit-kept < float64(n) {
 		n--
@@ -153,6 +164,21 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 		kept -= busy[n].setAside()
 	}
 	return busy[:n], kept
+}
+
+// rotateAfter is how many fills a holder in a crowded pool keeps its share
+// past a waiting member's service: about one report interval of Envoy
+// 1.40 (5 s) at a fill a second, so that a change of holder, which costs
+// a full start, comes no more often than the demand it follows is read.
+const rotateAfter = 10
+
+// turn orders a crowded pool's busy members for a share, least first: how
+// often it was served, a member holding a token bucket rotateAfter less.
+func (m *member) turn() int {
+	if m.b.sentKind == kindLimited && !m.b.lapsed {
+		return m.served - rotateAfter
+	}
+	return m.served
 }
 
 // wholeTokens turns shares (tokens per second) into whole tokens per

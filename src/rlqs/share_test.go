@@ -252,3 +252,85 @@ func TestPoolFillPlansAGrowth(t *testing.T) {
 		t.Errorf("the first try's capacity %d, want 2", j.capacity)
 	}
 }
+
+// TestPoolFillRotates: in a crowded pool (30 buckets of 2/s on 30/s, room
+// for about 10 shares) the shares rotate: a holder keeps its share for
+// about rotateAfter fills, then one that waited takes it, and over many
+// fills every bucket is served about as often as any other. Held for
+// good, 20 of the 30 got nothing.
+func TestPoolFillRotates(t *testing.T) {
+	p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+	var all []*member
+	for range 30 {
+		b := &bucket{demand: 2, sentKind: kindDeny}
+		m := &member{b: b, p: p, l: newLedger(time.Second)}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		all = append(all, m)
+	}
+	changes := 0
+	const fills = 300
+	for range fills {
+		p.fill()
+		for _, m := range all {
+			// What the round sends: a token bucket to a holder, DENY_ALL to
+			// the rest.
+			kind := kindDeny
+			if m.target > 0 {
+				kind = kindLimited
+			}
+			if kind != m.b.sentKind {
+				changes++
+			}
+			m.b.sentKind = kind
+		}
+	}
+	least, most := fills, 0
+	for _, m := range all {
+		least, most = min(least, m.served), max(most, m.served)
+	}
+	if least == 0 || most-least > 2*rotateAfter {
+		t.Errorf("served %d to %d fills of %d, want every bucket a turn and within %d of each other", least, most, fills, 2*rotateAfter)
+	}
+	// Each change of holder is two changes (one out, one in); a holder
+	// that kept its share for rotateAfter fills changes about 2×30×fills /
+	// (3×rotateAfter) times in all.
+	if limit := 2 * len(all) * fills / rotateAfter; changes > limit {
+		t.Errorf("%d changes of holder in %d fills, want at most %d: shares must not flap", changes, fills, limit)
+	}
+}
+
+// TestAPassedOverHolderIsDeniedAtOnce: a bucket holding a token bucket
+// whose share went to another (it still wants more) is sent DENY_ALL at
+// once, which hands its room over a delivery bound later; one that went
+// idle keeps its token bucket while a later round could still replace it.
+// Run on, the passed-over one's room stayed reserved to its horizon and a
+// rotating pool used 37% of its limit with two Envoys of 30 never served.
+func TestAPassedOverHolderIsDeniedAtOnce(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name   string
+		demand float64
+		want   *kind // nil: nothing sent
+	}{
+		{"passed over", 2, ptr(kindDeny)},
+		{"idle", 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{})
+			p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+			b := &bucket{kind: kindLimited, sentKind: kindLimited, sentQ: 2, sentF: 1, sentCap: 1, sent: now, demand: tc.demand}
+			m := &member{b: b, p: p, l: newLedger(time.Second)}
+			b.members = []*member{m}
+			j := s.jobFor(b, now)
+			switch {
+			case tc.want == nil && j != nil:
+				t.Errorf("sent %v, want nothing", j.kind)
+			case tc.want != nil && (j == nil || j.kind != *tc.want):
+				t.Errorf("sent %v, want %v", j, *tc.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
