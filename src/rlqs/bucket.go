@@ -62,7 +62,7 @@ type member struct {
 	p      *pool
 	l      *ledger
 	target float64 // tokens per second, from the pool's last fill
-	served int     // the pool's fills that gave it a share
+	served int     // the rounds that sent it a token bucket
 }
 
 // pool is one limit's counter, shared by every bucket (of every stream on

@@ -269,3 +269,43 @@ func fleet(t *testing.T) cfgHolder {
 	}
 	return cfgHolder{cfg}
 }
+
+// TestHandOverLowersTheCapacityInForce: a window that starts after a
+// hand-over to a capacity of 1 needs 1 token kept from the window before,
+// not the 2 a larger capacity sent earlier could carry in; a window that
+// starts before it still needs 2, and a grant sent after the hand-over
+// counts again.
+func TestHandOverLowersTheCapacityInForce(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	send := func(l *ledger, c uint64, at time.Time, rate float64) {
+		until := at.Add(5 * time.Second)
+		l.grant(c, at, until)
+		l.raise(at, until, rate)
+		l.last = seg{at, until, rate}
+	}
+	l := newLedger(time.Second)
+	send(l, 2, t0, 10)
+	w := l.window(t0)
+	if got := l.need(w + 3); got != 2+10 {
+		t.Fatalf("before any hand-over, window 3 needs %d, want 12", got)
+	}
+	t1 := t0.Add(1500 * time.Millisecond)
+	send(l, 1, t1, 10)
+	l.handOver(t1, t1.Add(time.Second), false, func(int64, uint64) {})
+	for _, tc := range []struct {
+		w    int64
+		want uint64
+	}{
+		{w + 2, 2 + 10}, // starts at 2 s, before the hand-over at 2.5 s
+		{w + 3, 1 + 10},
+		{w + 6, 1 + 5}, // the last grant ends at 6.5 s
+	} {
+		if got := l.need(tc.w); got != tc.want {
+			t.Errorf("window %d: needs %d, want %d", tc.w-w, got, tc.want)
+		}
+	}
+	send(l, 2, t1.Add(time.Second), 10)
+	if got := l.need(w + 4); got != 2+10 {
+		t.Errorf("after a grant of capacity 2 sent since, window 4 needs %d, want 12", got)
+	}
+}

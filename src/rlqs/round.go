@@ -249,6 +249,7 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 	case j.kind == kindLimited:
 		for i, m := range j.members {
 			m.l = j.trials[i]
+			m.served++
 		}
 		b.sentQ, b.sentF, b.sentCap = j.q, j.f, j.capacity
 	}

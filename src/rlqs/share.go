@@ -84,9 +84,6 @@ func (p *pool) fill() {
 	}
 	per := p.rule.Period.Seconds()
 	busy, kept := p.holders(busy)
-	for _, m := range busy {
-		m.served++
-	}
 	wants, held := make([]float64, len(busy)), make([]float64, len(busy))
 	for i, m := range busy {
 		wants[i], held[i] = m.want(), m.held()
@@ -134,12 +131,14 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
 	if level := (limit - kept) / float64(max(n, 1)); n > 0 && level < minShare && level < busy[n-1].want()*per {
 		// Crowded: not every member can hold a share worth its cost, so
-		// the shares rotate: the members served least hold them, and a
-		// holder keeps its share until it has been served rotateAfter
-		// fills more than one waiting, not over noise in demand (each
-		// change of holder costs a full start; 30 equal Envoys changed
-		// places round after round and used a quarter of the limit; held
-		// for good, two thirds of them got nothing).
+		// the shares rotate: the members served least (sent fewest token
+		// buckets) hold them, and a holder keeps its share until it has
+		// been served rotateAfter rounds more than one waiting, not over
+		// noise in demand (each change of holder costs a full start; 30
+		// equal Envoys changed places round after round and used a
+		// quarter of the limit; held for good, two thirds of them got
+		// nothing). Served counts token buckets sent, not shares planned:
+		// a share the store could not hold yet serves nobody.
 		sort.SliceStable(busy, func(i, j int) bool {
 			if a, b := busy[i].turn(), busy[j].turn(); a != b {
 				return a < b
@@ -166,9 +165,9 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 	return busy[:n], kept
 }
 
-// rotateAfter is how many fills a holder in a crowded pool keeps its share
-// past a waiting member's service: two report intervals of Envoy 1.40
-// (5 s) at a fill a second. Each change of holder costs a full start and
+// rotateAfter is how many rounds a holder in a crowded pool keeps its
+// share past a waiting member's service: two report intervals of Envoy
+// 1.40 (5 s) at a round a second. Each change of holder costs a full start and
 // a second of the old holder's room: 30 Envoys of 2/s on 30/s used 36% of
 // the limit rotating after 10 fills and 31% after 5 (60 s read).
 const rotateAfter = 10
