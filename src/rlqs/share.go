@@ -167,9 +167,10 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 
 // rotateAfter is how many rounds a holder in a crowded pool keeps its
 // share past a waiting member's service: two report intervals of Envoy
-// 1.40 (5 s) at a round a second. Each change of holder costs a full start and
-// a second of the old holder's room: 30 Envoys of 2/s on 30/s used 36% of
-// the limit rotating after 10 fills and 31% after 5 (60 s read).
+// 1.40 (5 s) at a round a second. Each change of holder costs a full
+// start and a second of the old holder's room: 30 Envoys of 2/s on 30/s
+// used 36% of the limit rotating after 10 rounds and 31% after 5 (60 s
+// read).
 const rotateAfter = 10
 
 // turn orders a crowded pool's busy members for a share, least first: how
