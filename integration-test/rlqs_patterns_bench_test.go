@@ -27,23 +27,28 @@ type rlqsPattern struct {
 	// moves, when set, gives the demand to one Envoy at a time, the next
 	// every moves (Envoy k of n from k×moves, then (n+k)×moves, ...).
 	moves time.Duration
+	// spans, when set, is when each Envoy has demand: from its first to
+	// its second duration into the run (0: to the end).
+	spans [][2]time.Duration
 }
 
 var rlqsPatterns = []rlqsPattern{
-	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0},
-	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0},
-	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0},
+	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0, nil},
+	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0, nil},
+	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0, nil},
 	{"30 Envoys (2/s each)", func() []float64 {
 		d := make([]float64, 30)
 		for i := range d {
 			d[i] = 2
 		}
 		return d
-	}(), false, false, 0},
-	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0},
-	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second},
-	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0},
-	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0},
+	}(), false, false, 0, nil},
+	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0, nil},
+	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second, nil},
+	{"an Envoy leaving at 15 s, another joining at 20 s (20/s each)", []float64{20, 20, 20}, false, false, 0,
+		[][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}},
+	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0, nil},
+	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0, nil},
 }
 
 // rlqsMinutes is how long a per-minute pattern runs: its first minute
@@ -170,25 +175,34 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 
 // active reports whether Envoy i has demand at t, in a run begun at begin.
 func (pt rlqsPattern) active(i int, begin, t time.Time) bool {
-	return pt.moves == 0 || int(t.Sub(begin)/pt.moves)%len(pt.demands) == i
+	in := t.Sub(begin)
+	if pt.spans != nil && (in < pt.spans[i][0] || pt.spans[i][1] > 0 && in >= pt.spans[i][1]) {
+		return false
+	}
+	return pt.moves == 0 || int(in/pt.moves)%len(pt.demands) == i
 }
 
 // shares is each Envoy's max-min fair share of capacity (a second),
-// averaged over [from, to): where demand moves, the one that has it gets
-// all it wants while it has it.
+// averaged over [from, to): where demand moves or Envoys come and go, the
+// shares of those with demand at each instant.
 func (pt rlqsPattern) shares(capacity float64, begin, from, to time.Time) []float64 {
-	if pt.moves == 0 {
+	if pt.moves == 0 && pt.spans == nil {
 		return maxMinShares(capacity, pt.demands)
 	}
 	out := make([]float64, len(pt.demands))
 	step := 10 * time.Millisecond
 	n := 0
+	now := make([]float64, len(pt.demands))
 	for t := from; t.Before(to); t = t.Add(step) {
 		n++
 		for i, d := range pt.demands {
+			now[i] = 0
 			if pt.active(i, begin, t) {
-				out[i] += math.Min(d, capacity)
+				now[i] = d
 			}
+		}
+		for i, u := range maxMinShares(capacity, now) {
+			out[i] += u
 		}
 	}
 	for i := range out {
