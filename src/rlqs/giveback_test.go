@@ -10,14 +10,14 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 )
 
+// cfgHolder serves one config, as the service's reloader does.
 type cfgHolder struct{ cfg *config.Config }
 
 func (h cfgHolder) Load() *config.Config { return h.cfg }
@@ -117,7 +117,7 @@ func shortGrant(t *testing.T, failRefunds bool) (*Service, *rivalStore, *bucket)
 	now := time.Unix(1_700_000_000, 300_000_000)
 	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds}
 	s := New(Options{Store: store, Configs: fleet(t), Clock: func() time.Time { return now }})
-	s.o.Logger = quietLogger(t)
+	s.o.Logger = quietLogger()
 	st, err := s.open()
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func shortGrant(t *testing.T, failRefunds bool) (*Service, *rivalStore, *bucket)
 
 // quietLogger drops the service's log: the store errors here are the
 // test's doing.
-func quietLogger(t *testing.T) logrus.FieldLogger {
+func quietLogger() logrus.FieldLogger {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	return log
@@ -177,7 +177,7 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 			now := time.Unix(1_700_000_000, 300_000_000)
 			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 			s := New(Options{Store: mem, Configs: fleet(t), Clock: func() time.Time { return now }})
-			s.o.Logger = quietLogger(t)
+			s.o.Logger = quietLogger()
 			st, err := s.open()
 			if err != nil {
 				t.Fatal(err)
