@@ -31,9 +31,10 @@ type rivalStore struct {
 	armed atomic.Bool
 	key   string // the window the rival filled
 	rival uint64 // and by how much
-	// failRefunds makes every refund fail, as a store that goes away
-	// between the count and the refund.
-	failRefunds bool
+	// failRefunds makes every call that gives back fail, as a store that
+	// goes away between the count and the give-back: before applying it,
+	// or, with appliedAnyway, after (the answer lost).
+	failRefunds, appliedAnyway bool
 }
 
 const rivalLeaves = 8
@@ -42,6 +43,9 @@ var errAway = errors.New("rivalStore: away")
 
 func (r *rivalStore) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
 	if r.failRefunds && len(b.Hits) > 0 && b.Hits[0].Refund {
+		if r.appliedAnyway {
+			_, _ = r.Store.Apply(ctx, b)
+		}
 		return nil, errAway
 	}
 	if len(b.Hits) > 0 && !b.Hits[0].Refund && b.Hits[0].Cost > rivalLeaves && r.armed.CompareAndSwap(true, false) {
@@ -62,7 +66,7 @@ func (r *rivalStore) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outc
 // round the store holds, in every window, what the bucket's ledger says it
 // holds (plus the rival's count), not the uncut grant beside the cut one.
 func TestAShortGrantHoldsOnlyWhatItSends(t *testing.T) {
-	s, store, b := shortGrant(t, false)
+	s, store, b := shortGrant(t, false, false)
 	var short dto.Metric
 	if err := s.stats.shortfalls.Write(&short); err != nil || short.GetCounter().GetValue() == 0 {
 		t.Fatal("the grant did not fall short: the rival's count did not bite")
@@ -89,33 +93,44 @@ func TestAShortGrantHoldsOnlyWhatItSends(t *testing.T) {
 	}
 }
 
-// TestAFailedGiveBackSendsNothing: when the store fails the refund of a
-// short grant, whether it gave the tokens back is unknown. The bucket is
-// sent nothing and credited with nothing: a ledger that counted tokens
-// the store gave back could grant past the limit later; tokens the store
-// kept are only idle until their window ends.
+// TestAFailedGiveBackSendsNothing: when the store fails the call that
+// gives a short grant back and counts its cut, whether it applied either
+// is unknown. The bucket is sent nothing, and in no window does its
+// ledger claim more than the store holds for it: a ledger that counted
+// tokens the store gave back, or never counted, could grant past the
+// limit later; tokens the store holds beyond the ledger are only idle
+// until their window ends.
 func TestAFailedGiveBackSendsNothing(t *testing.T) {
-	s, _, b := shortGrant(t, true)
-	if b.sentKind != kindNone {
-		t.Errorf("the bucket was sent %v, want nothing", b.sentKind)
-	}
-	for _, w := range b.members[0].l.wins {
-		if w.held != 0 {
-			t.Errorf("window %d: the ledger holds %d, want 0", w.w, w.held)
-		}
-	}
-	var errs dto.Metric
-	if err := s.stats.storeErrors.Write(&errs); err != nil || errs.GetCounter().GetValue() == 0 {
-		t.Errorf("the failed refund was not counted as a store error")
+	for _, applied := range []bool{false, true} {
+		t.Run(map[bool]string{false: "not applied", true: "applied, answer lost"}[applied], func(t *testing.T) {
+			s, store, b := shortGrant(t, true, applied)
+			if b.sentKind != kindNone {
+				t.Errorf("the bucket was sent %v, want nothing", b.sentKind)
+			}
+			m := b.members[0]
+			for _, w := range m.l.wins {
+				stored := held(t, store.Store, m, w.w)
+				if limiter.WindowKey(m.p.key, w.w) == store.key {
+					stored -= store.rival
+				}
+				if w.held > stored {
+					t.Errorf("window %d: the ledger holds %d, the store %d for it", w.w, w.held, stored)
+				}
+			}
+			var errs dto.Metric
+			if err := s.stats.storeErrors.Write(&errs); err != nil || errs.GetCounter().GetValue() == 0 {
+				t.Errorf("the failed give-back was not counted as a store error")
+			}
+		})
 	}
 }
 
 // shortGrant runs a new bucket's first round (20/s on a limit of 30/s)
 // beside a rival that fills one of its windows first.
-func shortGrant(t *testing.T, failRefunds bool) (*Service, *rivalStore, *bucket) {
+func shortGrant(t *testing.T, failRefunds, appliedAnyway bool) (*Service, *rivalStore, *bucket) {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 300_000_000)
-	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds}
+	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds, appliedAnyway: appliedAnyway}
 	s := New(Options{Store: store, Configs: fleet(t), Clock: func() time.Time { return now }})
 	s.o.Logger = quietLogger()
 	st, err := s.open()

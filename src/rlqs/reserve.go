@@ -16,12 +16,19 @@ import (
 // reserve counts every job's asks in the store and notes what it
 // refused and, where a grant fell short, what the store could still hold.
 func (s *Service) reserve(ctx context.Context, jobs []*job) {
-	s.inBatches(asksOf(jobs, func(*ask) bool { return true }), func(at time.Time, asks []*ask) { s.reserveBatch(ctx, at, asks) })
+	s.inBatches(asksOf(jobs, func(*ask) bool { return true }), func(at time.Time, batch []*ask) { s.reserveBatch(ctx, at, batch) })
 }
 
-// giveBack returns to the store what it counted for jobs that fell short.
-func (s *Service) giveBack(ctx context.Context, jobs []*job) {
-	s.inBatches(asksOf(jobs, func(a *ask) bool { return a.ok }), func(at time.Time, asks []*ask) { s.giveBackBatch(ctx, at, asks) })
+// recount gives back what the store counted for the jobs that fell short
+// and counts their cut grants, again, in one call per batch: a key's
+// give-backs come before its counts.
+func (s *Service) recount(ctx context.Context, short, again []*job) {
+	asks := asksOf(short, func(a *ask) bool { return a.ok })
+	for _, a := range asks {
+		a.back = true
+	}
+	asks = append(asks, asksOf(again, func(*ask) bool { return true })...)
+	s.inBatches(asks, func(at time.Time, batch []*ask) { s.reserveBatch(ctx, at, batch) })
 }
 
 // release returns to the store what no grant needs any more. The ledgers
@@ -106,35 +113,47 @@ func batches(asks []*ask, max int) [][]*ask {
 	return append(out, sorted[start:])
 }
 
-// reserveBatch counts one batch of asks in the store, at at.
+// reserveBatch counts one batch of asks in the store, at at, and gives
+// back those marked back. When the store fails, the asks' jobs send
+// nothing (refused), and a give-back is taken as applied, since whether it
+// was is unknown: the bucket is not credited with tokens the store may no
+// longer hold; at worst the store holds some that nobody is sent until
+// their window ends.
 func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 	hits := make([]limiter.Hit, len(asks))
 	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n}
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: a.back}
 	}
 	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
 	if err != nil {
 		s.storeError(err)
-		for _, a := range asks {
-			a.j.refused = true
-		}
-		return
 	}
 	for i, a := range asks {
-		if outs[i].Allowed {
+		switch {
+		case a.back:
+			a.ok = false
+		case err == nil && outs[i].Allowed:
 			a.ok = true
-			continue
+		case err == nil:
+			a.j.noteShort(a, outs[i].Remaining)
 		}
-		j := a.j
-		if j.left == nil {
-			j.left = make([]map[int64]uint64, len(j.trials))
+		if err != nil {
+			a.j.refused = true
 		}
-		if j.left[a.m] == nil {
-			j.left[a.m] = map[int64]uint64{}
-		}
-		j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + outs[i].Remaining
-		j.failed = true
 	}
+}
+
+// noteShort records that the store could not hold ask a of j, and what it
+// could still hold for j in that window.
+func (j *job) noteShort(a *ask, remaining uint64) {
+	if j.left == nil {
+		j.left = make([]map[int64]uint64, len(j.trials))
+	}
+	if j.left[a.m] == nil {
+		j.left[a.m] = map[int64]uint64{}
+	}
+	j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + remaining
+	j.failed = true
 }
 
 // refunds is the hits that give asks back.
@@ -144,23 +163,4 @@ func refunds(asks []*ask) []limiter.Hit {
 		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: true}
 	}
 	return hits
-}
-
-// giveBackBatch returns one batch of counted asks to the store, at at.
-// Whether a refund the store failed on was applied is unknown, so it is
-// taken as applied either way: the bucket is not credited with tokens the
-// store may no longer hold, at worst the store holds some that nobody is
-// sent until their window ends. Its job sends nothing (refused), as when
-// the store fails a count.
-func (s *Service) giveBackBatch(ctx context.Context, at time.Time, asks []*ask) {
-	_, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: refunds(asks)})
-	if err != nil {
-		s.storeError(err)
-	}
-	for _, a := range asks {
-		a.ok = false
-		if err != nil {
-			a.j.refused = true
-		}
-	}
 }

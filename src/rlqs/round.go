@@ -48,6 +48,7 @@ type ask struct {
 	at   time.Time
 	key  string
 	ok   bool
+	back bool // give it back (it was counted for a grant that fell short)
 }
 
 // round renews and refills: every bucket when only is nil, else only
@@ -73,7 +74,6 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 		}
 	}
 	if len(short) > 0 {
-		s.giveBack(ctx, short)
 		var again []*job
 		s.locked(func() {
 			for i, j := range jobs {
@@ -83,7 +83,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 				}
 			}
 		})
-		s.reserve(ctx, again)
+		s.recount(ctx, short, again)
 	}
 	var freed []*ask
 	s.locked(func() { freed = s.commit(now, jobs) })
