@@ -174,20 +174,27 @@ func held(t *testing.T, store limiter.Store, m *member, w int64) uint64 {
 // delivery bound), and the store holds past that only what the lower one
 // needs (DENY_ALL: nothing); the windows before stay held for the higher
 // one. When the message is dropped (the
-// Envoy reads too slowly), the higher grant stays in force, and held, to
-// its own horizon.
+// Envoy reads too slowly), or still waits to be sent, the higher grant
+// stays in force, and held, to its own horizon or until it leaves.
 func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
+	const (
+		left    = iota // the message leaves
+		dropped        // the stream's queue is full: it is dropped
+		waiting        // it waits in the queue, not yet sent
+	)
 	for _, tc := range []struct {
 		name            string
-		dropped         bool
+		fate            int
 		reported, wants uint64 // the bucket's last report, and what the other wants
 	}{
-		{"lowered", false, 4, 80},
-		{"lowered, message dropped", true, 4, 80},
-		{"denied", false, 0, 80},
-		{"denied, message dropped", true, 0, 80},
+		{"lowered", left, 4, 80},
+		{"lowered, message dropped", dropped, 4, 80},
+		{"lowered, message not yet sent", waiting, 4, 80},
+		{"denied", left, 0, 80},
+		{"denied, message dropped", dropped, 0, 80},
+		{"denied, message not yet sent", waiting, 0, 80},
 	} {
-		dropped := tc.dropped
+		kept := tc.fate != left // the higher grant stays in force
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1_700_000_000, 300_000_000)
 			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
@@ -205,20 +212,15 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 				return &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
 					BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: n}}}
 			}
-			drain := func() {
-				for _, x := range []*stream{st, other} {
-					for len(x.out) > 0 {
-						<-x.out
-					}
-				}
-			}
 			fresh := s.report(st, usage(25))
 			s.round(context.Background(), append(fresh, s.report(other, usage(25))...))
 			now = now.Add(2 * time.Second)
 			s.report(st, usage(55)) // 40 a second measured
 			s.report(other, usage(55))
 			s.round(context.Background(), nil)
-			drain()
+			sendAll(s, st, other)
+			s.round(context.Background(), nil) // hands the 40 a second over
+			sendAll(s, st, other)
 			b := fresh[0]
 			m := b.members[0]
 			high := b.sentQ
@@ -229,11 +231,18 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 			now = now.Add(2 * time.Second)
 			s.report(st, usage(tc.reported))
 			s.report(other, usage(tc.wants))
-			if dropped {
+			if tc.fate == dropped {
 				for len(st.out) < cap(st.out) {
-					st.out <- &rlqsv3.RateLimitQuotaResponse{}
+					st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
 				}
 			}
+			s.round(context.Background(), nil)
+			// The lowered grant's message leaves (or, dropped, never
+			// does, or waits), and the next round hands it over.
+			if tc.fate == left {
+				sendAll(s, st)
+			}
+			sendAll(s, other)
 			s.round(context.Background(), nil)
 			switch {
 			case tc.reported == 0 && b.sentKind != kindDeny:
@@ -249,9 +258,9 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 				}
 				got := m.l.wins.get(w).held
 				switch {
-				case dropped && got < was:
-					t.Errorf("window %d: the bucket holds %d, held %d: given back for a grant never sent", w, got, was)
-				case !dropped && w < cut && got < was:
+				case kept && got < was:
+					t.Errorf("window %d: the bucket holds %d, held %d: given back for a grant not sent", w, got, was)
+				case !kept && w < cut && got < was:
 					t.Errorf("window %d, before the new grant arrives: the bucket holds %d, held %d", w, got, was)
 				case got < was:
 					lowered++
@@ -264,7 +273,7 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 					t.Errorf("window %d: the store holds %d, the buckets' ledgers %d", w, stored, ledgers)
 				}
 			}
-			if !dropped && lowered == 0 {
+			if !kept && lowered == 0 {
 				t.Errorf("no window after the hand-over was given back anything: %v", before)
 			}
 		})
@@ -292,11 +301,11 @@ func fleet(t *testing.T) cfgHolder {
 // counts again.
 func TestHandOverLowersTheCapacityInForce(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	send := func(l *ledger, c uint64, at time.Time, rate float64) {
+	send := func(l *ledger, c uint64, at time.Time, rate float64) uint64 {
 		until := at.Add(5 * time.Second)
 		l.grant(c, at, until)
 		l.raise(at, until, rate)
-		l.last = seg{at, until, rate}
+		return l.note(seg{at, until, rate}, c)
 	}
 	l := newLedger(time.Second)
 	send(l, 2, t0, 10)
@@ -305,8 +314,8 @@ func TestHandOverLowersTheCapacityInForce(t *testing.T) {
 		t.Fatalf("before any hand-over, window 3 needs %d, want 12", got)
 	}
 	t1 := t0.Add(1500 * time.Millisecond)
-	send(l, 1, t1, 10)
-	l.handOver(t1, t1.Add(time.Second), false, func(int64, uint64) {})
+	id := send(l, 1, t1, 10)
+	l.handOver(t1, t1.Add(time.Second), id, func(int64, uint64) {})
 	for _, tc := range []struct {
 		w    int64
 		want uint64
@@ -322,5 +331,15 @@ func TestHandOverLowersTheCapacityInForce(t *testing.T) {
 	send(l, 2, t1.Add(time.Second), 10)
 	if got := l.need(w + 4); got != 2+10 {
 		t.Errorf("after a grant of capacity 2 sent since, window 4 needs %d, want 12", got)
+	}
+}
+
+// sendAll does what the streams' senders do with the messages the rounds
+// queued: each leaves at once, within the delivery bound.
+func sendAll(s *Service, streams ...*stream) {
+	for _, st := range streams {
+		for len(st.out) > 0 {
+			s.delivered(<-st.out)
+		}
 	}
 }

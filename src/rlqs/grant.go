@@ -126,7 +126,7 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 			t.reset(now, now.Add(s.o.Delivery))
 		}
 		t.raise(now, now.Add(s.o.TTL+s.o.Delivery), r)
-		t.last = seg{now, now.Add(s.o.TTL + s.o.Delivery), r}
+		t.note(seg{now, now.Add(s.o.TTL + s.o.Delivery), r}, j.capacity)
 		j.members, j.trials = append(j.members, m), append(j.trials, t)
 		t.shortfall(now, func(w int64, n uint64) {
 			at := maxTime(t.start(w), now)

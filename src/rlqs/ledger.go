@@ -22,10 +22,11 @@ import (
 //	+ the envelope's integral over the window, rounded up.
 //
 // The store is asked for the difference between a window's need and what
-// it already holds for this bucket. Once a grant's message is on its way,
-// the grants before it end when it arrives, no later than its send plus
-// the delivery bound: from then on the envelope is the last grant's alone,
-// and what the store holds past a window's need is given back (handOver).
+// it already holds for this bucket. Once a grant's message has left, the
+// grants before it end when it arrives, no later than its send plus the
+// delivery bound: from then on the envelope is that grant's and those sent
+// after it, and what the store holds past a window's need is given back
+// (handOver).
 type ledger struct {
 	period time.Duration
 	segs   []seg // the envelope from the present on, sorted, disjoint
@@ -39,13 +40,24 @@ type ledger struct {
 	// to after that.
 	burst, sent uint64
 	burstUntil  time.Time
-	// last is the last grant's rate from its send to its horizon.
-	last seg
+	// grants are the grants sent that a hand-over may still need: each
+	// one's rate from its send to its horizon, and its capacity (DENY_ALL:
+	// none). Those before the last hand-over's are forgotten, and so is
+	// each at its horizon.
+	grants []sentGrant
+	nextID uint64
 	// handed is the last hand-over's cut: from then on, the capacity in
 	// force is at most handedCap, the largest sent since the grant handed
 	// over to (that one included).
 	handed    time.Time
 	handedCap uint64
+}
+
+// sentGrant is one grant a ledger noted (see ledger.note).
+type sentGrant struct {
+	id  uint64
+	s   seg
+	cap uint64
 }
 
 // capacity is the token-bucket capacity of a grant of q tokens per
@@ -111,6 +123,21 @@ func (l *ledger) advance(now time.Time) {
 	}
 	l.segs = keep
 	l.wins.dropBefore(cur)
+	gs := l.grants[:0]
+	for _, g := range l.grants {
+		if g.s.to.After(now) {
+			gs = append(gs, g)
+		}
+	}
+	l.grants = gs
+}
+
+// note records a grant of rate s.rate over s (DENY_ALL: a zero seg) and
+// capacity c, and returns the id a hand-over to it names.
+func (l *ledger) note(s seg, c uint64) uint64 {
+	l.nextID++
+	l.grants = append(l.grants, sentGrant{l.nextID, s, c})
+	return l.nextID
 }
 
 // addIntegral adds rate × the part of [from, to) in each window to its past.
@@ -193,34 +220,45 @@ func (l *ledger) need(w int64) uint64 {
 	return kept + c*x.resets + uint64(math.Ceil(sum-1e-6))
 }
 
-// handOver notes that from cut on only the last grant may be in force (its
-// message reaches the Envoy by then and replaces what it held): the
-// envelope after cut falls to the last grant's rate until its horizon,
-// and so does the capacity in force. It then calls f for every
-// window from now's on where the store holds more for this bucket than the
-// window now needs, with the difference, and holds only the need: the
-// caller gives the rest back. Called only once the message is on its way
-// (a message dropped for a slow reader leaves the grants before it in
-// force until their own horizons). deny hands over to DENY_ALL instead,
-// which admits nothing.
-func (l *ledger) handOver(now, cut time.Time, deny bool, f func(w int64, n uint64)) {
-	if deny {
-		l.last = seg{}
+// handOver notes that grant id's message has left, so that from cut on
+// (when it has reached the Envoy and replaced what it held) only that
+// grant and those sent after it may be in force: the envelope after cut
+// falls to theirs, and so does the capacity in force. It then calls f for
+// every window from now's on where the store holds more for this bucket
+// than the window now needs, with the difference, and holds only the need:
+// the caller gives the rest back. A message that never leaves (dropped for
+// a slow reader, or late) hands nothing over: the grants before it stay in
+// force, and held, to their own horizons.
+func (l *ledger) handOver(now, cut time.Time, id uint64, f func(w int64, n uint64)) {
+	if cut.Before(l.handed) {
+		return // a later grant was handed over already
 	}
-	out := make([]seg, 0, len(l.segs)+1)
+	var kept []sentGrant
+	var c uint64
+	for _, g := range l.grants {
+		if g.id >= id {
+			kept = append(kept, g)
+			c = max(c, g.cap)
+		}
+	}
+	l.grants = kept
+	out := make([]seg, 0, len(l.segs)+len(kept))
 	for _, s := range l.segs {
 		if s.from.Before(cut) {
 			out = append(out, seg{s.from, minTime(s.to, cut), s.rate})
 		}
 	}
-	if l.last.to.After(cut) {
-		out = append(out, seg{maxTime(l.last.from, cut), l.last.to, l.last.rate})
+	var after []seg
+	for _, g := range kept {
+		if g.s.to.After(cut) && g.s.rate > 0 {
+			after = append(after, seg{maxTime(g.s.from, cut), g.s.to, g.s.rate})
+		}
 	}
 	l.segs = coalesce(out)
-	l.handed, l.handedCap = cut, l.sent
-	if deny {
-		l.handedCap = 0
+	for _, s := range after {
+		l.raise(s.from, s.to, s.rate)
 	}
+	l.handed, l.handedCap = cut, c
 	cur := l.window(now)
 	for i := range l.wins {
 		x := &l.wins[i]
@@ -259,6 +297,7 @@ func (l *ledger) clone() *ledger {
 	c := *l
 	c.segs = append([]seg(nil), l.segs...)
 	c.wins = append(wins(nil), l.wins...)
+	c.grants = append([]sentGrant(nil), l.grants...)
 	return &c
 }
 

@@ -13,10 +13,13 @@ import (
 
 // What a round asks of the store: counts, and refunds, in small batches.
 
-// reserve counts every job's asks in the store and notes what it
-// refused and, where a grant fell short, what the store could still hold.
-func (s *Service) reserve(ctx context.Context, jobs []*job) {
-	s.inBatches(asksOf(jobs, func(*ask) bool { return true }), func(at time.Time, batch []*ask) { s.reserveBatch(ctx, at, batch) })
+// reserve gives back what back asks (first: a key's give-backs come
+// before its counts), counts every job's asks in the store, and notes
+// what it refused and, where a grant fell short, what the store could
+// still hold.
+func (s *Service) reserve(ctx context.Context, back []*ask, jobs []*job) {
+	asks := append(back, asksOf(jobs, func(*ask) bool { return true })...)
+	s.inBatches(asks, func(at time.Time, batch []*ask) { s.reserveBatch(ctx, at, batch) })
 }
 
 // recount gives back what the store counted for the jobs that fell short
@@ -29,17 +32,6 @@ func (s *Service) recount(ctx context.Context, short, again []*job) {
 	}
 	asks = append(asks, asksOf(again, func(*ask) bool { return true })...)
 	s.inBatches(asks, func(at time.Time, batch []*ask) { s.reserveBatch(ctx, at, batch) })
-}
-
-// release returns to the store what no grant needs any more. The ledgers
-// hold only what they need already: a refund the store fails leaves it
-// holding more, never less, until the window ends.
-func (s *Service) release(ctx context.Context, asks []*ask) {
-	s.inBatches(asks, func(at time.Time, batch []*ask) {
-		if _, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: refunds(batch)}); err != nil {
-			s.storeError(err)
-		}
-	})
 }
 
 // asksOf is the asks of jobs that pick chooses.
@@ -114,11 +106,11 @@ func batches(asks []*ask, max int) [][]*ask {
 }
 
 // reserveBatch counts one batch of asks in the store, at at, and gives
-// back those marked back. When the store fails, the asks' jobs send
-// nothing (refused), and a give-back is taken as applied, since whether it
-// was is unknown: the bucket is not credited with tokens the store may no
-// longer hold; at worst the store holds some that nobody is sent until
-// their window ends.
+// back those marked back (a hand-over's have no job). When the store
+// fails, the asks' jobs send nothing (refused), and a give-back is taken
+// as applied, since whether it was is unknown: the bucket is not credited
+// with tokens the store may no longer hold; at worst the store holds some
+// that nobody is sent until their window ends.
 func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 	hits := make([]limiter.Hit, len(asks))
 	for i, a := range asks {
@@ -137,7 +129,7 @@ func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 		case err == nil:
 			a.j.noteShort(a, outs[i].Remaining)
 		}
-		if err != nil {
+		if err != nil && a.j != nil {
 			a.j.refused = true
 		}
 	}

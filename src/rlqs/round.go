@@ -61,12 +61,18 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 		s.exchangeDemand(ctx, now)
 	}
 	var jobs []*job
-	s.locked(func() { jobs = s.plan(now, only) })
+	var back []*ask
+	s.locked(func() {
+		back = s.handOvers(now)
+		jobs = s.plan(now, only)
+	})
 	// Count at once: most grants fit, and checking each first would ask
 	// the store twice for every one. A grant that does not fit in full is
 	// given back and cut to what the store can hold (counting a part of
 	// it would hold tokens nobody is sent); only those are asked again.
-	s.reserve(ctx, jobs)
+	// What the grants handed over since the last round freed is given
+	// back in the same calls, before the counts that may use it.
+	s.reserve(ctx, back, jobs)
 	var short []*job
 	for _, j := range jobs {
 		if j.failed && !j.refused {
@@ -85,9 +91,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 		})
 		s.recount(ctx, short, again)
 	}
-	var freed []*ask
-	s.locked(func() { freed = s.commit(now, jobs) })
-	s.release(ctx, freed)
+	s.locked(func() { s.commit(now, jobs) })
 }
 
 // locked runs f with the service's lock held, released however f ends (a
@@ -169,11 +173,9 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 }
 
 // commit records what the store now holds, settles each job and sends.
-// It returns what the store holds past the need of the grants it handed
-// over to (see ledger.handOver), for the caller to give back.
-func (s *Service) commit(now time.Time, jobs []*job) []*ask {
-	out := map[*stream]*rlqsv3.RateLimitQuotaResponse{}
-	sent := map[*stream][]*job{}
+// A message's grants hand over once it has left (see deliver).
+func (s *Service) commit(now time.Time, jobs []*job) {
+	out := map[*stream]*outgoing{}
 	for _, j := range jobs {
 		b := j.b
 		s.credit(j)
@@ -184,45 +186,45 @@ func (s *Service) commit(now time.Time, jobs []*job) []*ask {
 		if action == nil {
 			continue
 		}
-		if out[b.s] == nil {
-			out[b.s] = &rlqsv3.RateLimitQuotaResponse{}
+		o := out[b.s]
+		if o == nil {
+			o = &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
+			out[b.s] = o
 		}
-		out[b.s].BucketAction = append(out[b.s].BucketAction, action)
-		sent[b.s] = append(sent[b.s], j)
+		o.msg.BucketAction = append(o.msg.BucketAction, action)
+		o.buckets = append(o.buckets, b)
+		o.hands = s.handsOf(j, now, o.hands)
 	}
-	var freed []*ask
-	for st, m := range out {
+	for st, o := range out {
 		select {
-		case st.out <- m:
-			freed = s.handOver(now, sent[st], freed)
+		case st.out <- o:
 		default:
 			// The Envoy reads slower than we renew: this message is lost,
 			// so what it renewed may lapse before the next one.
 			s.stats.dropped.Inc()
-			for _, j := range sent[st] {
-				j.b.lapsed = true
+			for _, b := range o.buckets {
+				b.lapsed = true
 			}
 		}
 	}
-	return freed
 }
 
-// handOver hands the ledgers of the buckets just sent a token bucket or
-// DENY_ALL over to it (see ledger.handOver) and appends to freed what the
-// store holds for them past their need.
-func (s *Service) handOver(now time.Time, jobs []*job, freed []*ask) []*ask {
-	cut := now.Add(s.o.Delivery)
-	for _, j := range jobs {
-		if j.kind != kindLimited && j.kind != kindDeny || j.abandon {
-			continue
+// handsOf appends to hands the grants j sends that hand over once their
+// message has left: a token bucket's (noted in its trial ledgers, now the
+// members'), or a DENY_ALL's, noted here as a grant of nothing.
+func (s *Service) handsOf(j *job, now time.Time, hands []handRef) []handRef {
+	switch {
+	case j.abandon:
+	case j.kind == kindLimited:
+		for _, m := range j.members {
+			hands = append(hands, handRef{m, m.l.nextID})
 		}
+	case j.kind == kindDeny:
 		for _, m := range j.b.members {
-			m.l.handOver(now, cut, j.kind == kindDeny, func(w int64, n uint64) {
-				freed = append(freed, &ask{rule: m.p.rule, w: w, n: n, at: maxTime(m.l.start(w), now), key: m.p.key})
-			})
+			hands = append(hands, handRef{m, m.l.note(seg{from: now, to: now}, 0)})
 		}
 	}
-	return freed
+	return hands
 }
 
 // settle applies a job's outcome to its bucket and returns the action to

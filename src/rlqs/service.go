@@ -127,6 +127,9 @@ type Service struct {
 	pools   map[string]*pool
 	nextID  uint64
 	buckets int // across streams
+	// handed is the messages that have left since the last round, whose
+	// grants that round hands over (see deliver.go).
+	handed []handed
 
 	stats *stats
 
@@ -163,7 +166,10 @@ type stream struct {
 	// abandoned holds, by bucket key, when each bucket was abandoned
 	// (for abandonedFor): see report.
 	abandoned map[string]time.Time
-	out       chan *rlqsv3.RateLimitQuotaResponse
+	out       chan *outgoing
+	// closed is set when the stream ends: a report its receiver had
+	// already read is then dropped, not taken into buckets nobody drops.
+	closed bool
 }
 
 // abandonedFor is how long an abandoned bucket's key is remembered: past
@@ -180,27 +186,28 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 	defer s.close(st)
 	ctx, cancel := context.WithCancel(gs.Context())
 	defer cancel()
-	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				sendErr <- nil
-				return
-			case m := <-st.out:
-				if err := gs.Send(m); err != nil {
-					sendErr <- err
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	// Reports are read, and sends made, each on a goroutine of its own:
+	// a send blocked past the delivery bound must end the stream, which
+	// only returning from here does (it fails the blocked send).
+	ended := make(chan error, 2)
+	stalled := make(chan struct{}, 1)
+	go func() { ended <- s.deliver(ctx, gs, st, stalled) }()
+	go func() { ended <- s.receive(ctx, gs, st) }()
+	select {
+	case err = <-ended:
+		return err
+	case <-stalled:
+		s.stats.stalled.Inc()
+		return status.Errorf(codes.Unavailable, "rlqs: the Envoy took no assignment for %v (RLQS_DELIVERY_BOUND): stream ended", s.o.Delivery)
+	}
+}
+
+// receive takes st's reports until the Envoy closes its side or a report
+// fails, and answers new buckets at once.
+func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], st *stream) error {
 	for {
 		msg, err := gs.Recv()
 		if err != nil {
-			cancel()
-			<-sendErr
 			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
 				return nil // the Envoy closed its side, or went away
 			}
@@ -208,8 +215,6 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 		}
 		fresh, err := s.safeReport(st, msg)
 		if err != nil {
-			cancel()
-			<-sendErr
 			return err
 		}
 		if len(fresh) > 0 {
@@ -218,8 +223,6 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 			// is then held for nobody, which is safe; cut short, it would
 			// count as a store error.
 			if err := s.safeRound(context.WithoutCancel(ctx), fresh); err != nil {
-				cancel()
-				<-sendErr
 				return err
 			}
 		}
@@ -243,7 +246,7 @@ func (s *Service) open() (*stream, error) {
 	}
 	s.nextID++
 	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
-		out: make(chan *rlqsv3.RateLimitQuotaResponse, 8)}
+		out: make(chan *outgoing, 8)}
 	s.streams[st] = struct{}{}
 	return st, nil
 }
@@ -257,6 +260,7 @@ func (s *Service) close(st *stream) {
 	for _, b := range st.buckets {
 		s.drop(b)
 	}
+	st.closed = true
 	delete(s.streams, st)
 }
 
@@ -289,6 +293,9 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 	now := s.o.Clock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if st.closed {
+		return nil
+	}
 	switch d := msg.GetDomain(); {
 	case st.domain == "":
 		st.domain = d

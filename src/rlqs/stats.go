@@ -21,6 +21,7 @@ type stats struct {
 	storeErrors prometheus.Counter
 	shortfalls  prometheus.Counter
 	dropped     prometheus.Counter
+	stalled     prometheus.Counter
 	panics      prometheus.Counter
 }
 
@@ -40,7 +41,8 @@ func newStats() *stats {
 		abandoned:   c("ratelimit_rlqs_abandoned_buckets_total", "RLQS buckets abandoned after reporting no requests for RLQS_IDLE_ABANDON."),
 		storeErrors: c("ratelimit_rlqs_store_errors_total", "RLQS reservations the store failed: no grant was renewed for their buckets."),
 		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants cut to what the store could still hold (the limit was held for other buckets, or for this one's earlier, higher grants)."),
-		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped because the Envoy read slower than renewals were sent."),
+		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped unsent: the Envoy read slower than renewals were sent, or a response could not leave within RLQS_DELIVERY_BOUND."),
+		stalled:     c("ratelimit_rlqs_stalled_streams_total", "RLQS streams ended because a response could not leave within RLQS_DELIVERY_BOUND (the Envoy did not read)."),
 		panics:      c("ratelimit_rlqs_panics_total", "Panics recovered in RLQS work (a grant round, a stream's report): the stream it served was ended, the process kept serving."),
 	}
 }
@@ -53,7 +55,7 @@ func (s *Service) Collectors() []prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
 	}
 	return []prometheus.Collector{st.assignments, st.reported, st.anomalies, st.refused, st.shadow, st.abandoned,
-		st.storeErrors, st.shortfalls, st.dropped, st.panics,
+		st.storeErrors, st.shortfalls, st.dropped, st.stalled, st.panics,
 		gauge("ratelimit_rlqs_streams", "Open RLQS streams.", func() float64 { n, _ := s.counts(); return float64(n) }),
 		gauge("ratelimit_rlqs_buckets", "RLQS buckets tracked across streams.", func() float64 { _, n := s.counts(); return float64(n) }),
 	}

@@ -1,0 +1,122 @@
+package rlqs
+
+import (
+	"context"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+)
+
+// Delivery: every grant is reserved as if its message reached the Envoy
+// within the delivery bound of the round that sent it, and a grant hands
+// over (see ledger.handOver) on that bound. The service keeps its own part
+// of it: a message leaves (the transport takes it) within the bound or
+// never, and a grant hands over only once its message has left. What the
+// service cannot see, the way from the transport to the Envoy's reading,
+// must fit in what is left of the bound.
+
+// outgoing is one message for a stream, as a round sent it.
+type outgoing struct {
+	msg *rlqsv3.RateLimitQuotaResponse
+	at  time.Time // the round's time: the bound runs from it
+	// hands are the grants it carries, to hand over once it has left;
+	// buckets what it renews, which lapse if it never leaves.
+	hands   []handRef
+	buckets []*bucket
+}
+
+// handRef names a grant in a member's ledger (see ledger.note).
+type handRef struct {
+	m  *member
+	id uint64
+}
+
+// handed is a message that has left: its grants hand over at the next
+// round (rounds alone change ledgers, under the grant lock), and what
+// they free is given back in that round's first store calls.
+type handed struct {
+	refs []handRef
+	cut  time.Time
+}
+
+// sender is what deliver needs of a stream: gRPC's server stream.
+type sender interface {
+	Send(*rlqsv3.RateLimitQuotaResponse) error
+}
+
+// deliver sends st's messages in order until ctx is done or a send fails.
+// A message that waited past the delivery bound is dropped unsent; a send
+// that is still blocked when the bound passes (the Envoy does not read,
+// so the transport's buffers are full) signals stalled, and the stream's
+// handler ends the stream, which fails the send: the message never
+// leaves, late, to extend a grant past what the store holds for it.
+func (s *Service) deliver(ctx context.Context, gs sender, st *stream, stalled chan<- struct{}) error {
+	for {
+		var o *outgoing
+		select {
+		case <-ctx.Done():
+			return nil
+		case o = <-st.out:
+		}
+		left := o.at.Add(s.o.Delivery).Sub(s.o.Clock())
+		if left <= 0 {
+			s.undelivered(o)
+			continue
+		}
+		timer := time.AfterFunc(left, func() {
+			select {
+			case stalled <- struct{}{}:
+			default:
+			}
+		})
+		err := gs.Send(o.msg)
+		if !timer.Stop() {
+			// The bound passed during the send: the stream is ending.
+			s.undelivered(o)
+			return nil
+		}
+		if err != nil {
+			s.undelivered(o)
+			return err
+		}
+		s.delivered(o)
+	}
+}
+
+// delivered notes that o has left: its grants hand over at the next round.
+func (s *Service) delivered(o *outgoing) {
+	if len(o.hands) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handed = append(s.handed, handed{o.hands, o.at.Add(s.o.Delivery)})
+}
+
+// undelivered notes that o never left: what it renewed may lapse before
+// the next message, and what it replaced stays in force.
+func (s *Service) undelivered(o *outgoing) {
+	s.stats.dropped.Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range o.buckets {
+		b.lapsed = true
+	}
+}
+
+// handOvers hands over the grants whose messages have left since the last
+// round and returns what the store holds past their need, as asks to give
+// back. Called with the service's lock held, before the round plans.
+func (s *Service) handOvers(now time.Time) []*ask {
+	var back []*ask
+	for _, h := range s.handed {
+		for _, r := range h.refs {
+			m := r.m
+			m.l.handOver(now, h.cut, r.id, func(w int64, n uint64) {
+				back = append(back, &ask{rule: m.p.rule, w: w, n: n, at: maxTime(m.l.start(w), now), key: m.p.key, back: true})
+			})
+		}
+	}
+	s.handed = nil
+	return back
+}

@@ -1,0 +1,105 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/openrls/ratelimit/src/limiter"
+)
+
+// fakeSender takes messages as a stream's transport does; with block set,
+// a send waits until block is closed and then fails, as gRPC fails a send
+// on a stream that has ended.
+type fakeSender struct {
+	took  chan *rlqsv3.RateLimitQuotaResponse
+	block chan struct{}
+}
+
+var errEnded = errors.New("fakeSender: the stream ended")
+
+func (f *fakeSender) Send(m *rlqsv3.RateLimitQuotaResponse) error {
+	if f.block != nil {
+		<-f.block
+		return errEnded
+	}
+	f.took <- m
+	return nil
+}
+
+// TestAMessageLeavesWithinTheBoundOrNever: a round's message leaves
+// within the delivery bound of the round, and only then hands its grants
+// over; one that waited in the stream's queue past the bound is dropped
+// unsent, and a send still blocked when the bound passes signals the
+// stream's handler to end the stream (which fails the send). Either way
+// nothing is handed over and what the message renewed may lapse.
+func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
+	now := time.Unix(1_700_000_000, 300_000_000)
+	for _, tc := range []struct {
+		name    string
+		waited  time.Duration // in the queue before the sender takes it
+		blocked bool          // the send blocks
+		leaves  bool
+	}{
+		{"on time", 0, false, true},
+		{"waited past the bound", time.Second, false, false},
+		{"blocked past the bound", 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
+			if tc.blocked {
+				// The stall is timed on the process's clock: a short bound
+				// keeps the test short; nothing asserts how long it took.
+				s.o.Delivery = 20 * time.Millisecond
+			}
+			st, err := s.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &bucket{s: st}
+			m := &member{b: b, l: newLedger(time.Second)}
+			st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now.Add(-tc.waited), hands: []handRef{{m, 1}}, buckets: []*bucket{b}}
+			f := &fakeSender{took: make(chan *rlqsv3.RateLimitQuotaResponse, 1)}
+			if tc.blocked {
+				f.block = make(chan struct{})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stalled := make(chan struct{}, 1)
+			done := make(chan error, 1)
+			go func() { done <- s.deliver(ctx, f, st, stalled) }()
+			switch {
+			case tc.blocked:
+				<-stalled
+				close(f.block)
+			case tc.leaves:
+				<-f.took
+			}
+			// deliver takes the queue in order: once it has taken a second
+			// message, it has settled the first.
+			st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
+			if !tc.blocked {
+				<-f.took
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("deliver: %v", err)
+			}
+			var dropped dto.Metric
+			if err := s.stats.dropped.Write(&dropped); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			switch {
+			case tc.leaves && (len(s.handed) != 1 || b.lapsed || dropped.GetCounter().GetValue() != 0):
+				t.Errorf("a message that left: %d hand-overs noted (want 1), lapsed %v, %v dropped", len(s.handed), b.lapsed, dropped.GetCounter().GetValue())
+			case !tc.leaves && (len(s.handed) != 0 || !b.lapsed || dropped.GetCounter().GetValue() != 1):
+				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", len(s.handed), b.lapsed, dropped.GetCounter().GetValue())
+			}
+		})
+	}
+}
