@@ -44,6 +44,13 @@ type sender interface {
 	Send(*rlqsv3.RateLimitQuotaResponse) error
 }
 
+// safeDeliver is deliver, a panic in it recovered (see recovered): it runs
+// on a goroutine of its own, where one would take the process down.
+func (s *Service) safeDeliver(ctx context.Context, gs sender, st *stream, stalled chan<- struct{}) (err error) {
+	defer s.recovered(&err, "sending a stream's assignments")
+	return s.deliver(ctx, gs, st, stalled)
+}
+
 // deliver sends st's messages in order until ctx is done or a send fails.
 // A message that waited past the delivery bound is dropped unsent; a send
 // that is still blocked when the bound passes (the Envoy does not read,

@@ -8,6 +8,8 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/openrls/ratelimit/src/limiter"
 )
@@ -101,5 +103,32 @@ func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
 				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", len(s.handed), b.lapsed, dropped.GetCounter().GetValue())
 			}
 		})
+	}
+}
+
+// panickySender panics on every send.
+type panickySender struct{}
+
+func (panickySender) Send(*rlqsv3.RateLimitQuotaResponse) error { panic("panickySender") }
+
+// TestAPanicInSendingEndsTheStream: the sender runs on a goroutine of its
+// own, where a panic would end the process; it ends the stream instead
+// (Internal), counted.
+func TestAPanicInSendingEndsTheStream(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
+	s.o.Logger = quietLogger()
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
+	err = s.safeDeliver(context.Background(), panickySender{}, st, make(chan struct{}, 1))
+	if status.Code(err) != codes.Internal {
+		t.Errorf("deliver after a panic: %v, want Internal", err)
+	}
+	var panics dto.Metric
+	if err := s.stats.panics.Write(&panics); err != nil || panics.GetCounter().GetValue() != 1 {
+		t.Errorf("panics counted: %v, want 1", panics.GetCounter().GetValue())
 	}
 }

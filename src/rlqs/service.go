@@ -191,7 +191,7 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 	// only returning from here does (it fails the blocked send).
 	ended := make(chan error, 2)
 	stalled := make(chan struct{}, 1)
-	go func() { ended <- s.deliver(ctx, gs, st, stalled) }()
+	go func() { ended <- s.safeDeliver(ctx, gs, st, stalled) }()
 	go func() { ended <- s.receive(ctx, gs, st) }()
 	select {
 	case err = <-ended:

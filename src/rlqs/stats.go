@@ -43,7 +43,7 @@ func newStats() *stats {
 		shortfalls:  c("ratelimit_rlqs_shortfalls_total", "RLQS grants cut to what the store could still hold (the limit was held for other buckets, or for this one's earlier, higher grants)."),
 		dropped:     c("ratelimit_rlqs_dropped_messages_total", "RLQS responses dropped unsent: the Envoy read slower than renewals were sent, or a response could not leave within RLQS_DELIVERY_BOUND."),
 		stalled:     c("ratelimit_rlqs_stalled_streams_total", "RLQS streams ended because a response could not leave within RLQS_DELIVERY_BOUND (the Envoy did not read)."),
-		panics:      c("ratelimit_rlqs_panics_total", "Panics recovered in RLQS work (a grant round, a stream's report): the stream it served was ended, the process kept serving."),
+		panics:      c("ratelimit_rlqs_panics_total", "Panics recovered in RLQS work (a grant round, a stream's report or its sending): the stream it served was ended, the process kept serving."),
 	}
 }
 
