@@ -30,25 +30,31 @@ type rlqsPattern struct {
 	// spans, when set, is when each Envoy has demand: from its first to
 	// its second duration into the run (0: to the end).
 	spans [][2]time.Duration
+	// replicas is how many service processes share the store (more than
+	// one: Redis only); Envoy i talks to replica i×replicas/n.
+	replicas int
 }
 
 var rlqsPatterns = []rlqsPattern{
-	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0, nil},
-	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0, nil},
-	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0, nil},
+	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 1},
+	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0, nil, 1},
+	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0, nil, 1},
 	{"30 Envoys (2/s each)", func() []float64 {
 		d := make([]float64, 30)
 		for i := range d {
 			d[i] = 2
 		}
 		return d
-	}(), false, false, 0, nil},
-	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0, nil},
-	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second, nil},
+	}(), false, false, 0, nil, 1},
+	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0, nil, 1},
+	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second, nil, 1},
 	{"an Envoy leaving at 15 s, another joining at 20 s (20/s each)", []float64{20, 20, 20}, false, false, 0,
-		[][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}},
-	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0, nil},
-	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0, nil},
+		[][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}, 1},
+	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0, nil, 1},
+	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0, nil, 1},
+	// Two replicas on one Redis: Envoys 0 and 1 on the first, 2 on the
+	// second, which must take a third of the limit, not half.
+	{"two replicas (Redis), 2 + 1 Envoys (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 2},
 }
 
 // rlqsMinutes is how long a per-minute pattern runs: its first minute
@@ -110,13 +116,20 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	// settleAt to the last that ends by end.
 	first := (settleAt.UnixNano() + int64(window) - 1) / int64(window)
 	last := end.UnixNano()/int64(window) - 1
-	p := start(b, env)
-	defer p.stop(b)
+	if pt.replicas > 1 && store != "redis" {
+		return fmt.Sprintf("| %s | replicas share Redis only | | | |", pt.name)
+	}
+	procs := make([]*proc, pt.replicas)
+	for r := range procs {
+		procs[r] = start(b, env)
+		defer procs[r].stop(b)
+	}
 	var mu sync.Mutex
 	per := map[int64]int{}
 	mine := make([]int, len(pt.demands))
 	var wg sync.WaitGroup
 	for i, d := range pt.demands {
+		p := procs[i*pt.replicas/len(pt.demands)]
 		e := rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny,
 			OnAdmit: func(_ string, at time.Time) {
 				mu.Lock()
