@@ -41,7 +41,7 @@ func (s *Service) DebugHandler() http.Handler {
 					sh.Demand = &d
 				}
 				if m.b.sentKind == kindLimited && m.b.sentF > 0 {
-					sh.Granted = float64(m.b.sentQ) / float64(m.b.sentF)
+					_, _, sh.Granted = tokenBucket(m.b.sentQ, m.b.sentF)
 				}
 				v.Buckets = append(v.Buckets, sh)
 			}

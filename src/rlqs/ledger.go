@@ -17,9 +17,11 @@ import (
 // envelope of every rate that may be in force at each instant (the highest),
 // and a window's need is
 //
-//	1 (the token the bucket may hold when the window starts)
-//	+ resets in the window (a bucket that lapsed starts full again)
-//	+ the envelope's integral over the window, rounded up.
+//	the capacity (the tokens the bucket may hold when the window starts)
+//	+ the capacity × resets in the window (a bucket that lapsed starts
+//	  full again)
+//	+ the envelope's integral over the window, rounded down: requests
+//	  take whole tokens.
 //
 // The store is asked for the difference between a window's need and what
 // it already holds for this bucket. Once a grant's message has left, the
@@ -215,9 +217,13 @@ func (l *ledger) need(w int64) uint64 {
 	if touched && !l.began.IsZero() && l.began.Before(ws) {
 		kept = c
 	}
-	// A hair below a whole number is that number: float sums of a rate
-	// that is a whole number of tokens per period must not round up.
-	return kept + c*x.resets + uint64(math.Ceil(sum-1e-6))
+	// Requests are whole: a bucket that may hold kept tokens as the window
+	// starts, start full resets times and refill sum tokens in it admits
+	// at most the floor of their sum (a request takes a whole token), and
+	// kept and the resets are whole already. A hair is added first, so a
+	// float sum a hair below a whole number counts as that number, never
+	// one less: rounding errs toward holding more.
+	return kept + c*x.resets + uint64(math.Floor(sum+1e-6))
 }
 
 // handOver notes that grant id's message has left, so that from cut on
