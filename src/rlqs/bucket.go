@@ -62,7 +62,11 @@ type member struct {
 	p      *pool
 	l      *ledger
 	target float64 // tokens per second, from the pool's last fill
-	served int     // the rounds that sent it a token bucket
+	// holds is whether the last fill gave it a share: a token bucket of
+	// target, and the 0.9 of a token per period every grant carries (see
+	// fillPeriods), which a target of 0 still has.
+	holds  bool
+	served int // the rounds that sent it a token bucket
 }
 
 // pool is one limit's counter, shared by every bucket (of every stream on
@@ -180,11 +184,6 @@ func (m *member) held() float64 {
 	}
 	return float64(b.sentQ)
 }
-
-// minShare is the share, in tokens per period, that a pool which cannot
-// give every busy member its want gives each holder at least, by
-// letting fewer hold one (see pool.holders).
-const minShare = 2
 
 // want is the demand a pool's fill sees: what was measured, with room to
 // grow by a tenth, so a bucket whose traffic rises shows it (as denials)

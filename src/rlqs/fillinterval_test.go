@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // TestGrantsDifferWhenOnlyTheFillIntervalDoes: Envoy 1.40 compares token
@@ -83,6 +85,47 @@ func TestCapacityKeptThroughCuts(t *testing.T) {
 				members: []*member{{l: newLedger(time.Second), p: &pool{key: "k"}}}}
 			if j := s.sizedJob(b, now, tc.q, 1, tc.mayGrow); j.capacity != tc.want {
 				t.Errorf("capacity %d, want %d", j.capacity, tc.want)
+			}
+		})
+	}
+}
+
+// TestEveryGrantCarriesNineTenths: a grant of q tokens per period goes to
+// the Envoy as 10q + 9 tokens every 10 periods (q + 0.9 a period, see
+// fillPeriods), whole seconds as Envoy 1.40 needs; a bucket that holds a
+// share of no whole token still gets its 0.9 (9 tokens every 10
+// periods), and one that holds none gets no token bucket.
+func TestEveryGrantCarriesNineTenths(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name      string
+		target    float64 // tokens per second
+		holds     bool
+		period    time.Duration
+		perFill   uint32
+		intervalS int64
+	}{
+		{"8 a second", 8, true, time.Second, 89, 10},
+		{"a share of no whole token", 0.4, true, time.Second, 9, 10},
+		{"300 a minute", 5, true, time.Minute, 3009, 600},
+		{"no share", 0, false, time.Second, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{})
+			p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: tc.period}, members: map[*member]struct{}{}, frac: 1}
+			b := &bucket{kind: kindLimited, demand: 1}
+			m := &member{b: b, p: p, l: newLedger(tc.period), target: tc.target, holds: tc.holds}
+			b.members = []*member{m}
+			j := s.jobFor(b, now)
+			if !tc.holds {
+				if j != nil && j.kind == kindLimited {
+					t.Fatalf("a bucket with no share was sent a token bucket")
+				}
+				return
+			}
+			tb := s.action(nil, j).GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+			if tb.GetTokensPerFill().GetValue() != tc.perFill || tb.GetFillInterval().GetSeconds() != tc.intervalS || tb.GetFillInterval().GetNanos() != 0 {
+				t.Errorf("sent %d tokens every %v, want %d every %d s", tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), tc.perFill, tc.intervalS)
 			}
 		})
 	}

@@ -25,17 +25,17 @@ func (s *Service) cut(j *job, now time.Time) *job {
 		}
 		return c
 	}
-	lo, hi := uint32(0), j.q // fits(lo) or lo == 0; !fits(hi)
+	lo, hi := int64(-1), int64(j.q) // fits(lo) or lo == -1; !fits(hi)
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if fits(mid) != nil {
+		if fits(uint32(mid)) != nil {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	if lo > 0 {
-		if c := fits(lo); c != nil {
+	if lo >= 0 {
+		if c := fits(uint32(lo)); c != nil {
 			return c
 		}
 	}
@@ -53,22 +53,25 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 		}
 		return &job{b: b, kind: b.kind}
 	}
-	rate, f := math.Inf(1), int64(0)
+	rate, f, holds := math.Inf(1), int64(0), len(b.members) > 0
 	for _, m := range b.members {
+		holds = holds && m.holds
 		if m.target < rate {
 			rate, f = m.target, int64(m.p.rule.Period/time.Second)
 		}
 	}
-	q := math.Floor(rate*float64(f) + 1e-9)
-	if q < 1 && passedOver(b) {
+	if !holds && passedOver(b) {
 		// Its share went to another (a crowded pool rotates them): DENY_ALL
 		// now hands its room over a delivery bound later, where the token
 		// bucket it holds would keep it reserved to its horizon.
 		return &job{b: b, kind: kindDeny}
 	}
-	if q < 1 {
+	if !holds {
 		return s.holdBack(b, now)
 	}
+	// A target under a token per period is a grant of 0: the 0.9 every
+	// grant carries (see fillPeriods).
+	q := math.Floor(rate*float64(f) + 1e-9)
 	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
 }
 
@@ -79,7 +82,7 @@ func passedOver(b *bucket) bool {
 		return false
 	}
 	for _, m := range b.members {
-		if m.target == 0 && m.want() > 0 {
+		if !m.holds && m.want() > 0 {
 			return true
 		}
 	}
@@ -147,6 +150,9 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 // a second), and one asking more used q a period, its window's capacity
 // tokens idle: 3 equal Envoys used 80% of a limit that reserves 100%.
 const fillPeriods = 10
+
+// extraPerPeriod is what every grant refills beyond its tokens per period.
+const extraPerPeriod = float64(fillPeriods-1) / fillPeriods
 
 // tokenBucket is what a grant of q tokens per period of f seconds sends:
 // tokens per fill, the fill interval in seconds, and the rate in tokens

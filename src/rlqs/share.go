@@ -72,12 +72,11 @@ func (m *member) setAside() float64 {
 // bucket's window-start tokens (its capacity) are set aside (a reset's
 // are not: the store refuses what no longer fits, and that bucket's next
 // grant is smaller), among the buckets holders picks: when the limit
-// cannot give every busy bucket minShare tokens per period (or all it
-// wants) besides, the least busy get nothing until it can.
+// cannot set aside every busy bucket's tokens, some get nothing in turn.
 func (p *pool) fill() {
 	var busy []*member
 	for m := range p.members {
-		m.target = 0
+		m.target, m.holds = 0, false
 		if m.want() > 0 {
 			busy = append(busy, m)
 		}
@@ -86,7 +85,7 @@ func (p *pool) fill() {
 	busy, kept := p.holders(busy)
 	wants, held := make([]float64, len(busy)), make([]float64, len(busy))
 	for i, m := range busy {
-		wants[i], held[i] = m.want(), m.held()
+		wants[i], held[i] = m.wantPast(), m.held()
 	}
 	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
 	shares := fill(tokens/per, wants)
@@ -100,8 +99,23 @@ func (p *pool) fill() {
 		tokens = math.Floor(tokens + 1e-9)
 	}
 	for i, u := range wholeTokens(shares, per, tokens, held) {
-		busy[i].target = u / per
+		busy[i].target, busy[i].holds = u/per, true
 	}
+}
+
+// wantPast is what a member wants beyond the 0.9 of a token per period
+// every grant refills besides its target (see fillPeriods), in whole
+// tokens per period, as a rate. Whole, rounded up: a bucket of capacity
+// 1 refilled slower than paced requests come loses the refill that comes
+// due while its token waits (nine light Envoys of 1/s, each refilled at
+// 0.9 a second, admitted half their requests).
+func (m *member) wantPast() float64 {
+	w := m.want()
+	if math.IsInf(w, 1) {
+		return w
+	}
+	per := m.p.rule.Period.Seconds()
+	return math.Max(math.Ceil((w*per-extraPerPeriod)-1e-9), 0) / per
 }
 
 // newcomers reports whether a pool has a member not yet measured, which
@@ -120,25 +134,31 @@ func newcomers(wants []float64) bool {
 }
 
 // holders picks which of the busy members hold a share, and the tokens
-// set aside for them (their window-start tokens, see setAside).
+// set aside for them (their window-start tokens, see setAside). Every
+// busy member holds one while their set-asides fit the limit: a holder of
+// no more than that still refills 0.9 of a token per period (see
+// fillPeriods), so its window-start token is 90% used where demand keeps
+// it busy. (When grants were whole tokens per period, a holder of one
+// token spent half its cost on the window-start one: fewer held a share,
+// at least 2 tokens per period each, and 30 Envoys of 2/s used 37% of a
+// limit of 30/s.)
 func (p *pool) holders(busy []*member) ([]*member, float64) {
 	limit := float64(p.rule.Limit) * p.frac
-	per := p.rule.Period.Seconds()
 	n, kept := len(busy), 0.0
 	for _, m := range busy {
 		kept += m.setAside()
 	}
 	sort.Slice(busy, func(i, j int) bool { return busy[i].want() > busy[j].want() })
-	if level := (limit - kept) / float64(max(n, 1)); n > 0 && level < minShare && level < busy[n-1].want()*per {
-		// Crowded: not every member can hold a share worth its cost, so
-		// the shares rotate: the members served least (sent fewest token
-		// buckets) hold them, and a holder keeps its share until it has
-		// been served rotateAfter rounds more than one waiting, not over
-		// noise in demand (each change of holder costs a full start; 30
-		// equal Envoys changed places round after round and used a
-		// quarter of the limit; held for good, two thirds of them got
-		// nothing). Served counts token buckets sent, not shares planned:
-		// a share the store could not hold yet serves nobody.
+	if kept > limit {
+		// Crowded: not every member's tokens fit, so the shares rotate:
+		// the members served least (sent fewest token buckets) hold them,
+		// and a holder keeps its share until it has been served
+		// rotateAfter rounds more than one waiting, not over noise in
+		// demand (each change of holder costs a full start; 30 equal
+		// Envoys changed places round after round and used a quarter of
+		// the limit; held for good, two thirds of them got nothing).
+		// Served counts token buckets sent, not shares planned: a share
+		// the store could not hold yet serves nobody.
 		sort.SliceStable(busy, func(i, j int) bool {
 			if a, b := busy[i].turn(), busy[j].turn(); a != b {
 				return a < b
@@ -146,19 +166,7 @@ func (p *pool) holders(busy []*member) ([]*member, float64) {
 			return busy[i].want() > busy[j].want()
 		})
 	}
-	for n > 0 && limit-kept < float64(n) {
-		n--
-		kept -= busy[n].setAside()
-	}
-	// Every holder costs its window-start tokens in every window, so many
-	// holders of a token or so each spend the pool on those (30 Envoys of
-	// 2/s on 30/s used a quarter of it). Fewer hold a share until each
-	// gets minShare tokens per period or the least busy all it wants.
-	for n > 1 {
-		level := (limit - kept) / float64(n)
-		if level >= minShare || level >= busy[n-1].want()*per {
-			break
-		}
+	for n > 0 && kept > limit {
 		n--
 		kept -= busy[n].setAside()
 	}

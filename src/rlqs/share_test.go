@@ -45,11 +45,13 @@ func TestFill(t *testing.T) {
 
 // TestPoolFillSkewed: one bucket of 40/s beside nine of 1/s on a limit of
 // 30 a second. Each bucket's window-start token is set aside (10), and of
-// the 20 tokens left the light ones get what they use (their demand and a
-// tenth, at least a token), the heavy one the rest: 10 a second or 11,
-// where the light ones' room of a request per period each left it 1 or 2.
-// A bucket whose next grant starts full (here the heavy one, after a
-// DENY_ALL) has one more token set aside for that, so that it fits.
+// the 20 tokens left the light ones get what they use past the 0.9 a
+// second every grant refills besides (their demand and a tenth), in whole
+// tokens, rounded up: 1 each, since a token bucket of 0.9 a second and
+// capacity 1 admits every other request of 1 a second. The heavy one gets
+// the rest, 11 a second. A bucket whose next grant starts full (here the
+// heavy one, after a DENY_ALL) has its start's tokens set aside for that,
+// so that it fits.
 func TestPoolFillSkewed(t *testing.T) {
 	for _, heavyReset := range []bool{false, true} {
 		p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
@@ -76,9 +78,9 @@ func TestPoolFillSkewed(t *testing.T) {
 			}
 			total += m.target
 		}
-		want := 10.0
+		want := 11.0
 		if heavyReset {
-			want = 9 // one token set aside for its start
+			want = 9 // its start set aside: a capacity of 2, full
 		}
 		if heavy.target < want {
 			t.Errorf("reset %v: the heavy bucket's target %.2f, want at least %.0f", heavyReset, heavy.target, want)
@@ -89,14 +91,16 @@ func TestPoolFillSkewed(t *testing.T) {
 	}
 }
 
-// TestPoolFillCrowded: 30 buckets of 2/s on a limit of 30 a second. Each
-// holder sets aside its window-start token, so 15 holders of a token a
-// second each used a quarter of the limit; fewer hold a share, each at
-// least minShare a second (or all it wants), and those already holding
-// one keep it over a newcomer of the same demand.
+// TestPoolFillCrowded: 30 buckets of 2/s on a limit of 30 a second, 10
+// holding a token bucket (each sets aside its window-start token) and 20
+// denied last round (each sets aside a start besides). Every grant refills
+// 0.9 of a token per period beyond its target, so a share of its
+// window-start token alone is worth holding: as many hold a share as
+// their set-asides fit in the limit, the ones holding a token bucket
+// first, and what they set aside never passes it.
 func TestPoolFillCrowded(t *testing.T) {
 	p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
-	var holders, others []*member
+	var holders []*member
 	for i := range 30 {
 		b := &bucket{demand: 2, sentKind: kindLimited}
 		if i >= 10 {
@@ -107,34 +111,26 @@ func TestPoolFillCrowded(t *testing.T) {
 		p.members[m] = struct{}{}
 		if i < 10 {
 			holders = append(holders, m)
-		} else {
-			others = append(others, m)
 		}
 	}
 	p.fill()
-	held, sum := 0, 0.0
+	held, cost := 0, 0.0
 	for m := range p.members {
-		if m.target > 0 {
+		if m.holds {
 			held++
-			sum += m.target
-			if m.target < minShare {
-				t.Errorf("a holder's target %.2f, want at least %d", m.target, minShare)
-			}
+			cost += m.target*p.rule.Period.Seconds() + m.setAside()
 		}
 	}
-	if held == 0 || held > 10 {
-		t.Errorf("%d buckets hold a share, want 1 to 10", held)
+	// 10 × 1 for the holders, 2 for each other that holds: 10 others fit.
+	if held != 20 {
+		t.Errorf("%d buckets hold a share, want 20 (every one whose set-aside fits)", held)
 	}
-	if sum+float64(held) > 30+1e-9 {
-		t.Errorf("targets %.2f and %d set aside, past the limit", sum, held)
+	if cost > 30+1e-9 {
+		t.Errorf("shares and set-asides of %.2f, past the limit of 30", cost)
 	}
-	for _, m := range others {
-		if m.target > 0 {
-			for _, h := range holders {
-				if h.target == 0 {
-					t.Fatal("a denied bucket took a share from one holding a token bucket of the same demand")
-				}
-			}
+	for _, h := range holders {
+		if !h.holds {
+			t.Fatal("a bucket holding a token bucket lost its share to a denied one of the same demand")
 		}
 	}
 }
@@ -253,8 +249,9 @@ func TestPoolFillPlansAGrowth(t *testing.T) {
 	}
 }
 
-// TestPoolFillRotates: in a crowded pool (30 buckets of 2/s on 30/s, room
-// for about 10 shares) the shares rotate: a holder keeps its share for
+// TestPoolFillRotates: in a crowded pool (30 buckets of 2/s on 30/s: a
+// bucket holding a token bucket sets aside a token a window, one that
+// starts anew two) the shares rotate: a holder keeps its share for
 // about rotateAfter fills, then one that waited takes it, and over many
 // fills every bucket is served about as often as any other. Held for
 // good, 20 of the 30 got nothing.
@@ -276,7 +273,7 @@ func TestPoolFillRotates(t *testing.T) {
 			// What the round sends: a token bucket to a holder, DENY_ALL to
 			// the rest.
 			kind := kindDeny
-			if m.target > 0 {
+			if m.holds {
 				kind = kindLimited
 				m.served++ // as settle counts a token bucket sent
 			}
