@@ -132,3 +132,21 @@ func TestAPanicInSendingEndsTheStream(t *testing.T) {
 		t.Errorf("panics counted: %v, want 1", panics.GetCounter().GetValue())
 	}
 }
+
+// TestAReportAfterItsStreamClosedIsDropped: reports are read on a
+// goroutine of their own, which may hold one already read when the
+// stream's handler ends it. Taken, its buckets would be counted against
+// the service's bound and granted to nobody, with no close to drop them.
+func TestAReportAfterItsStreamClosedIsDropped(t *testing.T) {
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t)})
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.close(st)
+	fresh := s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, NumRequestsAllowed: 1}}})
+	if len(fresh) != 0 || s.buckets != 0 || len(st.buckets) != 0 {
+		t.Errorf("a report on a closed stream made %d buckets (the service counts %d)", len(st.buckets), s.buckets)
+	}
+}

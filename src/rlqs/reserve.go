@@ -147,12 +147,3 @@ func (j *job) noteShort(a *ask, remaining uint64) {
 	j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + remaining
 	j.failed = true
 }
-
-// refunds is the hits that give asks back.
-func refunds(asks []*ask) []limiter.Hit {
-	hits := make([]limiter.Hit, len(asks))
-	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: true}
-	}
-	return hits
-}
