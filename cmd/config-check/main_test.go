@@ -67,6 +67,9 @@ func TestRun(t *testing.T) {
 		{"lease where it does not", []string{filepath.Dir(leaseBad)}, 1, "", []string{
 			leaseBad + ":4: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not sliding_log"}},
 		{"the examples directory is refused, as the service refuses it", []string{"../../examples"}, 1, "", []string{
+			`../../examples/compose/docker-compose-rlqs.yaml:13: services: unknown field "services"`,
+			`../../examples/compose/docker-compose-rlqs.yaml:13: missing domain`,
+			`../../examples/compose/docker-compose-rlqs.yaml: a Docker Compose file, not a descriptor config: the service reads every file of its config directory and refuses this one`,
 			`../../examples/compose/docker-compose.yaml:11: services: unknown field "services"`,
 			`../../examples/compose/docker-compose.yaml:11: missing domain`,
 			`../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config: the service reads every file of its config directory and refuses this one`}},
@@ -74,6 +77,7 @@ func TestRun(t *testing.T) {
 			"skipped: ../../examples/envoy-rlqs.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy-token-usage.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy.yaml: an Envoy bootstrap, not a descriptor config",
+			"skipped: ../../examples/compose/docker-compose-rlqs.yaml: a Docker Compose file, not a descriptor config",
 			"skipped: ../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config",
 			"skipped: ../../examples/envoy-gateway/envoy-gateway.yaml: Kubernetes objects (EnvoyGateway), not a descriptor config",
 			"skipped: ../../examples/istio/envoyfilter.yaml: Kubernetes objects (EnvoyFilter), not a descriptor config",
