@@ -187,8 +187,9 @@ func (m *member) held() float64 {
 
 // want is the demand a pool's fill sees: what was measured, with room to
 // grow by a tenth, so a bucket whose traffic rises shows it (as denials)
-// and gets more on the next fill; and at least a token per period, the
-// least a grant can be. Room of a whole request per period besides, as
+// and gets more on the next fill; and at least a token per period (a
+// fill sees what it wants past the 0.9 every grant refills besides, in
+// whole tokens: see wantPast). Room of a whole request per period besides, as
 // before, gave each light bucket twice its demand on a per-second limit,
 // which the heavy one then lacked (nine buckets of 1/s beside one of 40/s
 // on 30/s: the heavy one got 2/s where max-min gives it 21).
