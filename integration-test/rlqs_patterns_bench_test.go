@@ -76,7 +76,10 @@ const rlqsMinuteConfig = `
 // from 12 s to -rlqs.phase; per minute: the whole minutes after the first,
 // within -rlqs.minutes), demand admitted where demand is under the limit,
 // and the Envoy furthest from its max-min fair share (admitted over
-// share). Loopback; each pattern runs -rlqs.phase or -rlqs.minutes.
+// share): of the limit, and of what the protocol leaves of it (the limit
+// less a token a window for each Envoy with demand), which the issue's
+// goal is put on. Loopback; each pattern runs -rlqs.phase or
+// -rlqs.minutes.
 //
 //	go test ./integration-test -run '^$' -bench RLQSPatterns -benchtime 1x -args -rlqs.phase=30s
 var rlqsPatternOnly = flag.String("rlqs.pattern", "", "BenchmarkRLQSPatterns: run only the patterns whose name matches this regular expression")
@@ -85,7 +88,7 @@ func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) {
-			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share |", "|---|---|---|---|---|"}
+			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | ... of what is left |", "|---|---|---|---|---|---|"}
 			for _, pt := range rlqsPatterns {
 				if !only.MatchString(pt.name) {
 					continue
@@ -117,7 +120,7 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	first := (settleAt.UnixNano() + int64(window) - 1) / int64(window)
 	last := end.UnixNano()/int64(window) - 1
 	if pt.replicas > 1 && store != "redis" {
-		return fmt.Sprintf("| %s | replicas share Redis only | | | |", pt.name)
+		return fmt.Sprintf("| %s | replicas share Redis only | | | | |", pt.name)
 	}
 	procs := make([]*proc, pt.replicas)
 	for r := range procs {
@@ -162,28 +165,42 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 		}
 	}
 	if last < first {
-		return fmt.Sprintf("| %s | %d / %.0f | no whole window to read: run longer | | |", pt.name, worst, limit)
+		return fmt.Sprintf("| %s | %d / %.0f | no whole window to read: run longer | | | |", pt.name, worst, limit)
 	}
 	demand := 0.0
 	for _, d := range pt.demands {
 		demand += d
 	}
 	span := float64(last-first+1) * window.Seconds() // seconds read
-	shares := pt.shares(limit/window.Seconds(), begin, time.Unix(0, first*int64(window)), time.Unix(0, (last+1)*int64(window)))
+	perSecond := limit / window.Seconds()
+	from, to := time.Unix(0, first*int64(window)), time.Unix(0, (last+1)*int64(window))
+	furthest, which := furthestFrom(mine, span, pt.shares(perSecond, 0, begin, from, to))
+	// The issue's goal is put on what the protocol leaves: the limit less
+	// a token a window for each Envoy with demand (each holds its token
+	// bucket's window-start token).
+	ofLeft := "-"
+	if r, i := furthestFrom(mine, span, pt.shares(perSecond, 1/window.Seconds(), begin, from, to)); i >= 0 {
+		ofLeft = fmt.Sprintf("Envoy %d: %.2f", i, r)
+	}
+	admitted := "-"
+	if demand < perSecond {
+		admitted = fmt.Sprintf("%.0f%%", 100*float64(used)/span/demand)
+	}
+	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share | %s |", pt.name, worst, limit,
+		100*float64(used)/span/perSecond, admitted, max(which, 0), pt.demands[max(which, 0)], furthest, ofLeft)
+}
+
+// furthestFrom is the Envoy whose admissions (mine, over span seconds)
+// are furthest from its share (per second), and their ratio; -1 when no
+// Envoy has a share.
+func furthestFrom(mine []int, span float64, shares []float64) (float64, int) {
 	furthest, which := 1.0, -1
 	for i, n := range mine {
 		if r := float64(n) / span / shares[i]; shares[i] > 0 && (math.Abs(r-1) > math.Abs(furthest-1) || which < 0) {
 			furthest, which = r, i
 		}
 	}
-	which = max(which, 0)
-	perSecond := limit / window.Seconds()
-	admitted := "-"
-	if demand < perSecond {
-		admitted = fmt.Sprintf("%.0f%%", 100*float64(used)/span/demand)
-	}
-	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share |", pt.name, worst, limit,
-		100*float64(used)/span/perSecond, admitted, which, pt.demands[which], furthest)
+	return furthest, which
 }
 
 // active reports whether Envoy i has demand at t, in a run begun at begin.
@@ -195,12 +212,13 @@ func (pt rlqsPattern) active(i int, begin, t time.Time) bool {
 	return pt.moves == 0 || int(in/pt.moves)%len(pt.demands) == i
 }
 
-// shares is each Envoy's max-min fair share of capacity (a second),
-// averaged over [from, to): where demand moves or Envoys come and go, the
-// shares of those with demand at each instant.
-func (pt rlqsPattern) shares(capacity float64, begin, from, to time.Time) []float64 {
+// shares is each Envoy's max-min fair share of capacity (a second) less
+// perEnvoy for each Envoy with demand, averaged over [from, to): where
+// demand moves or Envoys come and go, the shares of those with demand at
+// each instant.
+func (pt rlqsPattern) shares(capacity, perEnvoy float64, begin, from, to time.Time) []float64 {
 	if pt.moves == 0 && pt.spans == nil {
-		return maxMinShares(capacity, pt.demands)
+		return maxMinShares(math.Max(capacity-perEnvoy*float64(len(pt.demands)), 0), pt.demands)
 	}
 	out := make([]float64, len(pt.demands))
 	step := 10 * time.Millisecond
@@ -208,13 +226,15 @@ func (pt rlqsPattern) shares(capacity float64, begin, from, to time.Time) []floa
 	now := make([]float64, len(pt.demands))
 	for t := from; t.Before(to); t = t.Add(step) {
 		n++
+		active := 0
 		for i, d := range pt.demands {
 			now[i] = 0
 			if pt.active(i, begin, t) {
 				now[i] = d
+				active++
 			}
 		}
-		for i, u := range maxMinShares(capacity, now) {
+		for i, u := range maxMinShares(math.Max(capacity-perEnvoy*float64(active), 0), now) {
 			out[i] += u
 		}
 	}
