@@ -2,13 +2,16 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
@@ -261,4 +264,49 @@ func TestRLQSCanBeTurnedOff(t *testing.T) {
 	if got := p.should(t, "quota", configtest.Desc("tenant=acme")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("RLS: %v, want OK", got)
 	}
+}
+
+// TestRLQSDeliveryBoundEndsAStalledStream: through the binary, with
+// RLQS_DELIVERY_BOUND set, an Envoy that stops reading (smallest flow
+// control windows, nothing read) while its renewals of 3,000 buckets pile
+// up has its stream ended with Unavailable once a send stays blocked past
+// the bound, counted in ratelimit_rlqs_stalled_streams_total; the service
+// goes on answering others.
+func TestRLQSDeliveryBoundEndsAStalledStream(t *testing.T) {
+	env := writeConfig(t, map[string]string{"quota.yaml": "domain: quota\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"})
+	env["RLQS_DELIVERY_BOUND"] = "500ms"
+	p := start(t, env)
+	defer p.stop(t)
+	slow, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(slow).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+	for i := range 3000 {
+		report.BucketQuotaUsages = append(report.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprintf("user-%04d", i)}}, NumRequestsAllowed: 5})
+	}
+	if err := st.Send(report); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, p, "ratelimit_rlqs_stalled_streams_total", 1)
+	for err == nil {
+		_, err = st.Recv() // what left before the stall, then the end
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("the stalled stream ended with %v, want Unavailable", err)
+	}
+	var adm rlqstest.Admissions
+	e := fakeEnvoy(p, &adm)
+	defer e.Stop()
+	e.Request(map[string]string{"user": "other"})
+	eventually(t, "another Envoy's assignment", func() bool { s, _ := e.Strategy(map[string]string{"user": "other"}); return s != nil })
 }
