@@ -8,41 +8,55 @@ import (
 	"github.com/openrls/ratelimit/src/limiter"
 )
 
-// TestGrantsDifferWhenOnlyTheFillIntervalDoes: Envoy 1.40 compares token
-// buckets by capacity, tokens_per_fill and the fill interval's nanos
-// only, so a grant that differs from the one in force in whole seconds of
-// fill interval alone would leave the old rate refilling. Such a grant is
-// made to differ, never by granting more.
-func TestGrantsDifferWhenOnlyTheFillIntervalDoes(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	for _, tc := range []struct {
-		name          string
-		sentQ         uint32
-		sentF         int64
-		q             uint32
-		f             int64
-		wantQ         uint32
-		wantCapacity  uint64
-		sameAsInForce bool
-	}{
-		{"same rate and interval: unchanged", 5, 1, 5, 1, 5, 1, true},
-		{"same tokens, another interval: a token less", 5, 1, 5, 60, 4, 1, false},
-		{"one token, another interval: a larger capacity", 1, 1, 1, 60, 1, 2, false},
-		{"other tokens: unchanged, and seen as new", 5, 1, 6, 60, 6, 1, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{})
-			b := &bucket{sentKind: kindLimited, sentQ: tc.sentQ, sentF: tc.sentF, sent: now,
-				members: []*member{{l: newLedger(time.Second), p: &pool{key: "k"}}}}
-			j := s.limitedJob(b, now, tc.q, tc.f)
-			if j.q != tc.wantQ || j.capacity != tc.wantCapacity {
-				t.Errorf("granted %d per %d s, capacity %d; want %d, capacity %d", j.q, j.f, j.capacity, tc.wantQ, tc.wantCapacity)
+// TestEnvoyTakesNoGrantForAnother: Envoy 1.40 takes a token bucket whose
+// capacity, tokens_per_fill and fill interval nanoseconds equal those of
+// the one it holds for that one, and keeps the old limiter (its rate
+// included) under the new TTL. An Envoy keeps its assignments across a
+// reconnect, so the one it holds may come from another replica, another
+// build (whole seconds, tokens per period), or before a reload changed
+// the period. Every grant this service sends is seen as the one in force
+// only when it refills at the same rate.
+func TestEnvoyTakesNoGrantForAnother(t *testing.T) {
+	type held struct {
+		capacity uint32
+		perFill  uint32
+		interval time.Duration
+	}
+	envoySame := func(a, b held) bool {
+		return a.capacity == b.capacity && a.perFill == b.perFill && a.interval%time.Second == b.interval%time.Second
+	}
+	rate := func(h held) float64 { return float64(h.perFill) / math.Floor(h.interval.Seconds()) }
+	sent := func(q uint32, f int64, c uint32) held {
+		perFill, interval, _ := tokenBucket(q, f)
+		return held{c, perFill, interval}
+	}
+	var all []held
+	for _, f := range []int64{1, 10, 60, 3600} {
+		for q := uint32(0); q < 300; q++ {
+			for c := uint32(1); c <= 3; c++ {
+				all = append(all, sent(q, f, c))
 			}
-			envoySame := j.q == tc.sentQ && j.capacity == capacity(tc.sentQ)
-			if envoySame != tc.sameAsInForce {
-				t.Errorf("Envoy would see the grant as the one in force: %v, want %v", envoySame, tc.sameAsInForce)
+		}
+	}
+	var before []held // what the build before sent: q per period, whole seconds
+	for _, f := range []int64{1, 10, 60, 3600} {
+		for q := uint32(1); q < 3000; q++ {
+			for c := uint32(1); c <= 3; c++ {
+				before = append(before, held{c, q, time.Duration(f) * time.Second})
 			}
-		})
+		}
+	}
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			if envoySame(a, b) && rate(a) != rate(b) {
+				t.Fatalf("Envoy takes %+v for %+v: %.3f a second kept where %.3f was sent", b, a, rate(a), rate(b))
+			}
+		}
+		for _, b := range before {
+			if envoySame(a, b) {
+				t.Fatalf("Envoy takes %+v for the build before's %+v: %.3f a second kept where %.3f was sent", a, b, rate(b), rate(a))
+			}
+		}
 	}
 }
 
@@ -92,7 +106,8 @@ func TestCapacityKeptThroughCuts(t *testing.T) {
 
 // TestEveryGrantCarriesNineTenths: a grant of q tokens per period goes to
 // the Envoy as 10q + 9 tokens every 10 periods (q + 0.9 a period, see
-// fillPeriods), whole seconds as Envoy 1.40 needs; a bucket that holds a
+// fillPeriods), whole seconds as Envoy 1.40 needs and as many nanoseconds
+// as the period has seconds (see tokenBucket); a bucket that holds a
 // share of no whole token still gets its 0.9 (9 tokens every 10
 // periods), and one that holds none gets no token bucket.
 func TestEveryGrantCarriesNineTenths(t *testing.T) {
@@ -124,7 +139,7 @@ func TestEveryGrantCarriesNineTenths(t *testing.T) {
 				return
 			}
 			tb := s.action(nil, j).GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
-			if tb.GetTokensPerFill().GetValue() != tc.perFill || tb.GetFillInterval().GetSeconds() != tc.intervalS || tb.GetFillInterval().GetNanos() != 0 {
+			if tb.GetTokensPerFill().GetValue() != tc.perFill || tb.GetFillInterval().GetSeconds() != tc.intervalS || int64(tb.GetFillInterval().GetNanos()) != int64(tc.period/time.Second) {
 				t.Errorf("sent %d tokens every %v, want %d every %d s", tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), tc.perFill, tc.intervalS)
 			}
 		})

@@ -100,18 +100,6 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
 	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
 	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: capacityFor(b, q, f, lapsed, mayGrow)}
-	if b.sentKind == kindLimited && f != b.sentF && q == b.sentQ {
-		// Envoy 1.40 takes a token bucket with the same capacity and
-		// tokens_per_fill, and a fill interval differing only in whole
-		// seconds, for the one it holds, and keeps refilling at the old
-		// rate. Make the grant differ: a token less, or for a single
-		// token a larger capacity (a growth, counted as a reset below).
-		if q > 1 {
-			j.q--
-		} else {
-			j.capacity = capacity(q) + 1
-		}
-	}
 	_, _, r := tokenBucket(j.q, f)
 	for i, m := range b.members {
 		m.l.advance(now)
@@ -155,15 +143,27 @@ const fillPeriods = 10
 const extraPerPeriod = float64(fillPeriods-1) / fillPeriods
 
 // tokenBucket is what a grant of q tokens per period of f seconds sends:
-// tokens per fill, the fill interval in seconds, and the rate in tokens
-// per second (see fillPeriods). A grant too large to carry the extra
-// goes as it is.
-func tokenBucket(q uint32, f int64) (perFill uint32, interval int64, rate float64) {
+// tokens per fill, the fill interval, and the rate in tokens per second
+// (see fillPeriods). A grant too large to carry the extra goes as it is.
+//
+// The fill interval's nanoseconds name the period (f of them). Envoy 1.40
+// refills at tokens per fill over the interval's whole seconds, so they
+// change no rate, but it takes a token bucket whose capacity, tokens per
+// fill and nanoseconds equal those of the one it holds for that one, and
+// keeps its limiter, old rate and all, under the new TTL. An Envoy keeps
+// its assignments when it reconnects, to another replica or after a
+// restart, and a reload may change a rule's period: a grant for another
+// period, or from a build that sent whole seconds (nanoseconds 0), would
+// otherwise be taken for the one in force, and renewing it would keep an
+// old rate refilling that nothing reserves. (A client that reads the
+// nanoseconds refills a billionth slower: never more than is held.)
+func tokenBucket(q uint32, f int64) (perFill uint32, interval time.Duration, rate float64) {
+	name := time.Duration(min(f, 999_999_999))
 	if q > (math.MaxUint32-(fillPeriods-1))/fillPeriods {
-		return q, f, float64(q) / float64(f)
+		return q, time.Duration(f)*time.Second + name, float64(q) / float64(f)
 	}
-	perFill, interval = q*fillPeriods+fillPeriods-1, f*fillPeriods
-	return perFill, interval, float64(perFill) / float64(interval)
+	perFill = q*fillPeriods + fillPeriods - 1
+	return perFill, time.Duration(f*fillPeriods)*time.Second + name, float64(perFill) / float64(f*fillPeriods)
 }
 
 // capacityFor is the capacity of b's next grant of q tokens per period.

@@ -20,7 +20,7 @@ type envoyBucket struct {
 	refilled, expires time.Time
 }
 
-func (e *envoyBucket) install(at time.Time, perFill uint32, interval int64, capacity uint64, ttl time.Duration) {
+func (e *envoyBucket) install(at time.Time, perFill uint32, interval time.Duration, capacity uint64, ttl time.Duration) {
 	e.refill(at)
 	c := float64(capacity)
 	switch {
@@ -30,7 +30,7 @@ func (e *envoyBucket) install(at time.Time, perFill uint32, interval int64, capa
 	default:
 		e.tokens = math.Floor(c * e.tokens / e.max)
 	}
-	e.limited, e.max, e.perFill, e.rate = true, c, perFill, float64(perFill)/float64(interval)
+	e.limited, e.max, e.perFill, e.rate = true, c, perFill, float64(perFill)/math.Floor(interval.Seconds())
 	e.refilled, e.expires = at, at.Add(ttl)
 }
 
@@ -68,7 +68,7 @@ func TestALedgerHoldsWhatAnEnvoyCanAdmit(t *testing.T) {
 			at, arrives time.Time
 			deny        bool
 			perFill     uint32
-			interval    int64
+			interval    time.Duration
 			capacity    uint64
 		}
 		var inFlight []msg

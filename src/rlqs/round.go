@@ -268,12 +268,12 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 		// A rate change rescales what the Envoy holds by new/old
 		// capacity: 1 while the capacity stays, and a capacity that grows
 		// is counted as a reset. fill_interval is fillPeriods of the
-		// limit's periods (whole seconds: Envoy 1.40 divides by its whole
-		// seconds) and tokens_per_fill is always set (1.40 reads an unset
-		// one as 0).
+		// limit's periods, its nanoseconds naming the period (see
+		// tokenBucket), and tokens_per_fill is always set (1.40 reads an
+		// unset one as 0).
 		perFill, interval, _ := tokenBucket(j.q, j.f)
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens: uint32(j.capacity), TokensPerFill: wrapperspb.UInt32(perFill), FillInterval: durationpb.New(time.Duration(interval) * time.Second)}}
+			MaxTokens: uint32(j.capacity), TokensPerFill: wrapperspb.UInt32(perFill), FillInterval: durationpb.New(interval)}}
 	case kindDeny:
 		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
 	default:

@@ -202,8 +202,8 @@ func TestBucketKinds(t *testing.T) {
 		kind := strat.GetBlanketRule().String()
 		if tb := strat.GetTokenBucket(); tb != nil {
 			kind = "token_bucket"
-			if tb.GetTokensPerFill() == nil || tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() != 2 {
-				t.Errorf("%v: token bucket %v: want capacity 2, tokens_per_fill set, a whole-second fill interval", tc.id, tb)
+			if tb.GetTokensPerFill() == nil || tb.GetFillInterval().GetNanos() != 1 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() != 2 {
+				t.Errorf("%v: token bucket %v: want capacity 2, tokens_per_fill set, whole seconds of fill interval and a nanosecond naming the 1 s period", tc.id, tb)
 			}
 		} else if _, ok := strat.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok {
 			t.Errorf("%v: strategy %v, want a blanket rule or a token bucket", tc.id, strat)
