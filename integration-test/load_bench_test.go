@@ -46,7 +46,7 @@ var (
 	loadRate     = flag.Int("load.rate", 5000, "requests/s of the fixed-rate scenario")
 	loadOnly     = flag.String("load.only", "", "run only targets whose name matches this regular expression (a plain word: names that contain it)")
 	loadScenario = flag.String("load.scenario", "", "run only scenarios whose name matches this regular expression")
-	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario into this directory")
+	loadPprof    = flag.String("load.pprof", "", "save a CPU profile of the service per scenario (and, where a benchmark says so, its heap) into this directory")
 	loadInFlight = flag.String("load.inflight", "", "comma-separated REDIS_PIPELINE_MAX_IN_FLIGHT values to add as Redis targets, for tuning")
 	loadObserve  = flag.Bool("load.observability", false, "add memory targets with the dynamic metadata (and its rules) on, and with the /limited sketch off")
 	loadPin      = flag.Bool("load.pin", true, "with two CPUs or more, pin each service and the load generator to CPU 0 and each Redis alone to CPU 1 (taskset), as a dedicated Redis host runs; off, or on one CPU, nothing is pinned")
@@ -494,6 +494,22 @@ func saveProfile(b *testing.B, debugAddr, name string, d time.Duration) (wait fu
 		_ = os.WriteFile(name, []byte(readBody(resp)), 0o644)
 	}()
 	return func() { <-done }
+}
+
+// saveHeap saves the service's heap profile at debugAddr into the
+// -load.pprof directory, named after name, when asked to: what is live at
+// this moment, where the CPU profile says what was busy.
+func saveHeap(b *testing.B, debugAddr, name string) {
+	if *loadPprof == "" || debugAddr == "" {
+		return
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", debugAddr))
+	if err != nil {
+		b.Log(err)
+		return
+	}
+	name = filepath.Join(*loadPprof, strings.NewReplacer(" ", "_", ",", "", "/", "_", "+", "_").Replace(name)+".heap")
+	_ = os.WriteFile(name, []byte(readBody(resp)), 0o644)
 }
 
 // pinGenerator pins this process (the load generator) to CPU 0 when the

@@ -91,8 +91,10 @@ descriptors:
 			}
 		}()
 	}
-	// -load.pprof DIR keeps the service's CPU profile of the churn.
-	profiled := saveProfile(b, p.debugAddr, "rlqs-churn-"+map[bool]string{true: "redis", false: "memory"}[redis], *loadDuration)
+	// -load.pprof DIR keeps the service's CPU profile of the churn and its
+	// heap at the churn's end.
+	name := "rlqs-churn-" + map[bool]string{true: "redis", false: "memory"}[redis]
+	profiled := saveProfile(b, p.debugAddr, name, *loadDuration)
 	before, cpuBefore := metricsBody(b, p), processCPU(p.cmd.Process.Pid)
 	c := ordinary(*loadDuration)
 	cpu := processCPU(p.cmd.Process.Pid) - cpuBefore
@@ -103,6 +105,7 @@ descriptors:
 	// this process, which the churning clients share.
 	handlerP99 := bucketQuantile(before, metricsBody(b, p), "ratelimit_request_duration_seconds", 0.99)
 	profiled()
+	saveHeap(b, p.debugAddr, name)
 	close(stop)
 	wg.Wait()
 	m := metricsBody(b, p)
