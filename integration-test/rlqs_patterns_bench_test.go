@@ -3,14 +3,19 @@ package integration
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/openrls/ratelimit/src/redis/redistest"
 	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
@@ -84,11 +89,15 @@ const rlqsMinuteConfig = `
 //	go test ./integration-test -run '^$' -bench RLQSPatterns -benchtime 1x -args -rlqs.phase=30s
 var rlqsPatternOnly = flag.String("rlqs.pattern", "", "BenchmarkRLQSPatterns: run only the patterns whose name matches this regular expression")
 
+// rlqsTrace logs each window's admissions per Envoy: where a pattern
+// loses, and when.
+var rlqsTrace = flag.Bool("rlqs.trace", false, "BenchmarkRLQSPatterns: log every window's admissions, per Envoy")
+
 func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) {
-			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | ... of what is left |", "|---|---|---|---|---|---|"}
+			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | ... of what is left | back to 90% of what is left after each change |", "|---|---|---|---|---|---|---|"}
 			for _, pt := range rlqsPatterns {
 				if !only.MatchString(pt.name) {
 					continue
@@ -130,15 +139,28 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	var mu sync.Mutex
 	per := map[int64]int{}
 	mine := make([]int, len(pt.demands))
+	each := map[int64][]int{} // by window, per Envoy: -rlqs.trace
 	var wg sync.WaitGroup
 	for i, d := range pt.demands {
 		p := procs[i*pt.replicas/len(pt.demands)]
-		e := rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny,
+		var onMessage func(proto.Message, time.Time)
+		if *rlqsTrace {
+			onMessage = func(m proto.Message, at time.Time) {
+				fmt.Printf("%6.2fs envoy %d %s\n", at.Sub(begin).Seconds(), i, brief(m))
+			}
+		}
+		e := rlqstest.Start(rlqstest.Options{Conn: p.conn, Domain: "quota", NoAssignment: rlqstest.Deny, OnMessage: onMessage,
 			OnAdmit: func(_ string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
 				w := at.UnixNano() / int64(window)
 				per[w]++
+				if *rlqsTrace {
+					if each[w] == nil {
+						each[w] = make([]int, len(pt.demands))
+					}
+					each[w][i]++
+				}
 				if w >= first && w <= last {
 					mine[i]++
 				}
@@ -157,6 +179,7 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
+	traceWindows(begin, window, each)
 	worst, used := 0, 0
 	for w, n := range per {
 		worst = max(worst, n)
@@ -186,8 +209,94 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqsPattern) string {
 	if demand < perSecond {
 		admitted = fmt.Sprintf("%.0f%%", 100*float64(used)/span/demand)
 	}
-	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share | %s |", pt.name, worst, limit,
-		100*float64(used)/span/perSecond, admitted, max(which, 0), pt.demands[max(which, 0)], furthest, ofLeft)
+	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share | %s | %s |", pt.name, worst, limit,
+		100*float64(used)/span/perSecond, admitted, max(which, 0), pt.demands[max(which, 0)], furthest, ofLeft, pt.recoveries(per, begin, end, perSecond))
+}
+
+// traceWindows prints each window's admissions per Envoy, in order, with
+// the window's start into the run (to stdout: a benchmark's log keeps
+// only its first lines).
+func traceWindows(begin time.Time, window time.Duration, each map[int64][]int) {
+	for _, w := range slices.Sorted(maps.Keys(each)) {
+		fmt.Printf("%6.1fs %v\n", time.Unix(0, w*int64(window)).Sub(begin).Seconds(), each[w])
+	}
+}
+
+// brief is a report's counts or a response's strategies, in a few words.
+func brief(m proto.Message) string {
+	var out []string
+	switch m := m.(type) {
+	case *rlqsv3.RateLimitQuotaUsageReports:
+		for _, u := range m.GetBucketQuotaUsages() {
+			out = append(out, fmt.Sprintf("report %d allowed, %d denied", u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()))
+		}
+	case *rlqsv3.RateLimitQuotaResponse:
+		for _, a := range m.GetBucketAction() {
+			st := a.GetQuotaAssignmentAction().GetRateLimitStrategy()
+			if tb := st.GetTokenBucket(); tb != nil {
+				out = append(out, fmt.Sprintf("gets %d tokens every %ds, capacity %d", tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().GetSeconds(), tb.GetMaxTokens()))
+			} else {
+				out = append(out, "gets "+st.GetBlanketRule().String())
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// recoveries says, for each change of demand from 10 s into a run (a move,
+// an Envoy leaving or joining), how long the windows took to admit 90% of
+// what is left (the limit less a token for each Envoy with demand, or the
+// demand when it is below that), counted to the end of the first window
+// that did; ">" when none did before the next change.
+func (pt rlqsPattern) recoveries(per map[int64]int, begin, end time.Time, limit float64) string {
+	var changes []time.Duration
+	switch {
+	case pt.moves > 0:
+		for c := pt.moves; begin.Add(c).Before(end); c += pt.moves {
+			changes = append(changes, c)
+		}
+	case pt.spans != nil:
+		for _, sp := range pt.spans {
+			for _, c := range sp {
+				if c > 0 && begin.Add(c).Before(end) {
+					changes = append(changes, c)
+				}
+			}
+		}
+		slices.Sort(changes)
+	}
+	var out []string
+	for k, c := range changes {
+		if c < 10*time.Second {
+			continue
+		}
+		until := end
+		if k+1 < len(changes) {
+			until = begin.Add(changes[k+1])
+		}
+		at := begin.Add(c)
+		took := fmt.Sprintf("> %.0f s", until.Sub(at).Seconds())
+		for w := at.Truncate(time.Second); !w.Add(time.Second).After(until); w = w.Add(time.Second) {
+			if w.Before(at) {
+				continue
+			}
+			want, left := 0.0, limit
+			for i, d := range pt.demands {
+				if pt.active(i, begin, w) {
+					want, left = want+d, left-1
+				}
+			}
+			if float64(per[w.Unix()]) >= 0.9*math.Min(want, left) {
+				took = fmt.Sprintf("%.1f s", w.Add(time.Second).Sub(at).Seconds())
+				break
+			}
+		}
+		out = append(out, fmt.Sprintf("at %.0f s: %s", c.Seconds(), took))
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, "; ")
 }
 
 // furthestFrom is the Envoy whose admissions (mine, over span seconds)

@@ -39,8 +39,11 @@ type bucket struct {
 	// members are the bucket's shares, one per limit of its rule.
 	members []*member
 
-	demand      float64 // requests per second; +Inf until measured
-	counted     uint64  // requests reported since lastReport
+	demand  float64 // requests per second; +Inf until measured
+	counted uint64  // requests reported since lastReport
+	// last is the previous report interval's measure, which the next is
+	// set against (see trend).
+	last        rate
 	lastReport  time.Time
 	lastTraffic time.Time
 	gone        bool
@@ -169,9 +172,51 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	// server's own clock measures. Reports closer than a second apart (a
 	// reconnect's) are summed into the next.
 	if dt := now.Sub(b.lastReport); dt >= time.Second {
-		b.demand = float64(b.counted) / dt.Seconds()
-		b.counted, b.lastReport = 0, now
+		r := rate{n: b.counted, secs: dt.Seconds()}
+		b.demand = trend(b.last, r)
+		b.last, b.counted, b.lastReport = r, 0, now
 	}
+}
+
+// rate is requests counted over an interval.
+type rate struct {
+	n    uint64
+	secs float64 // 0: none measured
+}
+
+func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
+
+// trend is the demand that report interval now measures after the one
+// before it (last): its rate, or, where the two differ by more than
+// chance would make, the rate carried on by the change (a fall no lower
+// than half the rate measured).
+//
+// Demand that moves mid-interval shows in part in each side's report: an
+// Envoy whose traffic stopped two seconds in still reports 40% of its old
+// rate, and one whose traffic began then reports 60% of its new one. Read
+// as they were, the first kept a share it no longer used, and the second
+// lacked one, until their next reports, 5 s later (Envoy 1.40's interval).
+// Carried on, a rise that falls mid-interval is read in full at once: a
+// step halfway is exact, an earlier one is read short, a later one
+// overshoots, and the next report, steady again, corrects it. A fall is
+// carried on only to half the rate measured: carried to nothing, a bucket
+// whose traffic fell but did not stop would be denied until its next
+// report. Chance: counts of independent requests spread as Poisson's, so
+// a change past three standard deviations of the difference (1 report in
+// 370 when nothing changed) is taken as one; below it, a steady bucket's
+// shares would churn with its noise, and each new token bucket costs the
+// Envoy the tokens it rescales away.
+func trend(last, now rate) float64 {
+	r := now.perSecond()
+	if last.secs == 0 {
+		return r
+	}
+	prev := last.perSecond()
+	sd := math.Sqrt(float64(last.n)/(last.secs*last.secs) + float64(now.n)/(now.secs*now.secs))
+	if math.Abs(r-prev) <= 3*sd {
+		return r
+	}
+	return math.Max(2*r-prev, r/2)
 }
 
 // held is the grant in force for the member's limit, in tokens per

@@ -60,10 +60,15 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 			rate, f = m.target, int64(m.p.rule.Period/time.Second)
 		}
 	}
-	if !holds && passedOver(b) {
-		// Its share went to another (a crowded pool rotates them): DENY_ALL
-		// now hands its room over a delivery bound later, where the token
-		// bucket it holds would keep it reserved to its horizon.
+	if !holds && b.sentKind == kindLimited && !b.lapsed {
+		// Its share went to another (a crowded pool rotates them), or it
+		// reported no requests: DENY_ALL now hands its room over a
+		// delivery bound later, where the token bucket it holds would
+		// keep it reserved to its horizon. An idle bucket loses little by
+		// it: a request it then denies shows in its next report, as one
+		// would once the token bucket lapsed (holdBack), 2 s later with
+		// the default settings. Run on, an Envoy whose demand had moved
+		// to another kept its room from the other 3 s past its report.
 		return &job{b: b, kind: kindDeny}
 	}
 	if !holds {
@@ -73,20 +78,6 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 	// grant carries (see fillPeriods).
 	q := math.Floor(rate*float64(f) + 1e-9)
 	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
-}
-
-// passedOver reports whether b holds a token bucket and wants more, but a
-// fill gave one of its members nothing.
-func passedOver(b *bucket) bool {
-	if b.sentKind != kindLimited || b.lapsed {
-		return false
-	}
-	for _, m := range b.members {
-		if !m.holds && m.want() > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // limitedJob is the job of granting b q tokens every f seconds: each

@@ -299,25 +299,31 @@ func TestPoolFillRotates(t *testing.T) {
 }
 
 // TestAPassedOverHolderIsDeniedAtOnce: a bucket holding a token bucket
-// whose share went to another (it still wants more) is sent DENY_ALL at
-// once, which hands its room over a delivery bound later; one that went
-// idle keeps its token bucket while a later round could still replace it.
-// Run on, the passed-over one's room stayed reserved to its horizon and a
-// rotating pool used 37% of its limit with two Envoys of 30 never served.
+// whose share went to another (it still wants more), or that reported no
+// requests, is sent DENY_ALL at once, which hands its room over a delivery
+// bound later. Run on, the passed-over one's room stayed reserved to its
+// horizon and a rotating pool used 37% of its limit with two Envoys of 30
+// never served; an idle one kept the room of an Envoy its demand had
+// moved to for 3 s past its report. One whose token bucket may have lapsed
+// is denied only when the last DENY_ALL is old (holdBack).
 func TestAPassedOverHolderIsDeniedAtOnce(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	for _, tc := range []struct {
 		name   string
 		demand float64
+		sent   kind
+		lapsed bool
 		want   *kind // nil: nothing sent
 	}{
-		{"passed over", 2, ptr(kindDeny)},
-		{"idle", 0, nil},
+		{"passed over", 2, kindLimited, false, ptr(kindDeny)},
+		{"idle", 0, kindLimited, false, ptr(kindDeny)},
+		{"idle, lapsed", 0, kindLimited, true, ptr(kindDeny)},
+		{"idle, denied a moment ago", 0, kindDeny, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(Options{})
 			p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
-			b := &bucket{kind: kindLimited, sentKind: kindLimited, sentQ: 2, sentF: 1, sentCap: 1, sent: now, demand: tc.demand}
+			b := &bucket{kind: kindLimited, sentKind: tc.sent, sentQ: 2, sentF: 1, sentCap: 1, sent: now, demand: tc.demand, lapsed: tc.lapsed}
 			m := &member{b: b, p: p, l: newLedger(time.Second)}
 			b.members = []*member{m}
 			j := s.jobFor(b, now)

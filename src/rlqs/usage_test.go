@@ -31,3 +31,43 @@ func TestUsageSumsSaturate(t *testing.T) {
 		})
 	}
 }
+
+// A bucket's demand follows a change that falls mid-interval at once, read
+// through noteUsage as reports arrive 5 s apart: a rise is carried on by
+// the change, a fall only to half the rate measured, and a difference
+// chance makes (within three standard deviations of Poisson counts) is
+// read as measured.
+func TestDemandFollowsAChangeAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reports []uint64 // requests per 5 s report; the first opens the bucket
+		want    float64
+	}{
+		{"first measure", []uint64{1, 100}, 20.2},
+		{"steady", []uint64{1, 100, 100}, 20},
+		{"noise within chance", []uint64{1, 100, 115}, 23},
+		{"rise halfway through", []uint64{1, 0, 100}, 2*20 - 0.2},
+		{"rise late: read short, then past it once", []uint64{1, 0, 40, 200}, 2*40 - 8},
+		{"rise late, then steady", []uint64{1, 0, 40, 200, 200}, 40},
+		{"stop halfway through: half what is measured", []uint64{1, 200, 100}, 10},
+		{"a fall carried on", []uint64{1, 200, 140}, 2*28 - 40.2},
+		{"fall, then steady", []uint64{1, 200, 100, 100}, 20},
+		{"idle", []uint64{1, 200, 0}, 0},
+		{"idle, then idle", []uint64{1, 200, 0, 0}, 0},
+		{"light and steady", []uint64{1, 5, 8}, 1.6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1_700_000_000, 0)
+			b := &bucket{lastReport: now, demand: math.Inf(1)}
+			for i, n := range tc.reports {
+				if i > 0 {
+					now = now.Add(5 * time.Second)
+				}
+				b.noteUsage(&rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{NumRequestsAllowed: n / 2, NumRequestsDenied: n - n/2}, now)
+			}
+			if math.Abs(b.demand-tc.want) > 1e-9 {
+				t.Errorf("demand %v a second, want %v", b.demand, tc.want)
+			}
+		})
+	}
+}

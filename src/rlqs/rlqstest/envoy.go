@@ -13,6 +13,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -50,6 +51,10 @@ type Options struct {
 	ExpiredFor time.Duration
 	// OnAdmit, when set, hears of every allowed request.
 	OnAdmit func(bucket string, at time.Time)
+	// OnMessage, when set, hears of every report sent and every response
+	// taken, as they happen (with the Envoy's lock held: it must not call
+	// back).
+	OnMessage func(m proto.Message, at time.Time)
 }
 
 // Deny and Allow are blanket strategies for Options.
@@ -261,6 +266,9 @@ func (e *Envoy) send(m *rlqsv3.RateLimitQuotaUsageReports) {
 	}
 	e.sent = append(e.sent, m)
 	e.sentOne = true
+	if e.o.OnMessage != nil {
+		e.o.OnMessage(m, time.Now())
+	}
 }
 
 // startLocked opens the stream and the report timer on first use.
@@ -324,6 +332,9 @@ func (e *Envoy) recvLoop(st grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageR
 			return
 		}
 		e.received++
+		if e.o.OnMessage != nil {
+			e.o.OnMessage(resp, time.Now())
+		}
 		for _, a := range resp.GetBucketAction() {
 			e.actions = append(e.actions, a)
 			e.apply(a, time.Now())
