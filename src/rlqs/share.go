@@ -89,15 +89,6 @@ func (p *pool) fill() {
 	}
 	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
 	shares := fill(tokens/per, wants)
-	if newcomers(wants) {
-		// Keep an unmeasured member's share for one more: see newcomers.
-		shares = fill(tokens/per, append(wants, math.Inf(1)))[:len(wants)]
-		tokens = 0
-		for _, u := range shares {
-			tokens += u * per
-		}
-		tokens = math.Floor(tokens + 1e-9)
-	}
 	for i, u := range wholeTokens(shares, per, tokens, held) {
 		busy[i].target, busy[i].holds = u/per, true
 	}
@@ -116,21 +107,6 @@ func (m *member) wantPast() float64 {
 	}
 	per := m.p.rule.Period.Seconds()
 	return math.Max(math.Ceil((w*per-extraPerPeriod)-1e-9), 0) / per
-}
-
-// newcomers reports whether a pool has a member not yet measured, which
-// wants an even share (the level). While one has, the pool keeps a share
-// the size of the level for one more: a pool's first reporter took the
-// whole limit, reserved for its grant's horizon (5 s), and the Envoys
-// that reported a moment later were denied until it passed. Once every
-// member has reported twice, demand decides alone.
-func newcomers(wants []float64) bool {
-	for _, w := range wants {
-		if math.IsInf(w, 1) {
-			return true
-		}
-	}
-	return false
 }
 
 // holders picks which of the busy members hold a share, and the tokens

@@ -172,20 +172,22 @@ func TestWholeTokens(t *testing.T) {
 	}
 }
 
-// TestPoolFillKeepsRoomForNewcomers: while a member is unmeasured, the
-// pool keeps an even share for one more, so that the Envoys reporting
-// just after a pool's first are not denied while the first one's grant
-// holds the whole limit; once all are measured, demand decides alone.
-func TestPoolFillKeepsRoomForNewcomers(t *testing.T) {
+// TestPoolFillGivesTheUnmeasuredAll: a member not yet measured takes the
+// level, the whole pool when it is alone: no share is kept back for
+// Envoys that may come. One kept back (an even share for one more) cost
+// an Envoy that demand moved to a third of the limit for its first 5 s,
+// while the pool's first reporter, now lowered when others come, hands
+// its room over within two rounds (see handOvers).
+func TestPoolFillGivesTheUnmeasuredAll(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		demands []float64
 		most    float64 // the targets' sum, at most (each start's tokens set aside: see setAside)
 		least   float64 // and at least
 	}{
-		{"the first reporter", []float64{math.Inf(1)}, 13, 13},
-		{"two unmeasured", []float64{math.Inf(1), math.Inf(1)}, 16, 16},
-		{"measured beside unmeasured", []float64{5, math.Inf(1)}, 15, 15},
+		{"the first reporter", []float64{math.Inf(1)}, 27, 27},
+		{"two unmeasured", []float64{math.Inf(1), math.Inf(1)}, 24, 24},
+		{"measured beside unmeasured", []float64{5, math.Inf(1)}, 25, 25},
 		{"all measured", []float64{20, 20}, 24, 24},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
