@@ -161,8 +161,10 @@ func satAdd(a, b uint64) uint64 {
 	return math.MaxUint64
 }
 
-// noteUsage takes one report of the bucket's usage, received at now.
-func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
+// noteUsage takes one report of the bucket's usage, received at now, and
+// reports whether its demand was measured for the first time or changed
+// past chance (see trend): its share is then worth a round at once.
+func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) (changed bool) {
 	n := reported(u)
 	b.counted = satAdd(b.counted, n)
 	if n > 0 {
@@ -173,9 +175,11 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	// reconnect's) are summed into the next.
 	if dt := now.Sub(b.lastReport); dt >= time.Second {
 		r := rate{n: b.counted, secs: dt.Seconds()}
-		b.demand = trend(b.last, r)
-		b.last, b.counted, b.lastReport = r, 0, now
+		d, moved := trend(b.last, r)
+		changed = moved || math.IsInf(b.demand, 1)
+		b.demand, b.last, b.counted, b.lastReport = d, r, 0, now
 	}
+	return changed
 }
 
 // rate is requests counted over an interval.
@@ -205,18 +209,18 @@ func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
 // a change past three standard deviations of the difference (1 report in
 // 370 when nothing changed) is taken as one; below it, a steady bucket's
 // shares would churn with its noise, and each new token bucket costs the
-// Envoy the tokens it rescales away.
-func trend(last, now rate) float64 {
+// Envoy the tokens it rescales away. It reports whether it took a change.
+func trend(last, now rate) (float64, bool) {
 	r := now.perSecond()
 	if last.secs == 0 {
-		return r
+		return r, false
 	}
 	prev := last.perSecond()
 	sd := math.Sqrt(float64(last.n)/(last.secs*last.secs) + float64(now.n)/(now.secs*now.secs))
 	if math.Abs(r-prev) <= 3*sd {
-		return r
+		return r, false
 	}
-	return math.Max(2*r-prev, r/2)
+	return math.Max(2*r-prev, r/2), true
 }
 
 // held is the grant in force for the member's limit, in tokens per

@@ -213,16 +213,17 @@ func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv
 			}
 			return err
 		}
-		fresh, err := s.safeReport(st, msg)
+		due, err := s.safeReport(st, msg)
 		if err != nil {
 			return err
 		}
-		if len(fresh) > 0 {
-			// The initial report is answered at once. The round runs to
-			// its end even if the stream goes meanwhile: what it reserves
-			// is then held for nobody, which is safe; cut short, it would
-			// count as a store error.
-			if err := s.safeRound(context.WithoutCancel(ctx), fresh); err != nil {
+		if len(due) > 0 {
+			// The initial report is answered at once, and so is a
+			// change of demand: a share that falls hands its room over a
+			// round sooner. The round runs to its end even if the stream
+			// goes meanwhile: what it reserves is then held for nobody,
+			// which is safe; cut short, it would count as a store error.
+			if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
 				return err
 			}
 		}
@@ -283,12 +284,14 @@ func (s *Service) leave(b *bucket) {
 }
 
 // safeReport is report, a panic in it recovered (see recovered).
-func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) (fresh []*bucket, err error) {
+func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) (due []*bucket, err error) {
 	defer s.recovered(&err, "a usage report")
 	return s.report(st, msg), nil
 }
 
-// report takes one message of usage and returns the buckets it created.
+// report takes one message of usage and returns the buckets due a round
+// at once: those it created, and those whose demand it measured for the
+// first time or changed past chance (see noteUsage).
 func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
 	now := s.o.Clock()
 	s.mu.Lock()
@@ -306,7 +309,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 	if len(msg.GetBucketQuotaUsages()) == 0 {
 		s.stats.anomalies.WithLabelValues("empty_report").Inc()
 	}
-	var fresh []*bucket
+	var due []*bucket
 	for _, u := range msg.GetBucketQuotaUsages() {
 		s.stats.reported.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
 		s.stats.reported.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
@@ -337,14 +340,16 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			if b = s.newBucket(st, u, now); b == nil {
 				continue
 			}
-			fresh = append(fresh, b)
+			due = append(due, b)
 		}
-		b.noteUsage(u, now)
+		if b.noteUsage(u, now) {
+			due = append(due, b) // a fresh bucket is not measured yet
+		}
 		if b.kind == kindShadow {
 			s.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
 		}
 	}
-	return fresh
+	return due
 }
 
 func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *bucket {
