@@ -6,6 +6,8 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // Reports near 2^64 saturate the bucket's count of requests instead of
@@ -69,5 +71,39 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 				t.Errorf("demand %v a second, want %v", b.demand, tc.want)
 			}
 		})
+	}
+}
+
+// A report is answered at once (its buckets are due a round) when it
+// creates a bucket, measures one for the first time or changes one's
+// demand past chance; a steady report waits for the next push.
+func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
+	s.o.Logger = quietLogger()
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		requests uint64
+		due      bool
+	}{
+		{1, true},    // a new bucket
+		{100, true},  // first measured: 20 a second
+		{100, false}, // steady
+		{110, false}, // within chance
+		{0, true},    // stopped
+		{0, false},   // still stopped
+		{200, true},  // back
+	} {
+		if i > 0 {
+			now = now.Add(5 * time.Second)
+		}
+		due := s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, NumRequestsAllowed: step.requests}}})
+		if got := len(due) == 1; got != step.due || len(due) > 1 {
+			t.Errorf("report %d (%d requests): %d buckets due a round, want due %v", i, step.requests, len(due), step.due)
+		}
 	}
 }
