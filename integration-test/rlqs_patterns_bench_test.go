@@ -38,28 +38,32 @@ type rlqsPattern struct {
 	// replicas is how many service processes share the store (more than
 	// one: Redis only); Envoy i talks to replica i×replicas/n.
 	replicas int
+	// bursts, when set, turns each Envoy's demand on and off every
+	// bursts, Envoy i of n a cycle's i/n later than Envoy 0.
+	bursts time.Duration
 }
 
 var rlqsPatterns = []rlqsPattern{
-	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 1},
-	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0, nil, 1},
-	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0, nil, 1},
+	{"3 equal (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 1, 0},
+	{"3 equal, Poisson", []float64{20, 20, 20}, true, false, 0, nil, 1, 0},
+	{"1 heavy (40/s) + 9 light (1/s)", append([]float64{40}, 1, 1, 1, 1, 1, 1, 1, 1, 1), false, false, 0, nil, 1, 0},
 	{"30 Envoys (2/s each)", func() []float64 {
 		d := make([]float64, 30)
 		for i := range d {
 			d[i] = 2
 		}
 		return d
-	}(), false, false, 0, nil, 1},
-	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0, nil, 1},
-	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second, nil, 1},
+	}(), false, false, 0, nil, 1, 0},
+	{"below the limit (3 x 5/s)", []float64{5, 5, 5}, false, false, 0, nil, 1, 0},
+	{"demand moving to another Envoy every 10 s (40/s)", []float64{40, 40, 40}, false, false, 10 * time.Second, nil, 1, 0},
 	{"an Envoy leaving at 15 s, another joining at 20 s (20/s each)", []float64{20, 20, 20}, false, false, 0,
-		[][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}, 1},
-	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0, nil, 1},
-	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0, nil, 1},
+		[][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}, 1, 0},
+	{"bursty: on 5 s, off 5 s, staggered (3 x 20/s)", []float64{20, 20, 20}, false, false, 0, nil, 1, 5 * time.Second},
+	{"per minute: 5 equal (2/s each)", []float64{2, 2, 2, 2, 2}, false, true, 0, nil, 1, 0},
+	{"per minute: 1 heavy (8/s) + 4 light (0.5/s)", []float64{8, 0.5, 0.5, 0.5, 0.5}, false, true, 0, nil, 1, 0},
 	// Two replicas on one Redis: Envoys 0 and 1 on the first, 2 on the
 	// second, which must take a third of the limit, not half.
-	{"two replicas (Redis), 2 + 1 Envoys (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 2},
+	{"two replicas (Redis), 2 + 1 Envoys (20/s each)", []float64{20, 20, 20}, false, false, 0, nil, 2, 0},
 }
 
 // rlqsMinutes is how long a per-minute pattern runs: its first minute
@@ -315,6 +319,10 @@ func furthestFrom(mine []int, span float64, shares []float64) (float64, int) {
 // active reports whether Envoy i has demand at t, in a run begun at begin.
 func (pt rlqsPattern) active(i int, begin, t time.Time) bool {
 	in := t.Sub(begin)
+	if pt.bursts > 0 {
+		cycle := 2 * pt.bursts
+		return (in+cycle*time.Duration(i)/time.Duration(len(pt.demands)))%cycle < pt.bursts
+	}
 	if pt.spans != nil && (in < pt.spans[i][0] || pt.spans[i][1] > 0 && in >= pt.spans[i][1]) {
 		return false
 	}
@@ -326,7 +334,7 @@ func (pt rlqsPattern) active(i int, begin, t time.Time) bool {
 // demand moves or Envoys come and go, the shares of those with demand at
 // each instant.
 func (pt rlqsPattern) shares(capacity, perEnvoy float64, begin, from, to time.Time) []float64 {
-	if pt.moves == 0 && pt.spans == nil {
+	if pt.moves == 0 && pt.spans == nil && pt.bursts == 0 {
 		return maxMinShares(math.Max(capacity-perEnvoy*float64(len(pt.demands)), 0), pt.demands)
 	}
 	out := make([]float64, len(pt.demands))

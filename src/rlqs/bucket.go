@@ -42,8 +42,9 @@ type bucket struct {
 	demand  float64 // requests per second; +Inf until measured
 	counted uint64  // requests reported since lastReport
 	// last is the previous report interval's measure, which the next is
-	// set against (see trend).
+	// set against (see trend); swings follows its changes.
 	last        rate
+	swings      swings
 	lastReport  time.Time
 	lastTraffic time.Time
 	gone        bool
@@ -175,11 +176,63 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 	// reconnect's) are summed into the next.
 	if dt := now.Sub(b.lastReport); dt >= time.Second {
 		r := rate{n: b.counted, secs: dt.Seconds()}
-		d, moved := trend(b.last, r)
-		changed = moved || math.IsInf(b.demand, 1)
+		d, dir := trend(b.last, r)
+		d = b.swings.note(dir, r.perSecond(), d)
+		changed = dir != 0 || math.IsInf(b.demand, 1)
 		b.demand, b.last, b.counted, b.lastReport = d, r, 0, now
 	}
 	return changed
+}
+
+// swings tells bursts from moves. Demand that turns on and off about as
+// often as Envoy reports (every 5 s) shows in each report as the phase
+// before it, so shares that follow reports are always the wrong way
+// round: 3 Envoys bursting 5 s on and 5 s off used 11-13% of the limit.
+// A bucket whose demand changed past chance one way, then the other, then
+// back, each within burstReports reports of the last, is taken as
+// bursting: for burstReports reports after, its demand is the highest
+// rate it reported in that span, so it keeps a share through its lulls.
+// Demand that comes and goes once (it moved to the bucket, then away) is
+// followed at once (see trend): one turn back is not a burst.
+type swings struct {
+	lastDir int8                  // the last change's direction: +1, -1, 0 for none yet
+	since   int                   // reports since that change
+	turns   int                   // changes in a row that turned back
+	left    int                   // reports left of bursting
+	rates   [burstReports]float64 // the last reports' rates, newest first
+}
+
+// burstReports is the span, in reports, that a swing back must come in
+// for a bucket to be taken as bursting, and how long it stays so.
+const burstReports = 3
+
+// note takes one report's change of direction dir (see trend), its rate
+// r and the demand d trend made of it, and returns the demand.
+func (sw *swings) note(dir int8, r, d float64) float64 {
+	copy(sw.rates[1:], sw.rates[:])
+	sw.rates[0] = r
+	sw.since++
+	if sw.left > 0 {
+		sw.left--
+	}
+	if dir != 0 {
+		if sw.lastDir == -dir && sw.since <= burstReports {
+			sw.turns++
+		} else {
+			sw.turns = 0
+		}
+		if sw.turns >= 2 {
+			sw.left = burstReports
+		}
+		sw.lastDir, sw.since = dir, 0
+	}
+	if sw.left == 0 {
+		return d
+	}
+	for _, p := range sw.rates {
+		d = math.Max(d, p)
+	}
+	return d
 }
 
 // rate is requests counted over an interval.
@@ -209,18 +262,22 @@ func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
 // a change past three standard deviations of the difference (1 report in
 // 370 when nothing changed) is taken as one; below it, a steady bucket's
 // shares would churn with its noise, and each new token bucket costs the
-// Envoy the tokens it rescales away. It reports whether it took a change.
-func trend(last, now rate) (float64, bool) {
+// Envoy the tokens it rescales away. It reports the direction of the
+// change it took: +1 a rise, -1 a fall, 0 none.
+func trend(last, now rate) (float64, int8) {
 	r := now.perSecond()
 	if last.secs == 0 {
-		return r, false
+		return r, 0
 	}
 	prev := last.perSecond()
 	sd := math.Sqrt(float64(last.n)/(last.secs*last.secs) + float64(now.n)/(now.secs*now.secs))
-	if math.Abs(r-prev) <= 3*sd {
-		return r, false
+	switch {
+	case math.Abs(r-prev) <= 3*sd:
+		return r, 0
+	case r > prev:
+		return 2*r - prev, 1
 	}
-	return math.Max(2*r-prev, r/2), true
+	return math.Max(2*r-prev, r/2), -1
 }
 
 // held is the grant in force for the member's limit, in tokens per

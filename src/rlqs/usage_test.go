@@ -57,6 +57,10 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 		{"idle", []uint64{1, 200, 0}, 0},
 		{"idle, then idle", []uint64{1, 200, 0, 0}, 0},
 		{"light and steady", []uint64{1, 5, 8}, 1.6},
+		{"on and off once: followed", []uint64{1, 0, 100, 0}, 0},
+		{"bursting: the peak held through a lull", []uint64{1, 0, 100, 0, 100, 0}, 20},
+		{"bursting, then steady: the peak held", []uint64{1, 0, 100, 0, 100, 0, 0}, 20},
+		{"bursting, then steady past the span: followed", []uint64{1, 0, 100, 0, 100, 0, 0, 0, 0}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1_700_000_000, 0)
