@@ -163,8 +163,12 @@ func satAdd(a, b uint64) uint64 {
 }
 
 // noteUsage takes one report of the bucket's usage, received at now, and
-// reports whether its demand was measured for the first time or changed
-// past chance (see trend): its share is then worth a round at once.
+// reports whether its demand was measured for the first time or fell past
+// chance (see trend): its share then frees room, worth a round at once.
+// A rise waits for the next push: the room it needs is mostly held by
+// others until their falls hand it over, and answered at once it cost
+// 100 Envoys on one limit 2.56 store calls a report instead of 1.59
+// (BenchmarkRLQS).
 func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) (changed bool) {
 	n := reported(u)
 	b.counted = satAdd(b.counted, n)
@@ -178,7 +182,7 @@ func (b *bucket) noteUsage(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 		r := rate{n: b.counted, secs: dt.Seconds()}
 		d, dir := trend(b.last, r)
 		d = b.swings.note(dir, r.perSecond(), d)
-		changed = dir != 0 || math.IsInf(b.demand, 1)
+		changed = dir < 0 || math.IsInf(b.demand, 1)
 		b.demand, b.last, b.counted, b.lastReport = d, r, 0, now
 	}
 	return changed

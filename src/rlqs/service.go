@@ -218,9 +218,8 @@ func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv
 			return err
 		}
 		if len(due) > 0 {
-			// The initial report is answered at once, and so is a
-			// change of demand: a share that falls hands its room over a
-			// round sooner. The round runs to its end even if the stream
+			// The initial report is answered at once, and so is a fall
+			// of demand: the share hands its room over a round sooner. The round runs to its end even if the stream
 			// goes meanwhile: what it reserves is then held for nobody,
 			// which is safe; cut short, it would count as a store error.
 			if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
@@ -291,7 +290,7 @@ func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports)
 
 // report takes one message of usage and returns the buckets due a round
 // at once: those it created, and those whose demand it measured for the
-// first time or changed past chance (see noteUsage).
+// first time or lowered past chance (see noteUsage).
 func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
 	now := s.o.Clock()
 	s.mu.Lock()

@@ -79,8 +79,9 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 }
 
 // A report is answered at once (its buckets are due a round) when it
-// creates a bucket, measures one for the first time or changes one's
-// demand past chance; a steady report waits for the next push.
+// creates a bucket, measures one for the first time or lowers one's
+// demand past chance; a steady report, or a rise, waits for the next
+// push.
 func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
@@ -99,7 +100,8 @@ func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
 		{110, false}, // within chance
 		{0, true},    // stopped
 		{0, false},   // still stopped
-		{200, true},  // back
+		{200, false}, // back: a rise waits
+		{0, true},    // stopped again
 	} {
 		if i > 0 {
 			now = now.Add(5 * time.Second)
