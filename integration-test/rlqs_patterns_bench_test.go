@@ -87,15 +87,16 @@ const rlqsMinuteConfig = `
 // and the Envoy furthest from its max-min fair share (admitted over
 // share): of the limit, and of what the protocol leaves of it (the limit
 // less a token a window for each Envoy with demand), which the issue's
-// goal is put on. Loopback; each pattern runs -rlqs.phase or
-// -rlqs.minutes.
+// goal is put on; and, where demand changes, how long each change took
+// to be back at 90% of what is left. Loopback; each pattern runs
+// -rlqs.phase or -rlqs.minutes; -rlqs.trace prints what happened.
 //
 //	go test ./integration-test -run '^$' -bench RLQSPatterns -benchtime 1x -args -rlqs.phase=30s
 var rlqsPatternOnly = flag.String("rlqs.pattern", "", "BenchmarkRLQSPatterns: run only the patterns whose name matches this regular expression")
 
-// rlqsTrace logs each window's admissions per Envoy: where a pattern
-// loses, and when.
-var rlqsTrace = flag.Bool("rlqs.trace", false, "BenchmarkRLQSPatterns: log every window's admissions, per Envoy")
+// rlqsTrace prints each window's admissions, and every report and
+// response, per Envoy: where a pattern loses, and why.
+var rlqsTrace = flag.Bool("rlqs.trace", false, "BenchmarkRLQSPatterns: print every window's admissions and every report and response, per Envoy")
 
 func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)

@@ -219,9 +219,10 @@ func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv
 		}
 		if len(due) > 0 {
 			// The initial report is answered at once, and so is a fall
-			// of demand: the share hands its room over a round sooner. The round runs to its end even if the stream
-			// goes meanwhile: what it reserves is then held for nobody,
-			// which is safe; cut short, it would count as a store error.
+			// of demand: the share hands its room over a round sooner.
+			// The round runs to its end even if the stream goes
+			// meanwhile: what it reserves is then held for nobody, which
+			// is safe; cut short, it would count as a store error.
 			if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
 				return err
 			}
