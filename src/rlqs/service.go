@@ -167,6 +167,10 @@ type stream struct {
 	// (for abandonedFor): see report.
 	abandoned map[string]time.Time
 	out       chan *outgoing
+	// early is when a report of a fall of demand was last answered at
+	// once (see report): at most once a push, so that a client splitting
+	// its reports cannot make a round of each.
+	early time.Time
 	// closed is set when the stream ends: a report its receiver had
 	// already read is then dropped, not taken into buckets nobody drops.
 	closed bool
@@ -291,7 +295,11 @@ func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports)
 
 // report takes one message of usage and returns the buckets due a round
 // at once: those it created, and those whose demand it measured for the
-// first time or lowered past chance (see noteUsage).
+// first time or lowered past chance (see noteUsage), these at most once a
+// push for the stream. An Envoy reports every bucket in one message every
+// 5 s; a client that sent each bucket's falls in messages of their own
+// would otherwise have each answered by a round of its own, where the
+// push answers them all in one.
 func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
 	now := s.o.Clock()
 	s.mu.Lock()
@@ -309,7 +317,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 	if len(msg.GetBucketQuotaUsages()) == 0 {
 		s.stats.anomalies.WithLabelValues("empty_report").Inc()
 	}
-	var due []*bucket
+	var due, fell []*bucket
 	for _, u := range msg.GetBucketQuotaUsages() {
 		s.stats.reported.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
 		s.stats.reported.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
@@ -343,11 +351,14 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			due = append(due, b)
 		}
 		if b.noteUsage(u, now) {
-			due = append(due, b) // a fresh bucket is not measured yet
+			fell = append(fell, b) // a fresh bucket is not measured yet
 		}
 		if b.kind == kindShadow {
 			s.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
 		}
+	}
+	if len(fell) > 0 && now.Sub(st.early) >= s.o.Push {
+		due, st.early = append(due, fell...), now
 	}
 	return due
 }

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -110,6 +111,38 @@ func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
 			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, NumRequestsAllowed: step.requests}}})
 		if got := len(due) == 1; got != step.due || len(due) > 1 {
 			t.Errorf("report %d (%d requests): %d buckets due a round, want due %v", i, step.requests, len(due), step.due)
+		}
+	}
+}
+
+// A client that sends each bucket's fall in a message of its own gets at
+// most one round at once a push for its stream: the rest wait for the
+// push, which answers them all in one round.
+func TestFallsAreAnsweredAtOnceAtMostOnceAPush(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
+	s.o.Logger = quietLogger()
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(id string, n uint64) int {
+		return len(s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": id}}, NumRequestsAllowed: n}}}))
+	}
+	const buckets = 50
+	for i := range buckets {
+		one(fmt.Sprint(i), 1) // new: each due at once
+	}
+	for _, n := range []uint64{500, 0} { // measured, then stopped
+		now = now.Add(5 * time.Second)
+		due := 0
+		for i := range buckets {
+			due += one(fmt.Sprint(i), n)
+			now = now.Add(time.Millisecond)
+		}
+		if due != 1 {
+			t.Errorf("%d single-bucket reports of %d requests within a push: %d due a round at once, want 1", buckets, n, due)
 		}
 	}
 }
