@@ -357,10 +357,17 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			s.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
 		}
 	}
-	if len(fell) > 0 && now.Sub(st.early) >= s.o.Push {
-		due, st.early = append(due, fell...), now
+	return append(due, s.answerEarly(st, fell, now)...)
+}
+
+// answerEarly is fell, due a round at once, or nothing when the stream
+// had one of those within the push (see report); s.mu held.
+func (s *Service) answerEarly(st *stream, fell []*bucket, now time.Time) []*bucket {
+	if len(fell) == 0 || now.Sub(st.early) < s.o.Push {
+		return nil
 	}
-	return due
+	st.early = now
+	return fell
 }
 
 func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *bucket {
