@@ -25,6 +25,7 @@ func FuzzParseOutcomes(f *testing.F) {
 	f.Add(packDoubles(6, 4, 1e6, 17, 2, 0, 0, 1e6, 1e6), 2) // a slice, then a rejection
 	f.Add(packDoubles(math.NaN(), math.Inf(1), -1, math.Inf(-1)), 1)
 	f.Add("", 0)
+	f.Add(packDoubles(0, 0, 1e16, 1e16), 1) // microseconds past a duration's range
 	f.Fuzz(func(t *testing.T, reply string, n int) {
 		if n < 0 || n > 1<<12 {
 			return

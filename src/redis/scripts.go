@@ -230,8 +230,8 @@ func parseOutcomes(v any, n int, grants []grant) ([]limiter.Outcome, error) {
 		outs[i] = limiter.Outcome{
 			Allowed:    a.allowed >= 1,
 			Remaining:  uint64(max(a.remaining, 0)),
-			ResetAfter: time.Duration(max(a.reset, 0)) * time.Microsecond,
-			RetryAfter: time.Duration(max(a.retry, 0)) * time.Microsecond,
+			ResetAfter: micros(a.reset),
+			RetryAfter: micros(a.retry),
 		}
 		if a.remaining < 0 && a.allowed < 1 {
 			// A rejected hit that was counted: its count's excess over
@@ -250,6 +250,14 @@ func parseOutcomes(v any, n int, grants []grant) ([]limiter.Outcome, error) {
 		return nil, bad()
 	}
 	return outs, nil
+}
+
+// micros is us microseconds as a duration: none below zero, and at most
+// the longest duration there is, where a count of microseconds past
+// 2^63/1000 would wrap into a negative one.
+func micros(us int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Microsecond)
+	return time.Duration(min(max(us, 0), most)) * time.Microsecond
 }
 
 // reply reads batch.lua's reply one hit's answer at a time: 4
