@@ -83,6 +83,15 @@ type pool struct {
 	// frac is this replica's part of the limit, by its part of the demand
 	// all replicas published (exchangeDemand); 1 until known.
 	frac float64
+	// published is what this replica added to the pool's demand counters
+	// of its last two push windows, the older first.
+	published [2]published
+}
+
+// published is what a replica added to one push window's demand counter.
+type published struct {
+	w int64
+	n uint64
 }
 
 // bucketKey is a canonical string of an unordered bucket id.

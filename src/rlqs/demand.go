@@ -22,16 +22,22 @@ const demandCeiling = limiter.MaxLimit
 // the store, and sets every pool's part of the limit by it. Each replica
 // adds its pool's demand to a counter of the current push window, and
 // reads the previous window's total, which every replica had published to
-// by then: the replica's part is its demand over that total. Within a
-// replica, shares are max-min fair (fill); across replicas, proportional
-// to demand. A replica alone reads back its own demand: the whole limit.
-// When the store fails, the parts stay as they were.
+// by then: the replica's part is what it published to that window over
+// that total. Within a replica, shares are max-min fair (fill); across
+// replicas, proportional to demand. A replica alone reads back its own
+// demand: the whole limit. When the store fails, the parts stay as they
+// were.
 func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 	type pub struct {
 		p    *pool
 		key  string
 		mine uint64
+		// before is what this replica published to the window read; 0
+		// when it published nothing there.
+		before uint64
 	}
+	period := s.demandPeriod()
+	w := now.UnixNano() / int64(period)
 	var pubs []pub
 	s.locked(func() {
 		for _, p := range s.pools {
@@ -40,7 +46,8 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 			for m := range p.members {
 				d += math.Min(m.want(), perSecond)
 			}
-			pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))})
+			mine := uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))
+			pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: mine, before: p.publish(w, mine)})
 		}
 	})
 	if len(pubs) == 0 {
@@ -51,9 +58,7 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 	// a window later see one window, and a store that measures its TTL
 	// from its own clock keeps the counter two windows from its first
 	// write, past the read.
-	period := s.demandPeriod()
 	rule := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: demandCeiling, Period: 2 * period}
-	w := now.UnixNano() / int64(period)
 	at := func(w int64) time.Time { return time.Unix(0, w/2*2*int64(period)) }
 	add := make([]limiter.Hit, len(pubs))
 	read := make([]limiter.Hit, len(pubs))
@@ -73,16 +78,41 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, pb := range pubs {
-		total := demandCeiling - outs[i].Remaining
-		switch {
-		case pb.mine == 0:
-			pb.p.frac = 0
-		case total <= pb.mine:
-			pb.p.frac = 1 // alone, or the first round: the store still bounds it
-		default:
-			pb.p.frac = float64(pb.mine) / float64(total)
-		}
+		pb.p.frac = part(pb.mine, pb.before, demandCeiling-outs[i].Remaining)
 	}
+}
+
+// part is a replica's part of a limit: what it published to the window
+// read (before) over that window's total, like against like. Read against
+// its demand now instead, a replica alone whose demand had fallen since
+// took itself for a part of the limit: 5 Envoys on 300 a minute were
+// granted 278 of the 290 tokens every few rounds, and each change of
+// grant cost an Envoy the fraction of a token it held. A replica that
+// published nothing there (its first round, or demand that just came)
+// weighs its demand now against the others'. None now: no part.
+func part(mine, before, total uint64) float64 {
+	switch {
+	case mine == 0:
+		return 0
+	case before > 0 && total > before:
+		return float64(before) / float64(total)
+	case before > 0 || total == 0:
+		return 1 // alone, or the first round: the store still bounds it
+	}
+	return float64(mine) / float64(mine+total)
+}
+
+// publish notes that this replica adds n to the pool's demand counter of
+// push window w, and returns what it added to window w-1's.
+func (p *pool) publish(w int64, n uint64) (before uint64) {
+	if p.published[1].w != w {
+		p.published[0], p.published[1] = p.published[1], published{w: w}
+	}
+	p.published[1].n += n
+	if p.published[0].w == w-1 {
+		return p.published[0].n
+	}
+	return 0
 }
 
 // applyInBatches applies hits of distinct keys at now in store calls of at
