@@ -39,7 +39,8 @@ func TestUsageSumsSaturate(t *testing.T) {
 // through noteUsage as reports arrive 5 s apart: a rise is carried on by
 // the change, a fall only to half the rate measured, and a difference
 // chance makes (within three standard deviations of Poisson counts) is
-// read as measured.
+// read with the reports before it since the last change, up to
+// steadyReports of them.
 func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -47,8 +48,10 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 		want    float64
 	}{
 		{"first measure", []uint64{1, 100}, 20.2},
-		{"steady", []uint64{1, 100, 100}, 20},
-		{"noise within chance", []uint64{1, 100, 115}, 23},
+		{"steady: both reports", []uint64{1, 100, 100}, 201.0 / 10},
+		{"noise within chance: both reports", []uint64{1, 100, 115}, 216.0 / 10},
+		{"steady: the last four reports", []uint64{1, 100, 100, 100, 100, 120}, 420.0 / 20},
+		{"a paced light bucket: 2 and 3 in turn", []uint64{1, 2, 3, 2, 3, 2}, 10.0 / 20},
 		{"rise halfway through", []uint64{1, 0, 100}, 2*20 - 0.2},
 		{"rise late: read short, then past it once", []uint64{1, 0, 40, 200}, 2*40 - 8},
 		{"rise late, then steady", []uint64{1, 0, 40, 200, 200}, 40},
@@ -57,7 +60,7 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 		{"fall, then steady", []uint64{1, 200, 100, 100}, 20},
 		{"idle", []uint64{1, 200, 0}, 0},
 		{"idle, then idle", []uint64{1, 200, 0, 0}, 0},
-		{"light and steady", []uint64{1, 5, 8}, 1.6},
+		{"light and steady", []uint64{1, 5, 8}, 14.0 / 10},
 		{"on and off once: followed", []uint64{1, 0, 100, 0}, 0},
 		{"bursting: the peak held through a lull", []uint64{1, 0, 100, 0, 100, 0}, 20},
 		{"bursting, then steady: the peak held", []uint64{1, 0, 100, 0, 100, 0, 0}, 20},
