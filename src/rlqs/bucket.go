@@ -297,7 +297,7 @@ type rate struct {
 
 func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
 
-// trend is the demand that report interval now measures after the one
+// trend is the demand that report interval now measures after the ones
 // before it (last): its rate, or, where the two differ by more than
 // chance would make, the rate carried on by the change (a fall no lower
 // than half the rate measured).
@@ -312,26 +312,90 @@ func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
 // overshoots, and the next report, steady again, corrects it. A fall is
 // carried on only to half the rate measured: carried to nothing, a bucket
 // whose traffic fell but did not stop would be denied until its next
-// report. Chance: counts of independent requests spread as Poisson's, so
-// a change past three standard deviations of the difference (1 report in
-// 370 when nothing changed) is taken as one; below it, a steady bucket's
-// shares would churn with its noise, and each new token bucket costs the
-// Envoy the tokens it rescales away. It reports the direction of the
-// change it took: +1 a rise, -1 a fall, 0 none.
+// report. Chance: see changed. Below it, a steady bucket's shares would
+// churn with its noise, and each new token bucket costs the Envoy the
+// tokens it rescales away. It reports the direction of the change it
+// took: +1 a rise, -1 a fall, 0 none.
 func trend(last, now rate) (float64, int8) {
 	r := now.perSecond()
 	if last.secs == 0 {
 		return r, 0
 	}
 	prev := last.perSecond()
-	sd := math.Sqrt(float64(last.n)/(last.secs*last.secs) + float64(now.n)/(now.secs*now.secs))
-	switch {
-	case math.Abs(r-prev) <= 3*sd:
+	switch changed(last, now) {
+	case 0:
 		return r, 0
-	case r > prev:
+	case 1:
 		return 2*r - prev, 1
 	}
 	return math.Max(2*r-prev, r/2), -1
+}
+
+// changed tells whether the requests of interval now differ from those
+// of last by more than chance: +1 more, -1 fewer, 0 within it. Counts of
+// independent requests are Poisson's; given both intervals' sum, now's
+// part of it is binomial (with the intervals' share of the time as its
+// odds) when the rate did not change, and a part in a tail of it past
+// changeOdds is taken as a change. Exact for small counts: a normal
+// approximation of the difference, with each side's variance read from
+// its own count, took 3 requests in 5 s after 10 a report for a fall (its
+// count's small variance made it look sure), and a bucket of 2 a second
+// with Poisson arrivals was cut to a third of that for a report interval
+// every few; and it missed a bucket of 1 a second starting after 20 s
+// idle. Past maxExactCount the approximation is close.
+func changed(last, now rate) int8 {
+	total := last.n + now.n
+	if total == 0 || now.secs <= 0 {
+		return 0
+	}
+	p := now.secs / (last.secs + now.secs)
+	if total > maxExactCount {
+		mean, sd := float64(total)*p, math.Sqrt(float64(total)*p*(1-p))
+		switch z := (float64(now.n) - mean) / sd; {
+		case z > changeSigmas:
+			return 1
+		case z < -changeSigmas:
+			return -1
+		}
+		return 0
+	}
+	if p >= 1 {
+		return 0
+	}
+	below, above := binomialTails(int(total), int(now.n), p)
+	switch {
+	case above < changeOdds:
+		return 1
+	case below < changeOdds:
+		return -1
+	}
+	return 0
+}
+
+// changeSigmas and changeOdds are how far in a tail a count must be to be
+// taken as a change: three standard deviations, 1 in 741 on each side (1
+// report in 370 of a steady bucket).
+const (
+	changeSigmas  = 3
+	changeOdds    = 0.00135
+	maxExactCount = 400
+)
+
+// binomialTails are P(X ≤ k) and P(X ≥ k) for X binomial with n trials of
+// odds p (0 < p < 1), summed up to k in logarithms (no term underflows
+// before it matters): O(k), a few microseconds a report.
+func binomialTails(n, k int, p float64) (below, above float64) {
+	lp, lq := math.Log(p), math.Log1p(-p)
+	l := float64(n) * lq // log P(X = 0)
+	pmf := 0.0
+	for i := 0; i <= k; i++ {
+		if i > 0 {
+			l += math.Log(float64(n-i+1)) - math.Log(float64(i)) + lp - lq
+		}
+		pmf = math.Exp(l)
+		below += pmf
+	}
+	return below, math.Max(1-below+pmf, 0)
 }
 
 // held is the grant in force for the member's limit, in tokens per

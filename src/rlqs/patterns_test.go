@@ -110,8 +110,12 @@ var patternGoals = map[string]patternGoal{
 	"1 heavy (40/s) + 9 light (1/s)": {ofLeft: 0.9, fair: 0.8},
 	// The goal here is all the demand; a run that starts late in a second
 	// loses a request or two in its first windows read.
-	"below the limit (3 x 5/s)":              {ofLeft: 0.97, fair: 0.95},
-	"two replicas, 2 + 1 Envoys (20/s each)": {ofLeft: 0.9, fair: 0.8},
+	"below the limit (3 x 5/s)":                      {ofLeft: 0.97, fair: 0.95},
+	"1 heavy + 9 light, Poisson":                     {ofLeft: 0, fair: 0, short: "tbd"},
+	"below the limit, Poisson":                       {ofLeft: 0, fair: 0, short: "tbd"},
+	"per minute: 5 equal, Poisson":                   {ofLeft: 0, fair: 0, short: "tbd"},
+	"per minute: below the limit, Poisson (4 x 1/s)": {ofLeft: 0, fair: 0, short: "tbd"},
+	"two replicas, 2 + 1 Envoys (20/s each)":         {ofLeft: 0.9, fair: 0.8},
 	"demand moving to another Envoy every 10 s (40/s)": {ofLeft: 0.56, fair: 0.48,
 		short: "a move shows at the next report of the Envoy it goes to, up to 5 s later"},
 	"an Envoy leaving at 15 s, another joining at 20 s (20/s each)": {ofLeft: 0.84, fair: 0.78,

@@ -149,3 +149,55 @@ func TestFallsAreAnsweredAtOnceAtMostOnceAPush(t *testing.T) {
 		}
 	}
 }
+
+// A change of demand is told from chance by the binomial odds of the new
+// interval's part of both intervals' requests: exact for small counts,
+// where reading each side's variance from its own count took 3 requests
+// after 10 for a fall, and normal past maxExactCount.
+func TestChangeIsToldFromChance(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		last, now rate
+		want      int8
+	}{
+		{"steady", rate{100, 20}, rate{25, 5}, 0},
+		{"2 a second, a low report by chance", rate{40, 20}, rate{3, 5}, 0},
+		{"2 a second, a high report by chance", rate{40, 20}, rate{17, 5}, 0},
+		{"2 a second, stopped", rate{40, 20}, rate{0, 5}, -1},
+		{"10 in a report, then none", rate{10, 5}, rate{0, 5}, -1},
+		{"10 in a report, then one: chance", rate{10, 5}, rate{1, 5}, 0},
+		{"idle 20 s, then 1 a second", rate{0, 20}, rate{5, 5}, 1},
+		{"idle 5 s, then 1 a second: chance", rate{0, 5}, rate{5, 5}, 0},
+		{"large counts: 20 a second, then 12", rate{400, 20}, rate{60, 5}, -1},
+		{"large counts: 20 a second, then 22", rate{400, 20}, rate{110, 5}, 0},
+		{"large counts: 20 a second, then 40", rate{400, 20}, rate{200, 5}, 1},
+		{"nothing at all", rate{0, 20}, rate{0, 5}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := changed(tc.last, tc.now); got != tc.want {
+				t.Errorf("changed(%+v, %+v) = %d, want %d", tc.last, tc.now, got, tc.want)
+			}
+		})
+	}
+}
+
+// binomialTails sums to the known odds, and stays finite where a term
+// computed on its own would underflow.
+func TestBinomialTails(t *testing.T) {
+	for _, tc := range []struct {
+		n, k         int
+		p            float64
+		below, above float64
+	}{
+		{10, 0, 0.5, 1.0 / 1024, 1},
+		{10, 10, 0.5, 1, 1.0 / 1024},
+		{10, 5, 0.5, 638.0 / 1024, 638.0 / 1024},
+		{400, 0, 0.2, math.Pow(0.8, 400), 1},
+		{400, 3, 0.5, 0, 1}, // far in a tail: below is tiny, not NaN
+	} {
+		below, above := binomialTails(tc.n, tc.k, tc.p)
+		if math.Abs(below-tc.below) > 1e-9 || math.Abs(above-tc.above) > 1e-9 || math.IsNaN(below) {
+			t.Errorf("binomialTails(%d, %d, %v) = %v, %v; want %v, %v", tc.n, tc.k, tc.p, below, above, tc.below, tc.above)
+		}
+	}
+}

@@ -43,14 +43,18 @@ func Patterns() []Pattern {
 		{Name: "3 equal (20/s each)", Demands: same(3, 20)},
 		{Name: "3 equal, Poisson", Demands: same(3, 20), Poisson: true},
 		{Name: "1 heavy (40/s) + 9 light (1/s)", Demands: append([]float64{40}, same(9, 1)...)},
+		{Name: "1 heavy + 9 light, Poisson", Demands: append([]float64{40}, same(9, 1)...), Poisson: true},
 		{Name: "30 Envoys (2/s each)", Demands: same(30, 2)},
 		{Name: "below the limit (3 x 5/s)", Demands: same(3, 5)},
+		{Name: "below the limit, Poisson", Demands: same(3, 5), Poisson: true},
 		{Name: "demand moving to another Envoy every 10 s (40/s)", Demands: same(3, 40), Moves: 10 * time.Second},
 		{Name: "an Envoy leaving at 15 s, another joining at 20 s (20/s each)", Demands: same(3, 20),
 			Spans: [][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}},
 		{Name: "bursty: on 5 s, off 5 s, staggered (3 x 20/s)", Demands: same(3, 20), Bursts: 5 * time.Second},
 		{Name: "per minute: 5 equal (2/s each)", Demands: same(5, 2), PerMinute: true},
+		{Name: "per minute: 5 equal, Poisson", Demands: same(5, 2), PerMinute: true, Poisson: true},
 		{Name: "per minute: 1 heavy (8/s) + 4 light (0.5/s)", Demands: append([]float64{8}, same(4, 0.5)...), PerMinute: true},
+		{Name: "per minute: below the limit, Poisson (4 x 1/s)", Demands: same(4, 1), PerMinute: true, Poisson: true},
 		// Envoys 0 and 1 on the first replica, 2 on the second, which must
 		// take a third of the limit, not half.
 		{Name: "two replicas, 2 + 1 Envoys (20/s each)", Demands: same(3, 20), Replicas: 2},
