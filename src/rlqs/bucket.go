@@ -72,6 +72,9 @@ type member struct {
 	// fillPeriods), which a target of 0 still has.
 	holds  bool
 	served int // the rounds that sent it a token bucket
+	// burst is the capacity its pool's room to spare pays for (see
+	// planBursts), in force from this fill; nextBurst the next fill's.
+	burst, nextBurst uint64
 }
 
 // pool is one limit's counter, shared by every bucket (of every stream on

@@ -177,6 +177,9 @@ func capacityFor(b *bucket, q uint32, f int64, startsFull, mayGrow bool) uint64 
 		return max(capacity(q), startCapacity(b, f))
 	case startsFull || b.sentCap == 0:
 		return capacity(q)
+	case b.sentCap > plainCapacity && b.sentCap > max(capacity(q), startCapacity(b, f)):
+		// A burst its pools no longer pay for (see planBursts).
+		return max(capacity(q), startCapacity(b, f))
 	case q < shrinkBelow:
 		return 1
 	case mayGrow:
@@ -188,7 +191,20 @@ func capacityFor(b *bucket, q uint32, f int64, startsFull, mayGrow bool) uint64 
 // startCapacity is the capacity b's demand calls for on a period of f
 // seconds: capacity of what it asks (all it can get while unmeasured).
 func startCapacity(b *bucket, f int64) uint64 {
-	return capacity(uint32(min(b.demand*float64(f), math.MaxUint32)))
+	return max(capacity(uint32(min(b.demand*float64(f), math.MaxUint32))), burstRoom(b))
+}
+
+// burstRoom is the capacity every pool of b pays for beyond what its
+// grant calls for (see planBursts): the least of its members' bursts.
+func burstRoom(b *bucket) uint64 {
+	if len(b.members) == 0 {
+		return 0
+	}
+	room := uint64(math.MaxUint64)
+	for _, m := range b.members {
+		room = min(room, m.burst)
+	}
+	return room
 }
 
 // shrinkBelow is the grant, in tokens per period, below which a capacity

@@ -71,10 +71,14 @@ type sentGrant struct {
 // grant of few tokens per period gets one.
 func capacity(q uint32) uint64 {
 	if q >= 8 {
-		return 2
+		return plainCapacity
 	}
 	return 1
 }
+
+// plainCapacity is the most capacity gives; a larger one is a burst (see
+// planBursts).
+const plainCapacity = 2
 
 // seg is a stretch of the envelope at one rate, in tokens per second.
 type seg struct {

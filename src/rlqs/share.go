@@ -81,6 +81,9 @@ func (p *pool) fill() {
 			busy = append(busy, m)
 		}
 	}
+	for m := range p.members {
+		m.burst = m.nextBurst
+	}
 	per := p.rule.Period.Seconds()
 	busy, kept := p.holders(busy)
 	wants, held := make([]float64, len(busy)), make([]float64, len(busy))
@@ -89,10 +92,102 @@ func (p *pool) fill() {
 	}
 	tokens := math.Floor(float64(p.rule.Limit)*p.frac - kept)
 	shares := fill(tokens/per, wants)
-	for i, u := range wholeTokens(shares, per, tokens, held) {
+	units := keepHeld(wholeTokens(shares, per, tokens, held), held, wants, per, tokens)
+	for i, u := range units {
 		busy[i].target, busy[i].holds = u/per, true
 	}
+	p.planBursts(busy, units, wants, per, tokens)
 }
+
+// planBursts sets each member's burst for the next fill: a capacity past
+// what its grant calls for, paid from the room the pool has to spare once
+// every busy member has all it wants. Arrivals that are not paced come in
+// bursts, which a capacity of 1 or 2 meets empty-handed: 3 Envoys of 5 a
+// second with Poisson arrivals, on 30 a second, admitted 83% of their
+// requests with room for twice them. Each bucket costs its capacity in
+// every window, so bursts take at most half the room to spare (what is
+// left of it over the wants, bursts aside), the rest staying headroom for
+// demand that moves; they end, and capacities shrink, only when that room
+// no longer pays for them, so that capacities do not flap with demand.
+// A growth counts twice in the round it grows in (see setAside): one
+// member grows a round. Nothing changes while a member is not yet
+// measured.
+func (p *pool) planBursts(busy []*member, units, wants []float64, per, tokens float64) {
+	room, extra := tokens, 0.0
+	for m := range p.members {
+		m.nextBurst = m.burst
+		if m.want() == 0 {
+			m.nextBurst = 0
+		}
+	}
+	for i, m := range busy {
+		need := math.Ceil(wants[i]*per - 1e-9)
+		if math.IsInf(need, 1) {
+			return
+		}
+		e := float64(m.l.burst) - float64(capacity(uint32(units[i])))
+		room, extra = room-need+max(e, 0), extra+max(float64(m.nextBurst)-float64(capacity(uint32(units[i]))), 0)
+	}
+	if room < extra {
+		for m := range p.members {
+			m.nextBurst = 0
+		}
+		return
+	}
+	budget := room/2 - extra
+	for i, m := range busy {
+		plain := capacity(uint32(units[i]))
+		want, now := burstFor(m), max(m.nextBurst, plain)
+		if want <= now || float64(want-now) > budget || float64(2*want-now) > room-extra {
+			continue
+		}
+		m.nextBurst = want
+		return
+	}
+}
+
+// keepHeld keeps a grant in force (held, tokens per period) where the
+// fill's new one (units) would change it for nothing: a member whose
+// grant covers what it wants (wants, a rate) keeps it rather than be
+// raised, and rather than be lowered while the grants kept still fit
+// tokens (each member then gets at least its new grant, or all it wants).
+// Every new token bucket costs the Envoy what it floors away of the
+// tokens it holds: in a pool with room to spare, the room spread over the
+// members moved with every report of any of them, and 4 Envoys of 1 a
+// second (Poisson) on 300 a minute were sent a new grant nearly every
+// round, and admitted two thirds of their requests.
+func keepHeld(units, held, wants []float64, per, tokens float64) []float64 {
+	covers := func(i int, q float64) bool { return q > 0 && q >= wants[i]*per-1e-9 }
+	sum := 0.0
+	for i := range units {
+		if held[i] < units[i] && covers(i, held[i]) {
+			units[i] = held[i]
+		}
+		sum += units[i]
+	}
+	for i := range units {
+		if held[i] > units[i] && covers(i, units[i]) && sum+held[i]-units[i] <= tokens {
+			sum += held[i] - units[i]
+			units[i] = held[i]
+		}
+	}
+	return units
+}
+
+// burstFor is the capacity a member's demand calls for, were its arrivals
+// Poisson's: a count of λ a period spreads by √λ, so √λ + 1 (4 at 5 a
+// period, 9 at 60), at most maxBurst.
+func burstFor(m *member) uint64 {
+	lambda := m.b.demand * m.p.rule.Period.Seconds()
+	if math.IsInf(lambda, 1) || lambda <= 0 {
+		return 0
+	}
+	return uint64(min(math.Ceil(math.Sqrt(lambda))+1, maxBurst))
+}
+
+// maxBurst bounds a burst: room to spare is better spent on a grant past
+// that.
+const maxBurst = 16
 
 // wantPast is what a member wants beyond the 0.9 of a token per period
 // every grant refills besides its target (see fillPeriods), in whole

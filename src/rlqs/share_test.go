@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -340,3 +341,102 @@ func TestAPassedOverHolderIsDeniedAtOnce(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// keepHeld keeps a grant in force that covers what its member wants
+// rather than raise or lower it for nothing, and lowers it where another
+// member needs the room.
+func TestKeepHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		units, held, wants, wantQ []float64
+		tokens                    float64
+	}{
+		{"a raise it does not need", []float64{8, 8}, []float64{6, 8}, []float64{5, 5}, []float64{6, 8}, 16},
+		{"a fall for nothing: the room is there", []float64{6, 8}, []float64{8, 8}, []float64{5, 5}, []float64{8, 8}, 16},
+		{"a fall another needs", []float64{6, 10}, []float64{8, 8}, []float64{5, 12}, []float64{6, 10}, 16},
+		{"a grant short of its want is raised", []float64{6, 8}, []float64{4, 8}, []float64{5, 5}, []float64{6, 8}, 16},
+		{"none held", []float64{8, 8}, []float64{0, 0}, []float64{5, 5}, []float64{8, 8}, 16},
+		{"unmeasured", []float64{8, 8}, []float64{6, 6}, []float64{math.Inf(1), 5}, []float64{8, 6}, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := keepHeld(slices.Clone(tc.units), tc.held, tc.wants, 1, tc.tokens)
+			if !slices.Equal(got, tc.wantQ) {
+				t.Errorf("keepHeld(%v, held %v, wants %v) = %v, want %v", tc.units, tc.held, tc.wants, got, tc.wantQ)
+			}
+			sum := 0.0
+			for _, u := range got {
+				sum += u
+			}
+			if sum > tc.tokens {
+				t.Errorf("grants sum to %v, past the %v tokens", sum, tc.tokens)
+			}
+		})
+	}
+}
+
+// TestPoolFillPlansBursts: 3 buckets of 5/s (Poisson's bursts) on a limit
+// of 30 a second, each with a capacity of 2, leave room to spare: the fill
+// grows one bucket's capacity a round, to burstFor's 4, while half the
+// room pays for them, and a bucket whose want outgrows the room ends every
+// burst.
+func TestPoolFillPlansBursts(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+	var ms []*member
+	for range 3 {
+		b := &bucket{demand: 5, sentKind: kindLimited, sentQ: 8, sentF: 1, sentCap: 2, sent: now}
+		l := newLedger(time.Second)
+		l.burst, l.sent = 2, 2
+		m := &member{b: b, p: p, l: l}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		ms = append(ms, m)
+	}
+	bursts := func() (n int) {
+		for _, m := range ms {
+			if m.nextBurst > 0 {
+				n++
+				if m.nextBurst != burstFor(m) {
+					t.Errorf("a burst of %d, want burstFor's %d", m.nextBurst, burstFor(m))
+				}
+			}
+		}
+		return n
+	}
+	grown := 0
+	for round := 1; round <= 4; round++ {
+		p.fill()
+		n := bursts()
+		if n > round {
+			t.Fatalf("round %d: %d bursts, more than one a round", round, n)
+		}
+		// The grown bucket's token bucket now holds its burst.
+		for _, m := range ms {
+			if m.nextBurst > 0 {
+				m.l.burst, m.b.sentCap = m.nextBurst, m.nextBurst
+			}
+		}
+		grown = n
+	}
+	if grown == 0 {
+		t.Fatal("no bucket grew a burst with 15 of 30 to spare")
+	}
+	sum := 0.0
+	for _, m := range ms {
+		sum += float64(m.l.burst)
+	}
+	if sum > 30-15 {
+		t.Errorf("capacities sum to %v, more than the room to spare", sum)
+	}
+	ms[0].b.demand = 40 // now short of its want
+	p.fill()
+	if n := bursts(); n != 0 {
+		t.Errorf("%d bursts left once a member is short", n)
+	}
+	p.fill() // the ended bursts are in force from this fill
+	for _, m := range ms {
+		if c := capacityFor(m.b, 8, 1, false, true); m.b.sentCap > plainCapacity && c > plainCapacity {
+			t.Errorf("a burst no longer paid for keeps capacity %d", c)
+		}
+	}
+}

@@ -99,11 +99,13 @@ type Result struct {
 	// First and Last are the windows read (window indices: Unix time over
 	// the window), whole windows from the settle time to the end.
 	First, Last int64
-	// Per is every window's admissions; Each a window's per Envoy; Mine
-	// each Envoy's admissions in the windows read.
-	Per  map[int64]int
-	Each map[int64][]int
-	Mine []int
+	// Per is every window's admissions; Asked its requests, admitted or
+	// not; Each a window's admissions per Envoy; Mine each Envoy's
+	// admissions in the windows read.
+	Per   map[int64]int
+	Asked map[int64]int
+	Each  map[int64][]int
+	Mine  []int
 }
 
 // Run runs p on f with fake Envoys of Envoy 1.40 (DENY_ALL before a first
@@ -111,7 +113,7 @@ type Result struct {
 func (p Pattern) Run(f Fleet) *Result {
 	_, window := p.Window()
 	id := f.Second
-	r := &Result{Pattern: p, Begin: time.Now(), Per: map[int64]int{}, Each: map[int64][]int{}, Mine: make([]int, len(p.Demands))}
+	r := &Result{Pattern: p, Begin: time.Now(), Per: map[int64]int{}, Asked: map[int64]int{}, Each: map[int64][]int{}, Mine: make([]int, len(p.Demands))}
 	r.End = r.Begin.Add(f.Run)
 	settleAt := r.Begin.Add(f.Settle)
 	if p.PerMinute {
@@ -138,7 +140,10 @@ func (p Pattern) Run(f Fleet) *Result {
 		go func() {
 			defer wg.Done()
 			arrivals(d, p.Poisson, uint64(i), r.End, func() {
-				if p.Active(i, r.Begin, time.Now()) {
+				if now := time.Now(); p.Active(i, r.Begin, now) {
+					mu.Lock()
+					r.Asked[now.UnixNano()/int64(window)]++
+					mu.Unlock()
 					e.Request(id)
 				}
 			})
@@ -187,10 +192,11 @@ func (r *Result) Used() float64 {
 }
 
 // UsedOfLeft is what the windows read admitted over what the goal is put
-// on: in each window, the demand, or the limit less a token for each
-// Envoy with demand when that is less (each holds its token bucket's
-// window-start token). NaN when nothing is left: more Envoys with demand
-// than the limit has tokens.
+// on: in each window, the requests asked, or the limit less a token for
+// each Envoy with demand when that is less (each holds its token bucket's
+// window-start token). Asked, not the pattern's rates: Poisson arrivals
+// ask more in some windows and less in others. NaN when nothing is left:
+// more Envoys with demand than the limit has tokens.
 func (r *Result) UsedOfLeft() float64 {
 	used, left := 0, 0.0
 	for w := r.First; w <= r.Last; w++ {
@@ -203,19 +209,19 @@ func (r *Result) UsedOfLeft() float64 {
 	return float64(used) / left
 }
 
-// left is what the goal is put on in window w: the demand of the Envoys
-// with demand at its middle, or the limit less a token for each of them.
+// left is what the goal is put on in window w: the requests asked in it,
+// or the limit less a token for each Envoy with demand at its middle.
 func (r *Result) left(w int64) float64 {
 	p := r.Pattern
 	limit, window := p.Window()
 	mid := time.Unix(0, w*int64(window)+int64(window)/2)
-	want, left := 0.0, limit
-	for i, d := range p.Demands {
+	left := limit
+	for i := range p.Demands {
 		if p.Active(i, r.Begin, mid) {
-			want, left = want+d*window.Seconds(), left-1
+			left--
 		}
 	}
-	return math.Max(math.Min(want, left), 0)
+	return math.Max(math.Min(float64(r.Asked[w]), left), 0)
 }
 
 // Demand is the fleet's demand a second, its Envoys' rates added up.
