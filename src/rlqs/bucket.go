@@ -283,7 +283,7 @@ func (s *steady) add(r rate) {
 	s.n = min(s.n+1, steadyReports)
 }
 
-// rate is the intervals' requests over their time; none measured: 0 s.
+// rate is the intervals' requests over their time (zero time when none).
 func (s *steady) rate() rate {
 	var sum rate
 	for _, r := range s.rates[:s.n] {
