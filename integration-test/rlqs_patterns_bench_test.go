@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,7 +54,7 @@ func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)
 	for _, store := range []string{"memory", "redis"} {
 		b.Run(store, func(b *testing.B) {
-			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | ... of what is left | back to 90% of what is left after each change |", "|---|---|---|---|---|---|---|"}
+			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | used of what is left | ... furthest from its share of it | back to 90% of what is left after each change |", "|---|---|---|---|---|---|---|---|"}
 			for _, pt := range rlqstest.Patterns() {
 				if !only.MatchString(pt.Name) {
 					continue
@@ -68,7 +69,7 @@ func BenchmarkRLQSPatterns(b *testing.B) {
 
 func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern) string {
 	if pt.Replicas > 1 && store != "redis" {
-		return fmt.Sprintf("| %s | replicas share Redis only | | | | |", pt.Name)
+		return fmt.Sprintf("| %s | replicas share Redis only | | | | | | |", pt.Name)
 	}
 	env := writeConfig(b, map[string]string{"quota.yaml": rlqsConfig + rlqsMinuteConfig})
 	env["LOG_LEVEL"] = "warn"
@@ -94,7 +95,7 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern) string {
 		traceWindows(r.Begin, window, r.Each)
 	}
 	if r.Last < r.First {
-		return fmt.Sprintf("| %s | %d / %.0f | no whole window to read: run longer | | | |", pt.Name, r.Worst(), limit)
+		return fmt.Sprintf("| %s | %d / %.0f | no whole window to read: run longer | | | | | |", pt.Name, r.Worst(), limit)
 	}
 	perSecond := limit / window.Seconds()
 	furthest, which := r.Furthest(0)
@@ -106,8 +107,12 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern) string {
 	if d := pt.Demand(); d < perSecond {
 		admitted = fmt.Sprintf("%.0f%%", 100*r.Used()*perSecond/d)
 	}
-	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share | %s | %s |", pt.Name, r.Worst(), limit,
-		100*r.Used(), admitted, max(which, 0), pt.Demands[max(which, 0)], furthest, ofLeft, recoveries(r))
+	usedOfLeft := "nothing is left"
+	if u := r.UsedOfLeft(); !math.IsNaN(u) {
+		usedOfLeft = fmt.Sprintf("%.2f", u)
+	}
+	return fmt.Sprintf("| %s | %d / %.0f | %.0f%% | %s | Envoy %d (%.1f/s wanted): %.2f of its share | %s | %s | %s |", pt.Name, r.Worst(), limit,
+		100*r.Used(), admitted, max(which, 0), pt.Demands[max(which, 0)], furthest, usedOfLeft, ofLeft, recoveries(r))
 }
 
 // traceWindows prints each window's admissions per Envoy, in order, with

@@ -122,6 +122,9 @@ func TestALedgerHoldsWhatAnEnvoyCanAdmit(t *testing.T) {
 			case k < 6:
 				q := uint32(1 + rng.IntN(12))
 				c := uint64(1 + rng.IntN(3))
+				if rng.IntN(4) == 0 { // a burst's capacity (see planBursts), grown and shrunk
+					c = uint64(1 + rng.IntN(maxBurst))
+				}
 				perFill, interval, rate := tokenBucket(q, 1)
 				lapsed := denied || lapsedSent || !now.Add(delivery).Before(lastSent.Add(ttl))
 				l.advance(now)
