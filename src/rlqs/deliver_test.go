@@ -52,15 +52,11 @@ func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
 		{"blocked past the bound", 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
+			s, st := fleetStream(t, func() time.Time { return now })
 			if tc.blocked {
 				// The stall is timed on the process's clock: a short bound
 				// keeps the test short; nothing asserts how long it took.
 				s.o.Delivery = 20 * time.Millisecond
-			}
-			st, err := s.open()
-			if err != nil {
-				t.Fatal(err)
 			}
 			b := &bucket{s: st}
 			m := &member{b: b, l: newLedger(time.Second)}
@@ -116,14 +112,9 @@ func (panickySender) Send(*rlqsv3.RateLimitQuotaResponse) error { panic("panicky
 // (Internal), counted.
 func TestAPanicInSendingEndsTheStream(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
-	s.o.Logger = quietLogger()
-	st, err := s.open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := fleetStream(t, func() time.Time { return now })
 	st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
-	err = s.safeDeliver(context.Background(), panickySender{}, st, make(chan struct{}, 1))
+	err := s.safeDeliver(context.Background(), panickySender{}, st, make(chan struct{}, 1))
 	if status.Code(err) != codes.Internal {
 		t.Errorf("deliver after a panic: %v, want Internal", err)
 	}

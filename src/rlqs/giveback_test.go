@@ -280,6 +280,19 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 	}
 }
 
+// fleetStream is a Service on the embedded store with fleet's config and
+// clock's time, its log dropped, and a stream opened on it.
+func fleetStream(t *testing.T, clock func() time.Time) (*Service, *stream) {
+	t.Helper()
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: clock})
+	s.o.Logger = quietLogger()
+	st, err := s.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
 // fleet is a config of one limit, 30 a second for tenant a.
 func fleet(t *testing.T) cfgHolder {
 	t.Helper()

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-
-	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // Reports near 2^64 saturate the bucket's count of requests instead of
@@ -88,12 +86,7 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 // push.
 func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
-	s.o.Logger = quietLogger()
-	st, err := s.open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := fleetStream(t, func() time.Time { return now })
 	for i, step := range []struct {
 		requests uint64
 		due      bool
@@ -123,12 +116,7 @@ func TestAChangeOfDemandIsAnsweredAtOnce(t *testing.T) {
 // push, which answers them all in one round.
 func TestFallsAreAnsweredAtOnceAtMostOnceAPush(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: func() time.Time { return now }})
-	s.o.Logger = quietLogger()
-	st, err := s.open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, st := fleetStream(t, func() time.Time { return now })
 	one := func(id string, n uint64) int {
 		return len(s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
 			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": id}}, NumRequestsAllowed: n}}}))
