@@ -2,16 +2,13 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
@@ -277,26 +274,13 @@ func TestRLQSDeliveryBoundEndsAStalledStream(t *testing.T) {
 	env["RLQS_DELIVERY_BOUND"] = "500ms"
 	p := start(t, env)
 	defer p.stop(t)
-	slow, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := rlqsv3.NewRateLimitQuotaServiceClient(slow).StreamRateLimitQuotas(ctx)
+	st, closeConn, err := rlqstest.Stall(ctx, p.grpcAddr, "quota", "user")
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
-	for i := range 3000 {
-		report.BucketQuotaUsages = append(report.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprintf("user-%04d", i)}}, NumRequestsAllowed: 5})
-	}
-	if err := st.Send(report); err != nil {
-		t.Fatal(err)
-	}
+	defer closeConn()
 	waitMetric(t, p, "ratelimit_rlqs_stalled_streams_total", 1)
 	for err == nil {
 		_, err = st.Recv() // what left before the stall, then the end
