@@ -189,3 +189,61 @@ func TestBinomialTails(t *testing.T) {
 		}
 	}
 }
+
+// Reports near 2^64 saturate the sum of a bucket's steady intervals, and
+// the sum changed sets a report against, rather than wrap them to a small
+// count (a client's report is any uint64).
+func TestSteadySumsSaturate(t *testing.T) {
+	var st steady
+	st.add(rate{math.MaxUint64 - 1, 5})
+	st.add(rate{10, 5})
+	if got := st.rate(); got.n != math.MaxUint64 || got.secs != 10 {
+		t.Errorf("steady rate %+v, want %d over 10 s", got, uint64(math.MaxUint64))
+	}
+	if got := changed(rate{math.MaxUint64 - 1, 20}, rate{10, 5}); got != -1 {
+		t.Errorf("near 2^64 a report, then 10: changed %d, want -1 (a fall)", got)
+	}
+}
+
+// A count within surelyChance standard deviations of the mean, which
+// changed takes for chance without summing its odds, holds more than
+// changeOdds in each tail, over trials up to maxExactCount and odds from
+// 0.01 to 0.99.
+func TestSurelyChanceIsChance(t *testing.T) {
+	for n := 1; n <= maxExactCount; n += 3 {
+		for p := 0.01; p <= 0.99; p += 0.02 {
+			mean, sd := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+			for k := int(math.Ceil(mean - surelyChance*sd)); float64(k) <= mean+surelyChance*sd; k++ {
+				if k < 0 || k > n || math.Abs(float64(k)-mean) >= surelyChance*sd {
+					continue
+				}
+				if below, above := binomialTails(n, k, p); below < changeOdds || above < changeOdds {
+					t.Fatalf("%d of %d trials of %.2f: tails %v and %v, within %v deviations", k, n, p, below, above, surelyChance)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkChanged is the cost of telling a report's change from chance,
+// which noteUsage pays for every bucket of every report under the
+// service's lock: a steady bucket of 2 a second (small counts, the exact
+// odds' case), one of 20 a second, and one that stopped.
+func BenchmarkChanged(b *testing.B) {
+	for _, bc := range []struct {
+		name      string
+		last, now rate
+	}{
+		{"steady, 2 a second", rate{40, 20}, rate{10, 5}},
+		{"steady, 20 a second", rate{400, 20}, rate{100, 5}},
+		{"steady, 20 a second for 15 s: the most summed", rate{300, 15}, rate{100, 5}},
+		{"steady, 60 a second", rate{300, 5}, rate{300, 5}},
+		{"stopped, 2 a second", rate{40, 20}, rate{0, 5}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				changed(bc.last, bc.now)
+			}
+		})
+	}
+}
