@@ -21,13 +21,9 @@ import (
 	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 )
 
-// patternConfig holds the patterns' limits: 30 a second, 300 a minute.
-const patternConfig = `
-domain: fleet
-descriptors:
-  - key: tenant
-    value: a
-    rate_limit: {unit: second, requests_per_unit: 30}
+// patternConfig holds the patterns' limits: fleetConfig's 30 a second,
+// and 300 a minute.
+const patternConfig = fleetConfig + `
   - key: tenant
     value: minute
     rate_limit: {unit: minute, requests_per_unit: 300}
@@ -147,6 +143,15 @@ const patternStarts = 6
 // TestFleetPatterns runs every demand pattern of the RLQS goal in virtual
 // time, at several starts within a second, and holds each to patternGoals.
 func TestFleetPatterns(t *testing.T) {
+	names := map[string]bool{}
+	for _, pt := range rlqstest.Patterns() {
+		names[pt.Name] = true
+	}
+	for name := range patternGoals {
+		if !names[name] {
+			t.Errorf("a goal for %q, which is no pattern", name)
+		}
+	}
 	for _, pt := range rlqstest.Patterns() {
 		g, ok := patternGoals[pt.Name]
 		if !ok {

@@ -348,7 +348,7 @@ func (p Pattern) Active(i int, begin, t time.Time) bool {
 // each instant.
 func (p Pattern) shares(capacity, perEnvoy float64, begin, from, to time.Time) []float64 {
 	if p.Moves == 0 && p.Spans == nil && p.Bursts == 0 {
-		return MaxMinShares(math.Max(capacity-perEnvoy*float64(len(p.Demands)), 0), p.Demands)
+		return maxMinShares(math.Max(capacity-perEnvoy*float64(len(p.Demands)), 0), p.Demands)
 	}
 	out := make([]float64, len(p.Demands))
 	step := 10 * time.Millisecond
@@ -364,7 +364,7 @@ func (p Pattern) shares(capacity, perEnvoy float64, begin, from, to time.Time) [
 				active++
 			}
 		}
-		for i, u := range MaxMinShares(math.Max(capacity-perEnvoy*float64(active), 0), now) {
+		for i, u := range maxMinShares(math.Max(capacity-perEnvoy*float64(active), 0), now) {
 			out[i] += u
 		}
 	}
@@ -394,8 +394,8 @@ func arrivals(rate float64, poisson bool, seed uint64, end time.Time, fn func())
 	}
 }
 
-// MaxMinShares is each demand's max-min fair share of capacity.
-func MaxMinShares(capacity float64, demands []float64) []float64 {
+// maxMinShares is each demand's max-min fair share of capacity.
+func maxMinShares(capacity float64, demands []float64) []float64 {
 	out := make([]float64, len(demands))
 	order := make([]int, len(demands))
 	for i := range order {
