@@ -49,6 +49,7 @@ type bucket struct {
 	lastReport  time.Time
 	lastTraffic time.Time
 	gone        bool
+	lending     bool // in the service's lenders, for the next round
 
 	// What the Envoy was last sent.
 	sent     time.Time

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -296,7 +297,14 @@ func fleetStream(t *testing.T, clock func() time.Time) (*Service, *stream) {
 // fleet is a config of one limit, 30 a second for tenant a.
 func fleet(t *testing.T) cfgHolder {
 	t.Helper()
-	f, err := config.Parse("rlqs.yaml", []byte("domain: fleet\ndescriptors:\n  - key: tenant\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 30}\n"))
+	return oneLimit(t, "second", 30)
+}
+
+// oneLimit is a config of one limit for tenant a, of limit per unit.
+func oneLimit(t *testing.T, unit string, limit int) cfgHolder {
+	t.Helper()
+	yaml := fmt.Sprintf("domain: fleet\ndescriptors:\n  - key: tenant\n    value: a\n    rate_limit: {unit: %s, requests_per_unit: %d}\n", unit, limit)
+	f, err := config.Parse("rlqs.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,14 @@ type ledger struct {
 	// over to (that one included).
 	handed    time.Time
 	handedCap uint64
+	// lent is what the bucket's reports say it admitted in the present
+	// window, shared by the ledger's clones; marks are the last rounds'
+	// (see lending).
+	lent  *lending
+	marks [marks]mark
+	nmark int
+	// resetsBy is when the last reset noted may fall, at the latest.
+	resetsBy time.Time
 }
 
 // sentGrant is one grant a ledger noted (see ledger.note).
@@ -87,7 +95,7 @@ type seg struct {
 }
 
 func newLedger(period time.Duration) *ledger {
-	return &ledger{period: period, burst: 1, sent: 1}
+	return &ledger{period: period, burst: 1, sent: 1, lent: &lending{}}
 }
 
 // grant notes a grant of capacity c sent at now, in force until until at
@@ -136,6 +144,7 @@ func (l *ledger) advance(now time.Time) {
 		}
 	}
 	l.grants = gs
+	l.noteMark(now)
 }
 
 // note records a grant of rate s.rate over s (DENY_ALL: a zero seg) and
@@ -190,6 +199,7 @@ func (l *ledger) raise(from, to time.Time, rate float64) {
 
 // reset notes that a bucket may start full again at a moment in [from, to].
 func (l *ledger) reset(from, to time.Time) {
+	l.resetsBy = maxTime(l.resetsBy, to)
 	for w := l.window(from); w <= l.window(to); w++ {
 		l.wins.at(w).resets++
 	}
@@ -227,7 +237,11 @@ func (l *ledger) need(w int64) uint64 {
 	// kept and the resets are whole already. A hair is added first, so a
 	// float sum a hair below a whole number counts as that number, never
 	// one less: rounding errs toward holding more.
-	return kept + c*x.resets + uint64(math.Floor(sum+1e-6))
+	full := kept + c*x.resets + uint64(math.Floor(sum+1e-6))
+	if n, ok := l.lentNeed(w, sum, c, x.resets); ok {
+		return min(full, n)
+	}
+	return full
 }
 
 // handOver notes that grant id's message has left, so that from cut on

@@ -51,105 +51,67 @@ func (e *envoyBucket) refill(now time.Time) {
 // fraction of a token per period that fillPeriods adds, and a window's
 // need rounds its refill down: both are held to here.
 func TestALedgerHoldsWhatAnEnvoyCanAdmit(t *testing.T) {
-	const (
-		ttl      = 4 * time.Second
-		delivery = time.Second
-		rounds   = 30
-		step     = time.Millisecond
-	)
-	rng := rand.New(rand.NewPCG(7, 11))
+	m := ledgerModel{period: time.Second, trials: 300, seed: 7}
+	if worst := m.run(t); worst < 0.99 {
+		t.Errorf("no window was admitted in full (at most %.2f of its hold): the test does not reach the bound", worst)
+	}
+}
+
+// TestReportsLendWhatTheEnvoyDidNotUse is the model above on windows of
+// 20 s, with the Envoy's reports (see lending): every 5 s give or take a
+// second, each cut when the Envoy sends it and received up to the
+// delivery bound later, and the store's hold given back to what they
+// leave. The Envoy idles, admits some, or admits all it can, by turns,
+// so that there is something to lend and a window is then spent to its
+// bound. The store must still hold every window's admissions.
+func TestReportsLendWhatTheEnvoyDidNotUse(t *testing.T) {
+	m := ledgerModel{period: 20 * time.Second, trials: 1000, seed: 13, reports: true}
+	worst := m.run(t)
+	if m.lent == 0 {
+		t.Fatal("no report lent anything: the test does not reach lending")
+	}
+	// Lent, a window holds the bound from a mark before the last report's
+	// cut: the refills of up to a delivery bound and a push it may not
+	// have used, and its capacity.
+	if worst < 0.85 {
+		t.Errorf("no window was admitted near its hold (at most %.2f): the test does not reach the bound", worst)
+	}
+	t.Logf("lent %d tokens in all; the fullest window admitted %.2f of its hold", m.lent, worst)
+}
+
+// ledgerModel runs trials of a ledger against the Envoy bucket it grants
+// to (see the tests above), and fails t where a window admitted more than
+// the store held; it returns the largest share of a hold admitted.
+type ledgerModel struct {
+	period  time.Duration
+	trials  int
+	seed    uint64
+	reports bool   // the Envoy reports, and reports lend
+	lent    uint64 // what reports gave back, in all trials
+}
+
+// ledgerMsg is an assignment on its way to the model's Envoy.
+type ledgerMsg struct {
+	arrives  time.Time
+	deny     bool
+	perFill  uint32
+	interval time.Duration
+	capacity uint64
+}
+
+// ledgerReport is a report on its way from the model's Envoy.
+type ledgerReport struct {
+	cut, arrives time.Time
+	allowed      uint64
+}
+
+func (lm *ledgerModel) run(t *testing.T) float64 {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(lm.seed, 11))
 	t0 := time.Unix(1_700_000_000, 0)
-	worst := 0.0 // the largest share of a window's hold admitted
-	for trial := range 300 {
-		l := newLedger(time.Second)
-		held := map[int64]int64{}
-		admitted := map[int64]int64{}
-		type msg struct {
-			at, arrives time.Time
-			deny        bool
-			perFill     uint32
-			interval    time.Duration
-			capacity    uint64
-		}
-		var inFlight []msg
-		var pending []handed
-		var env envoyBucket
-		denied, lapsedSent := true, true // no token bucket in force yet
-		var lastSent, lastArrival time.Time
-		now := t0.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
-		next := now
-		for r := 0; r < rounds; r++ {
-			// The Envoy, up to this round.
-			for ; now.Before(next); now = now.Add(step) {
-				for len(inFlight) > 0 && !inFlight[0].arrives.After(now) {
-					m := inFlight[0]
-					inFlight = inFlight[1:]
-					if m.deny {
-						env.refill(now)
-						env.limited = false
-						continue
-					}
-					env.install(m.arrives, m.perFill, m.interval, m.capacity, ttl)
-				}
-				if env.limited && !now.Before(env.expires) {
-					env.limited = false // DENY_ALL, the fallback
-				}
-				env.refill(now)
-				for env.limited && env.tokens >= 1 {
-					env.tokens--
-					admitted[l.window(now)]++
-				}
-			}
-			// The round: hand over what left, then maybe grant.
-			for _, h := range pending {
-				for _, ref := range h.refs {
-					l.handOver(now, h.cut, ref.id, func(w int64, n uint64) { held[w] -= int64(n) })
-				}
-			}
-			pending = nil
-			dropped := rng.IntN(8) == 0
-			send := func(m msg, id uint64) {
-				m.at = now
-				m.arrives = maxTime(lastArrival, now.Add(time.Duration(rng.Int64N(int64(delivery)))))
-				if dropped {
-					return
-				}
-				lastArrival = m.arrives
-				inFlight = append(inFlight, m)
-				pending = append(pending, handed{[]handRef{{nil, id}}, now.Add(delivery)})
-			}
-			switch k := rng.IntN(10); {
-			case k < 6:
-				q := uint32(1 + rng.IntN(12))
-				c := uint64(1 + rng.IntN(3))
-				if rng.IntN(4) == 0 { // a burst's capacity (see planBursts), grown and shrunk
-					c = uint64(1 + rng.IntN(maxBurst))
-				}
-				perFill, interval, rate := tokenBucket(q, 1)
-				lapsed := denied || lapsedSent || !now.Add(delivery).Before(lastSent.Add(ttl))
-				l.advance(now)
-				grows := l.grant(c, now, now.Add(ttl+delivery))
-				switch {
-				case (lapsed || grows) && l.began.IsZero():
-					l.reset(now, now)
-				case lapsed || grows:
-					l.reset(now, now.Add(delivery))
-				}
-				l.raise(now, now.Add(ttl+delivery), rate)
-				id := l.note(seg{now, now.Add(ttl + delivery), rate}, c)
-				l.shortfall(now, func(w int64, n uint64) {
-					held[w] += int64(n)
-					l.wins.at(w).held += n
-				})
-				send(msg{perFill: perFill, interval: interval, capacity: c}, id)
-				denied, lapsedSent, lastSent = false, dropped, now
-			case k < 7:
-				id := l.note(seg{from: now, to: now}, 0)
-				send(msg{deny: true}, id)
-				denied, lapsedSent, lastSent = true, dropped, now
-			}
-			next = now.Add(time.Second + time.Duration(rng.IntN(200))*time.Millisecond)
-		}
+	worst := 0.0
+	for trial := range lm.trials {
+		l, held, admitted := lm.trial(rng, t0)
 		for w, n := range admitted {
 			if n > held[w] {
 				t.Fatalf("trial %d, window %d: the Envoy admitted %d, the store held %d", trial, w-l.window(t0), n, held[w])
@@ -159,7 +121,115 @@ func TestALedgerHoldsWhatAnEnvoyCanAdmit(t *testing.T) {
 			}
 		}
 	}
-	if worst < 0.99 {
-		t.Errorf("no window was admitted in full (at most %.2f of its hold): the test does not reach the bound", worst)
+	return worst
+}
+
+const (
+	modelTTL      = 4 * time.Second
+	modelDelivery = time.Second
+	modelStep     = time.Millisecond
+)
+
+// trial runs one ledger for 30 rounds and returns it, what the store held
+// for each window and what the Envoy admitted in each.
+func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]int64, map[int64]int64) {
+	l := newLedger(lm.period)
+	held, admitted := map[int64]int64{}, map[int64]int64{}
+	var inFlight []ledgerMsg
+	var reports []ledgerReport
+	var pending []handed
+	var env envoyBucket
+	denied, lapsedSent := true, true // no token bucket in force yet
+	var lastSent, lastArrival time.Time
+	now := t0.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	next, nextReport := now, now.Add(time.Duration(rng.IntN(5000))*time.Millisecond)
+	var allowed uint64
+	appetite := 1.0 // the chance a step takes a token it has
+	for range 30 {
+		// The Envoy, up to this round.
+		for ; now.Before(next); now = now.Add(modelStep) {
+			for len(inFlight) > 0 && !inFlight[0].arrives.After(now) {
+				m := inFlight[0]
+				inFlight = inFlight[1:]
+				env.refill(now)
+				if m.deny {
+					env.limited = false
+					continue
+				}
+				env.install(m.arrives, m.perFill, m.interval, m.capacity, modelTTL)
+			}
+			if env.limited && !now.Before(env.expires) {
+				env.limited = false // DENY_ALL, the fallback
+			}
+			env.refill(now)
+			if lm.reports && rng.IntN(1500) == 0 {
+				appetite = []float64{0, 0.001, 1}[rng.IntN(3)]
+			}
+			for env.limited && env.tokens >= 1 && rng.Float64() < appetite {
+				env.tokens--
+				admitted[l.window(now)]++
+				allowed++
+			}
+			if lm.reports && !now.Before(nextReport) {
+				reports = append(reports, ledgerReport{now, now.Add(time.Duration(rng.Int64N(int64(modelDelivery)))), allowed})
+				allowed, nextReport = 0, now.Add(4*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+			}
+			for len(reports) > 0 && !reports[0].arrives.After(now) {
+				l.noteReport(now, now.Add(-modelDelivery), reports[0].allowed)
+				reports = reports[1:]
+				l.advance(now)
+				l.lend(now, func(w int64, n uint64) { held[w] -= int64(n); lm.lent += n })
+			}
+		}
+		// The round: hand over what left, then maybe grant.
+		for _, h := range pending {
+			for _, ref := range h.refs {
+				l.handOver(now, h.cut, ref.id, func(w int64, n uint64) { held[w] -= int64(n) })
+			}
+		}
+		pending = nil
+		dropped := rng.IntN(8) == 0
+		send := func(m ledgerMsg, id uint64) {
+			m.arrives = maxTime(lastArrival, now.Add(time.Duration(rng.Int64N(int64(modelDelivery)))))
+			if dropped {
+				return
+			}
+			lastArrival = m.arrives
+			inFlight = append(inFlight, m)
+			pending = append(pending, handed{[]handRef{{nil, id}}, now.Add(modelDelivery)})
+		}
+		switch k := rng.IntN(10); {
+		case k < 6:
+			q := uint32(1 + rng.IntN(12))
+			c := uint64(1 + rng.IntN(3))
+			if rng.IntN(4) == 0 { // a burst's capacity (see planBursts), grown and shrunk
+				c = uint64(1 + rng.IntN(maxBurst))
+			}
+			f := int64(lm.period / time.Second)
+			perFill, interval, rate := tokenBucket(q*uint32(f), f)
+			lapsed := denied || lapsedSent || !now.Add(modelDelivery).Before(lastSent.Add(modelTTL))
+			l.advance(now)
+			grows := l.grant(c, now, now.Add(modelTTL+modelDelivery))
+			switch {
+			case (lapsed || grows) && l.began.IsZero():
+				l.reset(now, now)
+			case lapsed || grows:
+				l.reset(now, now.Add(modelDelivery))
+			}
+			l.raise(now, now.Add(modelTTL+modelDelivery), rate)
+			id := l.note(seg{now, now.Add(modelTTL + modelDelivery), rate}, c)
+			l.shortfall(now, func(w int64, n uint64) {
+				held[w] += int64(n)
+				l.wins.at(w).held += n
+			})
+			send(ledgerMsg{perFill: perFill, interval: interval, capacity: c}, id)
+			denied, lapsedSent, lastSent = false, dropped, now
+		case k < 7:
+			id := l.note(seg{from: now, to: now}, 0)
+			send(ledgerMsg{deny: true}, id)
+			denied, lapsedSent, lastSent = true, dropped, now
+		}
+		next = now.Add(time.Second + time.Duration(rng.IntN(200))*time.Millisecond)
 	}
+	return l, held, admitted
 }

@@ -63,7 +63,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	var jobs []*job
 	var back []*ask
 	s.locked(func() {
-		back = s.handOvers(now)
+		back = append(s.handOvers(now), s.lends(now)...)
 		jobs = s.plan(now, only)
 	})
 	// Count at once: most grants fit, and checking each first would ask

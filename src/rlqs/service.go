@@ -130,6 +130,9 @@ type Service struct {
 	// handed is the messages that have left since the last round, whose
 	// grants that round hands over (see deliver.go).
 	handed []handed
+	// lenders is the buckets reported since the last round, whose
+	// reports may give back what they did not use (see lending).
+	lenders []*bucket
 
 	stats *stats
 
@@ -350,6 +353,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			}
 			due = append(due, b)
 		}
+		s.noteLending(b, u.GetNumRequestsAllowed(), now)
 		if b.noteUsage(u, now) {
 			fell = append(fell, b) // a fresh bucket is not measured yet
 		}

@@ -101,11 +101,12 @@ type Result struct {
 	First, Last int64
 	// Per is every window's admissions; Asked its requests, admitted or
 	// not; Each a window's admissions per Envoy; Mine each Envoy's
-	// admissions in the windows read.
-	Per   map[int64]int
-	Asked map[int64]int
-	Each  map[int64][]int
-	Mine  []int
+	// admissions in the windows read, and AskedMine its requests there.
+	Per       map[int64]int
+	Asked     map[int64]int
+	Each      map[int64][]int
+	Mine      []int
+	AskedMine []int
 }
 
 // Run runs p on f with fake Envoys of Envoy 1.40 (DENY_ALL before a first
@@ -113,7 +114,8 @@ type Result struct {
 func (p Pattern) Run(f Fleet) *Result {
 	_, window := p.Window()
 	id := f.Second
-	r := &Result{Pattern: p, Begin: time.Now(), Per: map[int64]int{}, Asked: map[int64]int{}, Each: map[int64][]int{}, Mine: make([]int, len(p.Demands))}
+	r := &Result{Pattern: p, Begin: time.Now(), Per: map[int64]int{}, Asked: map[int64]int{}, Each: map[int64][]int{},
+		Mine: make([]int, len(p.Demands)), AskedMine: make([]int, len(p.Demands))}
 	r.End = r.Begin.Add(f.Run)
 	settleAt := r.Begin.Add(f.Settle)
 	if p.PerMinute {
@@ -142,7 +144,11 @@ func (p Pattern) Run(f Fleet) *Result {
 			arrivals(d, p.Poisson, uint64(i), r.End, func() {
 				if now := time.Now(); p.Active(i, r.Begin, now) {
 					mu.Lock()
-					r.Asked[now.UnixNano()/int64(window)]++
+					w := now.UnixNano() / int64(window)
+					r.Asked[w]++
+					if w >= r.First && w <= r.Last {
+						r.AskedMine[i]++
+					}
 					mu.Unlock()
 					e.Request(id)
 				}
@@ -250,11 +256,22 @@ func (r *Result) Furthest(perEnvoy float64) (ratio float64, envoy int) {
 }
 
 // Ratio is Envoy i's admissions in the windows read over its max-min fair
-// share (see Furthest for perEnvoy); NaN when it has no share.
+// share (see Furthest for perEnvoy); NaN when it has no share. With
+// Poisson arrivals, the shares are of the requests each Envoy asked in
+// those windows, not of its rate, as UsedOfLeft's measure is: an Envoy
+// of 1 a second asks 60 a minute give or take 8, and one that asked 47
+// and was admitted all of them has had all it asked.
 func (r *Result) Ratio(i int, perEnvoy float64) float64 {
-	limit, window := r.Pattern.Window()
+	p := r.Pattern
+	limit, window := p.Window()
+	if p.Poisson && r.span() > 0 {
+		p.Demands = make([]float64, len(r.AskedMine))
+		for j, n := range r.AskedMine {
+			p.Demands[j] = float64(n) / r.span()
+		}
+	}
 	from, to := time.Unix(0, r.First*int64(window)), time.Unix(0, (r.Last+1)*int64(window))
-	share := r.Pattern.shares(limit/window.Seconds(), perEnvoy/window.Seconds(), r.Begin, from, to)[i]
+	share := p.shares(limit/window.Seconds(), perEnvoy/window.Seconds(), r.Begin, from, to)[i]
 	if share <= 0 {
 		return math.NaN()
 	}
