@@ -107,11 +107,14 @@ func (p *pool) fill() {
 // requests with room for twice them. Each bucket costs its capacity in
 // every window, so bursts take at most half the room to spare (what is
 // left of it over the wants, bursts aside), the rest staying headroom for
-// demand that moves; they end, and capacities shrink, only when that room
-// no longer pays for them, so that capacities do not flap with demand.
-// A growth counts twice in the round it grows in (see setAside): one
-// member grows a round. Nothing changes while a member is not yet
-// measured.
+// demand that moves, shared alike where they do not all fit (see
+// burstTargets: grown in full one at a time, the last of 3 such Envoys
+// never fitted, and admitted 0.75-0.83 of its requests where the others
+// admitted 0.95); they shrink, alike, only when that room no longer pays
+// for them, so that capacities do not flap with demand. A growth counts
+// twice in the round it grows in (see setAside): one member grows a
+// round, the one furthest below its target. Nothing changes while a
+// member is not yet measured.
 func (p *pool) planBursts(busy []*member, units, wants []float64, per, tokens float64) {
 	room, extra := tokens, 0.0
 	for m := range p.members {
@@ -129,20 +132,49 @@ func (p *pool) planBursts(busy []*member, units, wants []float64, per, tokens fl
 		room, extra = room-need+max(e, 0), extra+max(float64(m.nextBurst)-float64(capacity(uint32(units[i]))), 0)
 	}
 	if room < extra {
-		for m := range p.members {
-			m.nextBurst = 0
-		}
+		shrinkBursts(busy, units, math.Max(room, 0)/extra)
 		return
 	}
-	budget := room/2 - extra
+	targets := burstTargets(busy, units, room/2)
+	grow, gap := -1, uint64(0)
 	for i, m := range busy {
-		plain := capacity(uint32(units[i]))
-		want, now := burstFor(m), max(m.nextBurst, plain)
-		if want <= now || float64(want-now) > budget || float64(2*want-now) > room-extra {
-			continue
+		now := max(m.nextBurst, capacity(uint32(units[i])))
+		if t := targets[i]; t > now && t-now > gap && float64(2*t-now) <= room-extra {
+			grow, gap = i, t-now
 		}
-		m.nextBurst = want
-		return
+	}
+	if grow >= 0 {
+		busy[grow].nextBurst = targets[grow]
+	}
+}
+
+// burstTargets is the capacity each busy member's bursts call for (see
+// burstFor), past what its grant (units) calls for by no more, in all,
+// than avail: each one's excess scaled alike where they do not all fit.
+func burstTargets(busy []*member, units []float64, avail float64) []uint64 {
+	targets := make([]uint64, len(busy))
+	sum := 0.0
+	for i, m := range busy {
+		targets[i] = max(burstFor(m), capacity(uint32(units[i])))
+		sum += float64(targets[i] - capacity(uint32(units[i])))
+	}
+	if sum > avail {
+		for i := range targets {
+			plain := capacity(uint32(units[i]))
+			targets[i] = plain + uint64(math.Floor(float64(targets[i]-plain)*avail/sum))
+		}
+	}
+	return targets
+}
+
+// shrinkBursts scales every busy member's burst past what its grant calls
+// for by scale, so that the bursts fit the room again, rather than end
+// them all at once (the capacities they leave flap with demand).
+func shrinkBursts(busy []*member, units []float64, scale float64) {
+	for i, m := range busy {
+		if plain := capacity(uint32(units[i])); m.nextBurst > plain {
+			m.nextBurst = plain + uint64(math.Floor(float64(m.nextBurst-plain)*scale))
+		}
 	}
 }
 
