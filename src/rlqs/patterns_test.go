@@ -102,6 +102,10 @@ type patternGoal struct {
 	// must be back from at 90% of what is left within two report
 	// intervals, as the goal asks.
 	recovers []time.Duration
+	// evenly, when set, is the least each Envoy must be admitted of the
+	// fleet's mean per Envoy, on average (the most: 2 - evenly): with
+	// more Envoys than the limit has room for, shares rotate fairly.
+	evenly float64
 }
 
 // patternGoals, by pattern name. The goal: 0.9 of what is left, each
@@ -127,8 +131,8 @@ var patternGoals = map[string]patternGoal{
 		recovers: []time.Duration{20 * time.Second}},
 	"bursty: on 5 s, off 5 s, staggered (3 x 20/s)": {ofLeft: 0.3, fair: 0.26,
 		short: "demand that turns on and off as often as Envoy reports can be kept, not followed"},
-	"30 Envoys (2/s each)": {ofLeft: 0.6, fair: 0.2,
-		short: "nothing is left by the goal's measure (30 window-start tokens for 30 Envoys): shares rotate"},
+	"30 Envoys (2/s each)": {ofLeft: 0.6, fair: 0.5, evenly: 0.8,
+		short: "nothing is left by the goal's measure (30 window-start tokens for 30 Envoys): shares rotate, evenly"},
 	"per minute: 5 equal (2/s each)": {ofLeft: 0.9, fair: 0.8},
 	"per minute: 1 heavy (8/s) + 4 light (0.5/s)": {ofLeft: 0.9, fair: 0.8},
 }
@@ -156,7 +160,7 @@ func TestFleetPatterns(t *testing.T) {
 		}
 		t.Run(pt.Name, func(t *testing.T) {
 			t.Parallel()
-			var used, least, most float64
+			var used, least, most, lo, hi float64
 			what := ""
 			for k := range patternStarts {
 				start := time.Duration(k) * time.Second / patternStarts
@@ -164,8 +168,14 @@ func TestFleetPatterns(t *testing.T) {
 				u, l, m, w := measurePattern(t, r, start)
 				checkRecoveries(t, r, g.recovers, start)
 				used, least, most, what = used+u/patternStarts, least+l/patternStarts, most+m/patternStarts, w
+				a, b := spread(r.Mine)
+				lo, hi = lo+a/patternStarts, hi+b/patternStarts
 			}
-			t.Logf("on average: %.3f %s used, the least served %.2f of its share, the most %.2f", used, what, least, most)
+			t.Logf("on average: %.3f %s used, the least served %.2f of its share, the most %.2f; of the mean per Envoy, %.2f to %.2f",
+				used, what, least, most, lo, hi)
+			if g.evenly > 0 && (lo < g.evenly || hi > 2-g.evenly) {
+				t.Errorf("on average the Envoys were admitted %.2f to %.2f of the mean per Envoy, want within %.2f to %.2f", lo, hi, g.evenly, 2-g.evenly)
+			}
 			if used < g.ofLeft {
 				t.Errorf("on average %.3f %s used, want at least %.2f", used, what, g.ofLeft)
 			}
@@ -177,6 +187,23 @@ func TestFleetPatterns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// spread is the least and the most of admissions, each over their mean.
+func spread(admissions []int) (lo, hi float64) {
+	sum := 0
+	for _, n := range admissions {
+		sum += n
+	}
+	if sum == 0 {
+		return 0, 0
+	}
+	mean := float64(sum) / float64(len(admissions))
+	lo = math.Inf(1)
+	for _, n := range admissions {
+		lo, hi = math.Min(lo, float64(n)/mean), math.Max(hi, float64(n)/mean)
+	}
+	return lo, hi
 }
 
 // measurePattern checks that no window of r admitted past the limit, and

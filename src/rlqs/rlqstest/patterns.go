@@ -35,6 +35,9 @@ type Pattern struct {
 	// Bursts, when set, turns each Envoy's demand on and off every
 	// Bursts, Envoy i of n a cycle's i/n later than Envoy 0.
 	Bursts time.Duration
+	// Lasts, when set, is how long a per-second pattern runs, in place of
+	// its fleet's: long enough for shares that rotate to come round.
+	Lasts time.Duration
 }
 
 // Patterns are the demand patterns of the RLQS goal (docs/rlqs.md).
@@ -44,7 +47,7 @@ func Patterns() []Pattern {
 		{Name: "3 equal, Poisson", Demands: same(3, 20), Poisson: true},
 		{Name: "1 heavy (40/s) + 9 light (1/s)", Demands: append([]float64{40}, same(9, 1)...)},
 		{Name: "1 heavy + 9 light, Poisson", Demands: append([]float64{40}, same(9, 1)...), Poisson: true},
-		{Name: "30 Envoys (2/s each)", Demands: same(30, 2)},
+		{Name: "30 Envoys (2/s each)", Demands: same(30, 2), Lasts: 90 * time.Second},
 		{Name: "below the limit (3 x 5/s)", Demands: same(3, 5)},
 		{Name: "below the limit, Poisson", Demands: same(3, 5), Poisson: true},
 		{Name: "demand moving to another Envoy every 10 s (40/s)", Demands: same(3, 40), Moves: 10 * time.Second},
@@ -117,6 +120,9 @@ func (p Pattern) Run(f Fleet) *Result {
 	r := &Result{Pattern: p, Begin: time.Now(), Per: map[int64]int{}, Asked: map[int64]int{}, Each: map[int64][]int{},
 		Mine: make([]int, len(p.Demands)), AskedMine: make([]int, len(p.Demands))}
 	r.End = r.Begin.Add(f.Run)
+	if p.Lasts > 0 {
+		r.End = r.Begin.Add(p.Lasts)
+	}
 	settleAt := r.Begin.Add(f.Settle)
 	if p.PerMinute {
 		id, r.End = f.Minute, r.Begin.Add(f.Minutes)
