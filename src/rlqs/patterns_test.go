@@ -119,10 +119,10 @@ var patternGoals = map[string]patternGoal{
 	"below the limit (3 x 5/s)": {ofLeft: 0.97, fair: 0.95},
 	"1 heavy + 9 light, Poisson": {ofLeft: 0.72, fair: 0.52,
 		short: "a light bucket of 1 a second holds a token or two at a time, which Poisson arrivals find empty"},
-	"below the limit, Poisson": {ofLeft: 0.9, fair: 0.8},
-	"per minute: 5 equal, Poisson": {ofLeft: 0.9, fair: 0.8},
+	"below the limit, Poisson":                       {ofLeft: 0.9, fair: 0.8},
+	"per minute: 5 equal, Poisson":                   {ofLeft: 0.9, fair: 0.8},
 	"per minute: below the limit, Poisson (4 x 1/s)": {ofLeft: 0.9, fair: 0.8},
-	"two replicas, 2 + 1 Envoys (20/s each)": {ofLeft: 0.9, fair: 0.8},
+	"two replicas, 2 + 1 Envoys (20/s each)":         {ofLeft: 0.9, fair: 0.8},
 	"demand moving to another Envoy every 10 s (40/s)": {ofLeft: 0.56, fair: 0.48,
 		short:    "a move shows at the next report of the Envoy it goes to, up to 5 s later",
 		recovers: []time.Duration{10 * time.Second, 20 * time.Second}},
@@ -133,7 +133,7 @@ var patternGoals = map[string]patternGoal{
 		short: "demand that turns on and off as often as Envoy reports can be kept, not followed"},
 	"30 Envoys (2/s each)": {ofLeft: 0.6, fair: 0.5, evenly: 0.8,
 		short: "nothing is left by the goal's measure (30 window-start tokens for 30 Envoys): shares rotate, evenly"},
-	"per minute: 5 equal (2/s each)": {ofLeft: 0.9, fair: 0.8},
+	"per minute: 5 equal (2/s each)":              {ofLeft: 0.9, fair: 0.8},
 	"per minute: 1 heavy (8/s) + 4 light (0.5/s)": {ofLeft: 0.9, fair: 0.8},
 }
 
