@@ -132,7 +132,7 @@ func (p *pool) planBursts(busy []*member, units, wants []float64, per, tokens fl
 		room, extra = room-need+max(e, 0), extra+max(float64(m.nextBurst)-float64(capacity(uint32(units[i]))), 0)
 	}
 	if room < extra {
-		shrinkBursts(busy, units, math.Max(room, 0)/extra)
+		shrinkBursts(p.members, busy, units, math.Max(room, 0)/extra)
 		return
 	}
 	targets := burstTargets(busy, units, room/2)
@@ -169,8 +169,18 @@ func burstTargets(busy []*member, units []float64, avail float64) []uint64 {
 
 // shrinkBursts scales every busy member's burst past what its grant calls
 // for by scale, so that the bursts fit the room again, rather than end
-// them all at once (the capacities they leave flap with demand).
-func shrinkBursts(busy []*member, units []float64, scale float64) {
+// them all at once (the capacities they leave flap with demand); the other
+// members' end.
+func shrinkBursts(members map[*member]struct{}, busy []*member, units []float64, scale float64) {
+	kept := map[*member]bool{}
+	for _, m := range busy {
+		kept[m] = true
+	}
+	for m := range members {
+		if !kept[m] {
+			m.nextBurst = 0
+		}
+	}
 	for i, m := range busy {
 		if plain := capacity(uint32(units[i])); m.nextBurst > plain {
 			m.nextBurst = plain + uint64(math.Floor(float64(m.nextBurst-plain)*scale))

@@ -467,8 +467,13 @@ func TestBurstsScaleAlike(t *testing.T) {
 		}
 	}
 	busy := []*member{mk(64, 10), mk(16, 6)}
-	shrinkBursts(busy, units, 0.5)
+	waiting := mk(64, 9) // busy, but holding no share (a crowded pool rotates them)
+	members := map[*member]struct{}{busy[0]: {}, busy[1]: {}, waiting: {}}
+	shrinkBursts(members, busy, units, 0.5)
 	if busy[0].nextBurst != 2+4 || busy[1].nextBurst != 2+2 {
 		t.Errorf("bursts of 10 and 6 shrunk by half to %d and %d, want 6 and 4", busy[0].nextBurst, busy[1].nextBurst)
+	}
+	if waiting.nextBurst != 0 {
+		t.Errorf("a member holding no share kept a burst of %d", waiting.nextBurst)
 	}
 }
