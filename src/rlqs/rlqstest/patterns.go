@@ -53,6 +53,8 @@ func Patterns() []Pattern {
 		{Name: "demand moving to another Envoy every 10 s (40/s)", Demands: same(3, 40), Moves: 10 * time.Second},
 		{Name: "an Envoy leaving at 15 s, another joining at 20 s (20/s each)", Demands: same(3, 20),
 			Spans: [][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {20 * time.Second, 0}}},
+		{Name: "an Envoy leaving at 15 s (3 x 20/s)", Demands: same(3, 20),
+			Spans: [][2]time.Duration{{0, 0}, {0, 15 * time.Second}, {0, 0}}},
 		{Name: "bursty: on 5 s, off 5 s, staggered (3 x 20/s)", Demands: same(3, 20), Bursts: 5 * time.Second},
 		{Name: "per minute: 5 equal (2/s each)", Demands: same(5, 2), PerMinute: true},
 		{Name: "per minute: 5 equal, Poisson", Demands: same(5, 2), PerMinute: true, Poisson: true},
