@@ -39,7 +39,8 @@ type Options struct {
 	// renewal arrives before the assignment it renews expires.
 	TTL time.Duration
 	// Delivery bounds how long a sent assignment may take to reach the
-	// Envoy (RLQS_DELIVERY_BOUND, 1s): the guarantee assumes it.
+	// Envoy, and a report the service (RLQS_DELIVERY_BOUND, 1s): the
+	// guarantee assumes it (see lending for the reports).
 	Delivery time.Duration
 	// Idle is how long a bucket may report no requests before it is
 	// abandoned (RLQS_IDLE_ABANDON, 60s).
