@@ -106,7 +106,7 @@ func (p *pool) fill() {
 // second with Poisson arrivals, on 30 a second, admitted 83% of their
 // requests with room for twice them. Each bucket costs its capacity in
 // every window, so bursts take at most half the room to spare (what is
-// left of it over the wants, bursts aside), the rest staying headroom for
+// left of it over the demands, bursts aside), the rest staying headroom for
 // demand that moves, shared alike where they do not all fit (see
 // burstTargets: grown in full one at a time, the last of 3 such Envoys
 // never fitted, and admitted 0.75-0.83 of its requests where the others
@@ -124,10 +124,15 @@ func (p *pool) planBursts(busy []*member, units, wants []float64, per, tokens fl
 		}
 	}
 	for i, m := range busy {
-		need := math.Ceil(wants[i]*per - 1e-9)
-		if math.IsInf(need, 1) {
+		if math.IsInf(wants[i], 1) {
 			return
 		}
+		// Read against demand, not want: the want's tenth of headroom is
+		// room too, and in a pool whose demand nearly fills its limit the
+		// noise in the wants took the room from the bursts every few
+		// rounds (4 Envoys of 1 a second with Poisson arrivals on 300 a
+		// minute: every capacity fell back to 2, every 25 s or so).
+		need := math.Ceil(math.Max(m.b.demand*per-extraPerPeriod, 0) - 1e-9)
 		e := float64(m.l.burst) - float64(capacity(uint32(units[i])))
 		room, extra = room-need+max(e, 0), extra+max(float64(m.nextBurst)-float64(capacity(uint32(units[i]))), 0)
 	}
