@@ -61,9 +61,11 @@ func TestALedgerHoldsWhatAnEnvoyCanAdmit(t *testing.T) {
 // 20 s, with the Envoy's reports (see lending): every 5 s give or take a
 // second, each cut when the Envoy sends it and received up to the
 // delivery bound later, and the store's hold given back to what they
-// leave. The Envoy idles, admits some, or admits all it can, by turns,
-// so that there is something to lend and a window is then spent to its
-// bound. The store must still hold every window's admissions.
+// leave; in half the trials, from a moment 10-50 s in, the stream is down
+// and Envoy drops its reports, as Envoy 1.40 does. The Envoy idles, admits some, or admits
+// all it can, by turns, so that there is something to lend and a window
+// is then spent to its bound. The store must still hold every window's
+// admissions.
 func TestReportsLendWhatTheEnvoyDidNotUse(t *testing.T) {
 	m := ledgerModel{period: 20 * time.Second, trials: 1000, seed: 13, reports: true}
 	worst := m.run(t)
@@ -145,6 +147,10 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 	next, nextReport := now, now.Add(time.Duration(rng.IntN(5000))*time.Millisecond)
 	var allowed uint64
 	appetite := 1.0 // the chance a step takes a token it has
+	streamDown := now.Add(time.Hour)
+	if rng.IntN(2) == 0 {
+		streamDown = now.Add(time.Duration(10+rng.IntN(40)) * time.Second)
+	}
 	for range 30 {
 		// The Envoy, up to this round.
 		for ; now.Before(next); now = now.Add(modelStep) {
@@ -171,8 +177,15 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 				allowed++
 			}
 			if lm.reports && !now.Before(nextReport) {
-				reports = append(reports, ledgerReport{now, now.Add(time.Duration(rng.Int64N(int64(modelDelivery)))), allowed})
+				// Past streamDown, the stream is down: Envoy drops its
+				// reports (and reports on a new stream, another ledger's).
+				if now.Before(streamDown) {
+					reports = append(reports, ledgerReport{now, now.Add(time.Duration(rng.Int64N(int64(modelDelivery)))), allowed})
+				}
 				allowed, nextReport = 0, now.Add(4*time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
+				// Right after a cut is the worst moment to start spending
+				// tokens kept while idle: the report cannot count them.
+				appetite = []float64{0, 0.001, 1}[rng.IntN(3)]
 			}
 			for len(reports) > 0 && !reports[0].arrives.After(now) {
 				l.noteReport(now, now.Add(-modelDelivery), reports[0].allowed)
@@ -204,6 +217,12 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 			c := uint64(1 + rng.IntN(3))
 			if rng.IntN(4) == 0 { // a burst's capacity (see planBursts), grown and shrunk
 				c = uint64(1 + rng.IntN(maxBurst))
+			}
+			if lm.reports && rng.IntN(2) == 0 {
+				// A slow refill and a large capacity: the tokens kept at a
+				// report's cut are then most of what the bucket can admit
+				// after it.
+				q, c = uint32(1+rng.IntN(2)), uint64(4+rng.IntN(maxBurst-3))
 			}
 			f := int64(lm.period / time.Second)
 			perFill, interval, rate := tokenBucket(q*uint32(f), f)
