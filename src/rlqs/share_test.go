@@ -382,18 +382,7 @@ func TestKeepHeld(t *testing.T) {
 // one at a time, the third never fitted, and it admitted 0.75-0.83 of
 // its requests where the others admitted 0.95.)
 func TestPoolFillPlansBursts(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
-	var ms []*member
-	for range 3 {
-		b := &bucket{demand: 5, sentKind: kindLimited, sentQ: 8, sentF: 1, sentCap: 2, sent: now}
-		l := newLedger(time.Second)
-		l.burst, l.sent = 2, 2
-		m := &member{b: b, p: p, l: l}
-		b.members = []*member{m}
-		p.members[m] = struct{}{}
-		ms = append(ms, m)
-	}
+	p, ms := burstPool(30, time.Second, 3, 5, 8)
 	bursts := func() (n int) {
 		for _, m := range ms {
 			if m.nextBurst > plainCapacity {
@@ -485,18 +474,7 @@ func TestBurstsScaleAlike(t *testing.T) {
 // √66 + 1 asks 10. Read against the wants, noise in them took the room
 // from the bursts every few rounds.
 func TestBurstsSpendTheHeadroom(t *testing.T) {
-	now := time.Unix(1_700_000_040, 0)
-	p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 300, Period: time.Minute}, members: map[*member]struct{}{}, frac: 1}
-	var ms []*member
-	for range 4 {
-		b := &bucket{demand: 1.1, sentKind: kindLimited, sentQ: 72, sentF: 60, sentCap: 2, sent: now}
-		l := newLedger(time.Minute)
-		l.burst, l.sent = 2, 2
-		m := &member{b: b, p: p, l: l}
-		b.members = []*member{m}
-		p.members[m] = struct{}{}
-		ms = append(ms, m)
-	}
+	p, ms := burstPool(300, time.Minute, 4, 1.1, 72)
 	for range 5 {
 		p.fill()
 		for _, m := range ms {
@@ -513,4 +491,22 @@ func TestBurstsSpendTheHeadroom(t *testing.T) {
 			t.Errorf("a share of %.1f a minute, under the demand of 66", got)
 		}
 	}
+}
+
+// burstPool is a pool of limit a period with n members of demand (a
+// second), each holding a grant of q tokens a period with a capacity of 2.
+func burstPool(limit uint64, period time.Duration, n int, demand float64, q uint32) (*pool, []*member) {
+	now := time.Unix(1_700_000_040, 0)
+	p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: limit, Period: period}, members: map[*member]struct{}{}, frac: 1}
+	var ms []*member
+	for range n {
+		b := &bucket{demand: demand, sentKind: kindLimited, sentQ: q, sentF: int64(period / time.Second), sentCap: 2, sent: now}
+		l := newLedger(period)
+		l.burst, l.sent = 2, 2
+		m := &member{b: b, p: p, l: l}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		ms = append(ms, m)
+	}
+	return p, ms
 }
