@@ -35,7 +35,7 @@ const patternConfig = fleetConfig + `
 // through the binary, as cmd/server wires it), and its fake Envoys are
 // Envoy 1.40's client. Time in the bubble is virtual, so the run is the same on
 // an idle machine and a busy one, and 3 virtual minutes take a moment.
-// The run starts start into a second.
+// The run starts start into the bubble's clock, which is at a minute's start.
 func runPattern(t *testing.T, pt rlqstest.Pattern, start time.Duration) *rlqstest.Result {
 	var r *rlqstest.Result
 	synctest.Test(t, func(t *testing.T) {
@@ -143,8 +143,9 @@ var patternGoals = map[string]patternGoal{
 // patternStarts is how many runs a pattern gets, starting k/patternStarts
 // of its window into the bubble's clock (a minute's, per minute: arrivals
 // are seeded, so starts within one second of a minute read nearly the
-// same requests in the same windows, and a pattern per minute read 0.96
-// of what is left at the minute's start and 0.79 starting 55 s into it).
+// same requests in the same windows: per minute below the limit with
+// Poisson arrivals once read 0.96 of what is left started at the minute's
+// start, and 0.79 started 55 s into it).
 const patternStarts = 6
 
 // TestFleetPatterns runs every demand pattern of the RLQS goal in virtual
