@@ -54,11 +54,10 @@ type ledger struct {
 	handed    time.Time
 	handedCap uint64
 	// lent is what the bucket's reports say it admitted in the present
-	// window, shared by the ledger's clones; marks are the last rounds'
-	// (see lending).
-	lent  *lending
-	marks [marks]mark
-	nmark int
+	// window, and the last rounds' marks (see lending): shared by the
+	// ledger's clones, which every round makes of every bucket's, rather
+	// than copied into each (a clone was four times the size with them).
+	lent *lending
 	// resetsBy is when the last reset noted may fall, at the latest.
 	resetsBy time.Time
 }

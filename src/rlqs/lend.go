@@ -41,6 +41,12 @@ type lending struct {
 	w    int64     // the window the reports below were received in
 	used uint64    // their allowed requests
 	cut  time.Time // the last one's cut, at the earliest
+	// marks are the last rounds' (a ring, nmark taken in all). A clone
+	// records the same ones as the ledger it was made from: a round
+	// clones at its own time, after advancing to it, and nothing before
+	// that time differs between them.
+	marks [marks]mark
+	nmark int
 }
 
 // mark is what a ledger knew of its present window at one round: the
@@ -63,13 +69,14 @@ const marks = 8
 
 // noteMark records the present's mark (see advance).
 func (l *ledger) noteMark(now time.Time) {
-	w := l.window(now)
-	if n := l.nmark; n > 0 && !l.marks[(n-1)%marks].t.Before(now) {
+	lt := l.lent
+	if lt == nil || lt.nmark > 0 && !lt.marks[(lt.nmark-1)%marks].t.Before(now) {
 		return
 	}
+	w := l.window(now)
 	x := l.wins.get(w)
-	l.marks[l.nmark%marks] = mark{t: now, w: w, past: x.past, burst: l.burst, resets: x.resets, resetsBy: l.resetsBy}
-	l.nmark++
+	lt.marks[lt.nmark%marks] = mark{t: now, w: w, past: x.past, burst: l.burst, resets: x.resets, resetsBy: l.resetsBy}
+	lt.nmark++
 }
 
 // noteReport notes a report of allowed requests received at now, whose
@@ -77,7 +84,7 @@ func (l *ledger) noteMark(now time.Time) {
 func (l *ledger) noteReport(now, cut time.Time, allowed uint64) {
 	w := l.window(now)
 	if l.lent.w != w {
-		*l.lent = lending{w: w}
+		l.lent.w, l.lent.used, l.lent.cut = w, 0, time.Time{}
 	}
 	l.lent.used = satAdd(l.lent.used, allowed)
 	l.lent.cut = cut
@@ -95,13 +102,14 @@ func (l *ledger) noteReport(now, cut time.Time, allowed uint64) {
 // before the mark may fall after it, so only those noted before a mark
 // whose resets had all fallen by the chosen mark's time are left out.
 func (l *ledger) lentNeed(w int64, sum float64, c, resets uint64) (uint64, bool) {
-	if l.lent == nil || l.lent.w != w || l.lent.cut.IsZero() {
+	lt := l.lent
+	if lt == nil || lt.w != w || lt.cut.IsZero() {
 		return 0, false
 	}
 	var at *mark
-	for i := range min(l.nmark, marks) {
-		m := &l.marks[i]
-		if m.w == w && !m.t.After(l.lent.cut) && (at == nil || m.t.After(at.t)) {
+	for i := range min(lt.nmark, marks) {
+		m := &lt.marks[i]
+		if m.w == w && !m.t.After(lt.cut) && (at == nil || m.t.After(at.t)) {
 			at = m
 		}
 	}
@@ -109,20 +117,20 @@ func (l *ledger) lentNeed(w int64, sum float64, c, resets uint64) (uint64, bool)
 		return 0, false
 	}
 	var before uint64
-	for i := range min(l.nmark, marks) {
-		m := &l.marks[i]
+	for i := range min(lt.nmark, marks) {
+		m := &lt.marks[i]
 		if m.w == w && !m.resetsBy.After(at.t) && m.resets > before {
 			before = m.resets
 		}
 	}
-	for i := range min(l.nmark, marks) {
-		if m := &l.marks[i]; m.w == w && !m.t.Before(at.t) {
+	for i := range min(lt.nmark, marks) {
+		if m := &lt.marks[i]; m.w == w && !m.t.Before(at.t) {
 			c = max(c, m.burst)
 		}
 	}
 	after := resets - min(before, resets)
 	tail := math.Max(sum-at.past, 0)
-	return satAdd(l.lent.used, c+c*after+uint64(math.Floor(tail+1e-6))), true
+	return satAdd(lt.used, c+c*after+uint64(math.Floor(tail+1e-6))), true
 }
 
 // lend calls f for the present window when the store holds more for this
