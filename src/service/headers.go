@@ -53,7 +53,7 @@ func (h Headers) build(dc *decision, resp *rlsv3.RateLimitResponse, globalQuota 
 	hs := []*corev3.HeaderValue{
 		{Key: h.Limit, Value: limit},
 		{Key: h.Remaining, Value: strconv.FormatUint(min(out.Remaining, 1<<32-1), 10)},
-		{Key: h.Reset, Value: ceilSeconds(out.ResetAfter)},
+		{Key: h.Reset, Value: ceilSeconds(untilReset(out))},
 	}
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// Every rejecting hit must free up; when only quota-mode ones

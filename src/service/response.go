@@ -51,7 +51,7 @@ func buildResponse(dc *decision, globalShadow, globalQuota bool) *rlsv3.RateLimi
 		}
 		st.CurrentLimit = lim
 		st.LimitRemaining = uint32(min(out.Remaining, math.MaxUint32))
-		reset := ceilMillis(out.ResetAfter)
+		reset := ceilMillis(untilReset(out))
 		durs[i].Seconds, durs[i].Nanos = int64(reset/time.Second), int32(reset%time.Second)
 		st.DurationUntilReset = &durs[i]
 		if out.Allowed {
@@ -66,6 +66,21 @@ func buildResponse(dc *decision, globalShadow, globalQuota bool) *rlsv3.RateLimi
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return resp
+}
+
+// untilReset is a status's duration_until_reset. For a rejected hit it is
+// the time until a request like this one could be admitted (RetryAfter):
+// Envoy's Retry-After and clients that back off read it so, and a token
+// bucket's "until full" or a sliding window's "until every hit aged out"
+// overstate that wait (a token every 10 s read as 60 s). An allowed hit
+// reports when its counter is back to empty (ResetAfter), as each
+// algorithm's docs say. A store that gives no wait for a rejection falls
+// back to the reset: never "retry now" for a hit that was refused.
+func untilReset(out limiter.Outcome) time.Duration {
+	if !out.Allowed && out.RetryAfter > 0 {
+		return out.RetryAfter
+	}
+	return out.ResetAfter
 }
 
 // rejects reports whether a request is OVER_LIMIT, global shadow mode
