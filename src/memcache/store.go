@@ -60,6 +60,12 @@ type Options struct {
 	// Clock is the time hits are counted at when a batch does not say; nil
 	// means time.Now.
 	Clock func() time.Time
+	// ExpirationJitter, when positive, lengthens every key's expiry by a
+	// random whole number of seconds below it, per key
+	// (EXPIRATION_JITTER_MAX_SECONDS), so that keys of one window do not
+	// all expire at one instant. It changes no count: a key names its
+	// window.
+	ExpirationJitter time.Duration
 }
 
 // Store is a limiter.Store on memcached. It is safe for concurrent use.
@@ -68,6 +74,7 @@ type Store struct {
 	servers *memcache.ServerList
 	prefix  string
 	clock   func() time.Time
+	jitter  int64 // Options.ExpirationJitter in whole seconds; 0: none
 }
 
 // casAttempts bounds the compare-and-swap retries of one hit: past it the
@@ -82,7 +89,7 @@ const maxKeyBytes = 250
 
 // New returns a Store on o's servers.
 func New(o Options) (*Store, error) {
-	s := &Store{servers: &memcache.ServerList{}, prefix: o.Prefix, clock: o.Clock}
+	s := &Store{servers: &memcache.ServerList{}, prefix: o.Prefix, clock: o.Clock, jitter: max(int64(o.ExpirationJitter/time.Second), 0)}
 	if s.clock == nil {
 		s.clock = time.Now
 	}
@@ -429,6 +436,9 @@ func (s *Store) exptime(now, expires time.Time) int32 {
 	secs := int64(math.Ceil(expires.Sub(now).Seconds())) + 1
 	if secs < 1 {
 		secs = 1
+	}
+	if s.jitter > 0 {
+		secs += rand.Int64N(s.jitter)
 	}
 	if secs <= maxRelative {
 		return int32(secs)

@@ -4,7 +4,7 @@
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
 -- ARGV     the decisions, in KEYS order, each a header (HEADER_FORMAT: now,
---          mode, n), then n hits (HIT_FORMAT, HIT_BYTES each); an argument
+--          mode, n, jitter), then n hits (HIT_FORMAT, HIT_BYTES each); an argument
 --          holds one decision or several back to back (a batch's are all
 --          in one). The names in capitals are the wire contract, written
 --          from Go's constants before these files (see common.lua).
@@ -18,6 +18,7 @@
 --          such hits are; MODE_DRY_RUN never writes. A hit that is not
 --          written reports what a cost of 0 sees, with its own decision.
 --   n      the decision's number of hits (and keys)
+--   jitter milliseconds added to every TTL the decision sets (ttl_ms)
 --   hit*n  each hit's parameters: algorithm (FIXED_WINDOW, SLIDING_WINDOW,
 --          TOKEN_BUCKET, SLIDING_LOG), limit, period (µs), burst, cost,
 --          flags (the sum of FLAG_ADVISORY, FLAG_REFUND, FLAG_OVERDRAFT,
@@ -390,8 +391,8 @@ local function batch(keys, args)
     local blob = args[a]
     local pos, size = 1, #blob
     while pos <= size do
-      local now, mode, n
-      now, mode, n, pos = struct.unpack(HEADER_FORMAT, blob, pos)
+      local now, mode, n, jitter
+      now, mode, n, jitter, pos = struct.unpack(HEADER_FORMAT, blob, pos)
       if redis_now == nil then
         local t = redis.call('TIME')
         redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -400,6 +401,7 @@ local function batch(keys, args)
         now = redis_now
       end
       ttl_now = math.min(now, redis_now)
+      ttl_jitter = jitter
       if mode == MODE_EACH then
         apply_each(keys, now, k, n, blob, pos, results)
       else

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.send(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil)})
+	reply, err := b.send(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0)})
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -318,7 +318,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		return &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil), done: make(chan struct{}, 1)}
+		return &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0), done: make(chan struct{}, 1)}
 	}
 	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -362,7 +362,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.send(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil)})
+		_, err := b.send(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil, 0)})
 		done <- err
 	}()
 	for {

@@ -48,7 +48,7 @@ type plainCall struct {
 func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *group) *call {
 	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
 		if est, ok := s.rclock.now(ctx); ok {
-			n := len(g.hits)
+			n, jitter := len(g.hits), s.jitter()
 			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),
 				tags: make([]uint64, n), known: make([]bool, n)}
 			for i, h := range g.hits {
@@ -57,14 +57,14 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 				p.wkeys[i] = windowKey(g.keys[i], w)
 				p.costs[i] = int64(h.Cost)
 				p.windows[i] = w
-				p.expireAt[i] = ((w+1)*period + 999) / 1000 // as batch.lua's ttl_ms, rounded up
+				p.expireAt[i] = ((w+1)*period+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
 				p.tags[i] = s.known.tag(p.wkeys[i])
 				p.known[i] = s.known.has(p.tags[i])
 			}
 			return &call{keys: g.keys, plain: p}
 		}
 	}
-	return &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)}
+	return &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants, s.jitter())}
 }
 
 // merged is the keys and argument of one call holding every call of

@@ -83,9 +83,10 @@ const (
 // Redis (TIME) rather than take the caller's.
 const redisTime = -1
 
-// headerBytes is a decision's header: now (µs, or redisTime), mode and the
-// number of hits, as three little-endian doubles.
-const headerBytes = 3 * 8
+// headerBytes is a decision's header: now (µs, or redisTime), mode, the
+// number of hits and the TTL jitter (ms added to every TTL the decision
+// sets), as four little-endian doubles.
+const headerBytes = 4 * 8
 
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
@@ -142,8 +143,9 @@ func luaContract() string {
 // field, spares Redis a string to parse and Lua a string to make for each;
 // a merged batch concatenates its decisions' into one (merged) for the
 // same reason. leases, when not nil, holds each hit's
-// lease parameter (see batch.lua and lease.go).
-func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64) []byte {
+// lease parameter (see batch.lua and lease.go); jitterMS lengthens every
+// TTL the decision sets (Options.ExpirationJitter).
+func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64, jitterMS int64) []byte {
 	if mode == modeAllOrNothing && len(hits) == 1 {
 		// One hit is all or nothing by itself: mode 0 decides it the same
 		// (a rejected hit counts nothing, an overdraft or count-rejected
@@ -152,7 +154,7 @@ func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64)
 		mode = modeEach
 	}
 	buf := make([]byte, headerBytes+hitArgBytes*len(hits))
-	putDoubles(buf, float64(now), float64(mode), float64(len(hits)))
+	putDoubles(buf, float64(now), float64(mode), float64(len(hits)), float64(jitterMS))
 	for i, h := range hits {
 		flags := 0.0 // see batch.lua's flags
 		if h.Advisory {

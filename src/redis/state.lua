@@ -23,10 +23,16 @@ end
 -- until its window has ended by Redis's clock. Set per call by batch.
 local ttl_now = 0
 
+-- ttl_jitter is the milliseconds added to every TTL a decision sets (its
+-- header's jitter: EXPIRATION_JITTER_MAX_SECONDS spreads expiries). Set
+-- per decision by batch. A key living longer changes no answer: every
+-- state names its window or instant.
+local ttl_jitter = 0
+
 -- ttl_ms is the TTL, in whole milliseconds (at least 1), of a key that
--- must live until exp µs.
+-- must live until exp µs, plus the decision's jitter.
 local function ttl_ms(exp)
-  return math.max(1, math.ceil((exp - ttl_now) / 1000))
+  return math.max(1, math.ceil((exp - ttl_now) / 1000)) + ttl_jitter
 end
 
 -- win_key is the key of window w's count of a fixed window on key: its

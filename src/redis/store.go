@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,12 @@ type Options struct {
 	// back (0: DefaultLeaseIdle); the sweep that does it runs twice per
 	// LeaseIdle.
 	LeaseIdle time.Duration
+	// ExpirationJitter, when positive, lengthens the TTL of every key a
+	// decision creates or re-arms by a random amount below it
+	// (EXPIRATION_JITTER_MAX_SECONDS), drawn per decision, so that keys
+	// of one window do not all expire at one instant. It changes no count:
+	// every key's state names its window or instant.
+	ExpirationJitter time.Duration
 }
 
 // DefaultLeaseIdle is Options.LeaseIdle's default.
@@ -75,10 +82,19 @@ type Store struct {
 	lastProbe   time.Time   // guarded by probeMu
 	known       *knownWindows
 	timeout     time.Duration
+	jitterMS    int64    // Options.ExpirationJitter in ms; 0: none
 	batch       *batcher // nil when pipelining is off
 	leases      *leases  // nil when leasing is off
 	stop        context.CancelFunc
 	swept       chan struct{} // closed when the lease sweeper has stopped
+}
+
+// jitter is one decision's extra TTL, in ms: uniform below jitterMS.
+func (s *Store) jitter() int64 {
+	if s.jitterMS <= 0 {
+		return 0
+	}
+	return rand.Int64N(s.jitterMS)
 }
 
 // CacheHits returns how many hits the local over-limit cache answered.
@@ -108,7 +124,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	_, cluster := client.(*goredis.ClusterClient)
 	s := &Store{client: client, runner: newRunner(client), cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock,
-		rclock: &redisClock{client: client}, known: newKnownWindows(), timeout: opts.Timeout}
+		rclock: &redisClock{client: client}, known: newKnownWindows(), timeout: opts.Timeout,
+		jitterMS: max(opts.ExpirationJitter.Milliseconds(), 0)}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
 	}
@@ -293,7 +310,7 @@ func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, 
 	s.rclock.stale()
 	calls = calls[:0]
 	for _, g := range again {
-		calls = append(calls, &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants)})
+		calls = append(calls, &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants, s.jitter())})
 	}
 	s.send(ctx, deadline, calls)
 	for i, g := range again {

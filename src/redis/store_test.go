@@ -522,7 +522,7 @@ func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil)})
+		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil, 0)})
 	}
 	sendScripted(context.Background(), c, true, false, calls) // merged: one script call
 	for i, bt := range batches {

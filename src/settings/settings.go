@@ -112,10 +112,9 @@ func (s *Settings) normalize() {
 // not do, with why: setting one is reported at start-up, never silently
 // ignored. None of them changes a decision.
 var ignored = map[string]string{
-	"USE_DOG_STATSD":                "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
-	"USE_DOG_STATSD_MOGRIFIERS":     "DogStatsD is not supported",
-	"PROMETHEUS_MAPPER_YAML":        "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
-	"EXPIRATION_JITTER_MAX_SECONDS": "counters expire when their window ends, without jitter (expiry here only collects garbage)",
+	"USE_DOG_STATSD":            "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
+	"USE_DOG_STATSD_MOGRIFIERS": "DogStatsD is not supported",
+	"PROMETHEUS_MAPPER_YAML":    "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
 		"(REDIS_PIPELINE_MAX_IN_FLIGHT bounds them)",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +

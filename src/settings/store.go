@@ -47,6 +47,20 @@ type Store struct {
 	// Redis), and how long an unused slice is kept before it goes back.
 	LeaseInterval time.Duration `envconfig:"LEASE_INTERVAL" default:"50ms"`
 	LeaseIdle     time.Duration `envconfig:"LEASE_IDLE" default:"1s"`
+	// ExpirationJitterMaxSeconds lengthens every Redis and memcache key's
+	// expiry by a random amount below it, as the reference's does. The
+	// default is 0 here (the reference's is 300): a key expires when its
+	// window ends, so a per-second window's keys are not kept for minutes.
+	ExpirationJitterMaxSeconds int64 `envconfig:"EXPIRATION_JITTER_MAX_SECONDS" default:"0"`
+}
+
+// maxJitterSeconds bounds EXPIRATION_JITTER_MAX_SECONDS: a day of extra life
+// for every key is already far past any use in spreading expiries.
+const maxJitterSeconds = 86400
+
+// expirationJitter is EXPIRATION_JITTER_MAX_SECONDS as a duration.
+func (s Store) expirationJitter() time.Duration {
+	return time.Duration(s.ExpirationJitterMaxSeconds) * time.Second
 }
 
 // Redis is one Redis connection's settings; the REDIS_ and
@@ -136,7 +150,8 @@ func (m Memcache) validate(bad complaint) {
 // MEMCACHE_SRV up). An error names the setting.
 func (s Store) MemcacheOptions() (memcache.Options, error) {
 	m := s.Memcache
-	o := memcache.Options{Servers: m.MemcacheHostPort, Prefix: s.CacheKeyPrefix, Timeout: m.MemcacheTimeout, MaxIdleConns: m.MemcacheMaxIdleConns}
+	o := memcache.Options{Servers: m.MemcacheHostPort, Prefix: s.CacheKeyPrefix, Timeout: m.MemcacheTimeout, MaxIdleConns: m.MemcacheMaxIdleConns,
+		ExpirationJitter: s.expirationJitter()}
 	if m.MemcacheTLS {
 		cfg, err := tlsclient.Config(m.MemcacheTLSCACert, m.MemcacheTLSClientCert, m.MemcacheTLSClientKey)
 		if err != nil {
@@ -264,6 +279,9 @@ func (s Settings) validateStore(bad complaint) {
 	if s.LocalCacheSizeInBytes < 0 {
 		bad("LOCAL_CACHE_SIZE_IN_BYTES", "must not be negative")
 	}
+	if s.ExpirationJitterMaxSeconds < 0 || s.ExpirationJitterMaxSeconds > maxJitterSeconds {
+		bad("EXPIRATION_JITTER_MAX_SECONDS", "must be from 0 (off) to %d (a day), got %d", maxJitterSeconds, s.ExpirationJitterMaxSeconds)
+	}
 }
 
 func (r Redis) validate(prefix string, bad complaint) {
@@ -343,7 +361,7 @@ func (r Redis) ClientOptions() (redis.ClientOptions, error) {
 func (s Store) RedisOptions(r Redis) redis.Options {
 	return redis.Options{Prefix: s.CacheKeyPrefix, LocalCacheBytes: s.LocalCacheSizeInBytes, Timeout: r.Timeout,
 		Batch: r.PipelineWindow > 0, BatchLimit: r.PipelineLimit, BatchInFlight: r.PipelineMaxInFlight,
-		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle}
+		LeaseInterval: s.LeaseInterval, LeaseIdle: s.LeaseIdle, ExpirationJitter: s.expirationJitter()}
 }
 
 // BreakerOptions is the circuit breaker's thresholds; cmd/server adds the
