@@ -67,7 +67,10 @@ func run(ctx context.Context) error {
 		log.Warn(w)
 	}
 	health := &server.Health{}
-	reg := newRegistry(ctx, s, log)
+	reg, promHandler, err := newRegistry(ctx, s, log)
+	if err != nil {
+		return err
+	}
 	reg.GaugeFunc("ratelimit_build_info", "1, labelled with the running build's version, VCS revision and Go version.",
 		prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion}, func() float64 { return 1 })
 
@@ -102,6 +105,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	o := serverOptions(s, svc, tlsCfg, health, debug, reg, tr.ServerOptions(), log)
+	o.MetricsAddrHandler = promHandler
 	if s.RLQSEnabled {
 		o.Quota = startQuota(ctx, s, tr.Store(store), configs, reg, debug, log)
 	}
@@ -183,7 +187,7 @@ func serverOptions(s settings.Settings, svc *service.Server, tlsCfg *tls.Config,
 	o := s.ServerOptions()
 	o.TLS, o.Service, o.JSON, o.Health, o.Debug, o.GRPCOptions = tlsCfg, svc, jsonEndpoint(s, svc), health, debug, grpcOpts
 	o.OnGuard, o.OnHTTPConn = server.GuardMetrics(reg, log), server.HTTPConnMetrics(reg)
-	o.Metrics, o.MetricsAddr, o.MetricsAddrHandler = reg.Handler(), prometheusAddr(s), prometheusHandler(s, reg)
+	o.Metrics, o.MetricsAddr = reg.Handler(), prometheusAddr(s)
 	o.Logger = log
 	return o
 }

@@ -32,13 +32,22 @@ func runStatsd(ctx context.Context, s settings.Settings, reg *metrics.Registry, 
 	}
 }
 
-// prometheusHandler is what PROMETHEUS_ADDR serves: the reference's series
-// beside this service's, unless DISABLE_STATS.
-func prometheusHandler(s settings.Settings, reg *metrics.Registry) http.Handler {
+// prometheusHandler is what PROMETHEUS_ADDR serves, unless DISABLE_STATS:
+// the user's statsd_exporter mapping (PROMETHEUS_MAPPER_YAML), fed until
+// ctx ends, or else the reference's default series beside this service's.
+func prometheusHandler(ctx context.Context, s settings.Settings, reg *metrics.Registry) (http.Handler, error) {
 	if !s.UsePrometheus || s.DisableStats {
-		return nil
+		return nil, nil
 	}
-	return reg.ReferenceHandler()
+	if s.PrometheusMapperYAML == "" {
+		return reg.ReferenceHandler(), nil
+	}
+	m, err := metrics.NewMapped(s.PrometheusMapperYAML)
+	if err != nil {
+		return nil, err
+	}
+	go reg.RunMapped(ctx, m, s.StatsFlushInterval)
+	return m.Handler(), nil
 }
 
 func prometheusAddr(s settings.Settings) string {
@@ -48,15 +57,29 @@ func prometheusAddr(s settings.Settings) string {
 	return ""
 }
 
-// newRegistry builds the metrics registry and, unless it is off, starts
-// statsd.
-func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogger) *metrics.Registry {
+// newRegistry builds the metrics registry and, unless stats are off,
+// starts the collector's sink (statsd or DogStatsD), and returns what
+// PROMETHEUS_ADDR serves (nil: nothing).
+func newRegistry(ctx context.Context, s settings.Settings, log logrus.FieldLogger) (*metrics.Registry, http.Handler, error) {
 	reg := metrics.New(s.MetricsOptions())
 	reg.GoRuntimeStats()
-	if s.UseStatsd && !s.DisableStats {
+	switch {
+	case s.DisableStats:
+	case s.UseDogStatsd:
+		go runDogStatsd(ctx, s, reg, log)
+	case s.UseStatsd:
 		go runStatsd(ctx, s, reg, log)
 	}
-	return reg
+	h, err := prometheusHandler(ctx, s, reg)
+	return reg, h, err
+}
+
+// runDogStatsd sends DogStatsD until ctx ends.
+func runDogStatsd(ctx context.Context, s settings.Settings, reg *metrics.Registry, log logrus.FieldLogger) {
+	opts := s.DogStatsdOptions()
+	if err := reg.RunDogStatsd(ctx, opts); err != nil {
+		log.WithError(err).WithField("dogstatsd", opts.Addr).Error("dogstatsd disabled")
+	}
 }
 
 // debugHandlers are the debug port's own endpoints, and the /limited

@@ -68,9 +68,9 @@ type Registry struct {
 	leases     leaseCollector // every Redis store's, registered once
 	leasesOnce sync.Once
 
-	// timings queues response times for statsd's timer, once RunStatsd
-	// runs.
-	timings atomic.Pointer[timingQueue]
+	// timings are the queues of response times, one per running flusher
+	// (statsd, DogStatsD, a Prometheus mapping): each gets every one.
+	timings atomic.Pointer[[]*timingQueue]
 }
 
 // serviceStat is one service-level counter as statsd and /stats name it.
@@ -247,8 +247,25 @@ func (r *Registry) Request(code string, d time.Duration) {
 			r.refDuration.Observe(d.Seconds())
 		}
 	}
-	if q := r.timings.Load(); q != nil {
-		q.observe(d)
+	if qs := r.timings.Load(); qs != nil {
+		for _, q := range *qs {
+			q.observe(d)
+		}
+	}
+}
+
+// addTimings adds a flusher's queue of response times.
+func (r *Registry) addTimings(q *timingQueue) {
+	for {
+		old := r.timings.Load()
+		var qs []*timingQueue
+		if old != nil {
+			qs = append(qs, *old...)
+		}
+		qs = append(qs, q)
+		if r.timings.CompareAndSwap(old, &qs) {
+			return
+		}
 	}
 }
 

@@ -49,31 +49,40 @@ const writeTimeout = time.Second
 // are sent with the next flush, nothing is lost while the collector is
 // away except response times past the buffer.
 func (r *Registry) RunStatsd(ctx context.Context, o StatsdOptions) error {
-	if o.Interval <= 0 {
-		o.Interval = 10 * time.Second
-	}
 	if o.Network == "" {
 		o.Network = "tcp"
 	}
 	if o.Network != "tcp" && o.Network != "udp" {
 		return fmt.Errorf("statsd: unknown network %q", o.Network)
 	}
-	r.timings.Store(&timingQueue{c: make(chan time.Duration, timingBuffer)})
-	sk := &statsdSink{o: o, suffix: tagSuffix(o.Tags), sent: map[*Rule][ruleStats]uint64{}, sentService: map[string]uint64{}}
-	defer sk.close()
-	counters := time.NewTicker(o.Interval)
+	lines := &statsdLines{o: o, suffix: tagSuffix(o.Tags)}
+	defer lines.close()
+	r.runFlusher(ctx, o.Interval, lines, o.OnError, o.OnRecover)
+	return nil
+}
+
+// runFlusher flushes to s every interval (0: 10s), its response times
+// every second, and once more when ctx ends.
+func (r *Registry) runFlusher(ctx context.Context, interval time.Duration, s sink, onError func(error), onRecover func()) {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	q := &timingQueue{c: make(chan time.Duration, timingBuffer)}
+	r.addTimings(q)
+	f := newFlusher(s, q, onError, onRecover)
+	counters := time.NewTicker(interval)
 	defer counters.Stop()
 	timers := time.NewTicker(timingFlush)
 	defer timers.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			sk.flush(r, true)
-			return nil
+			f.flush(r, true)
+			return
 		case <-counters.C:
-			sk.flush(r, true)
+			f.flush(r, true)
 		case <-timers.C:
-			sk.flush(r, false)
+			f.flush(r, false)
 		}
 	}
 }
@@ -93,97 +102,113 @@ func (q *timingQueue) observe(d time.Duration) {
 	}
 }
 
-// StatsdDropped is how many response times statsd dropped because its
-// buffer was full (a slow or absent collector).
+// StatsdDropped is how many response times the collectors (statsd,
+// DogStatsD, a Prometheus mapping) dropped because a buffer was full (a
+// slow or absent collector).
 func (r *Registry) StatsdDropped() uint64 {
-	if q := r.timings.Load(); q != nil {
-		return q.dropped.Load()
+	var n uint64
+	if qs := r.timings.Load(); qs != nil {
+		for _, q := range *qs {
+			n += q.dropped.Load()
+		}
 	}
-	return 0
+	return n
 }
 
-// statsdSink is the flusher's state: the connection, and what the
-// collector has been sent so far.
-type statsdSink struct {
-	o           StatsdOptions
-	suffix      string
-	conn        net.Conn
+// sink is where a flush's figures go, in one collector's form: plain
+// statsd lines, DogStatsD, or a statsd_exporter mapping. Names are the
+// statsd names, with EXTRA_TAGS as the sink carries them.
+type sink interface {
+	counter(name string, delta uint64)
+	gauge(name string, value uint64)
+	timer(name string, d time.Duration)
+	// send delivers what was added since the last send. An error means
+	// nothing of it may have arrived: the counters go again next time.
+	send() error
+}
+
+// responseTimeStat is the reference's timer of ShouldRateLimit.
+const responseTimeStat = "ratelimit_server.ShouldRateLimit.response_time"
+
+// flusher turns the registry's totals into what a sink is sent: counter
+// deltas since the last send that arrived, gauges, and the response times
+// queued meanwhile.
+type flusher struct {
+	sink        sink
+	timings     *timingQueue
+	onError     func(error)
+	onRecover   func()
 	down        bool
 	sent        map[*Rule][ruleStats]uint64
 	sentService map[string]uint64
 }
 
-func (sk *statsdSink) close() {
-	if sk.conn != nil {
-		_ = sk.conn.Close()
-	}
+func newFlusher(s sink, q *timingQueue, onError func(error), onRecover func()) *flusher {
+	return &flusher{sink: s, timings: q, onError: onError, onRecover: onRecover, sent: map[*Rule][ruleStats]uint64{}, sentService: map[string]uint64{}}
 }
 
-// maxPacket keeps UDP datagrams under a typical MTU; over TCP lines are
-// written in chunks of this size too.
-const maxPacket = 1400
-
 // flush sends the queued response times and, with counters, the counter
-// deltas. Deltas are only marked sent once the write succeeded.
-func (sk *statsdSink) flush(r *Registry, counters bool) {
-	var lines []string
-	q := r.timings.Load()
+// deltas and gauges. Deltas are only marked sent once the send succeeded.
+func (f *flusher) flush(r *Registry, counters bool) {
+	timings := 0
+	q := f.timings
 	if q != nil {
 	drain:
 		for {
 			select {
 			case d := <-q.c:
-				lines = append(lines, fmt.Sprintf("ratelimit_server.ShouldRateLimit.response_time%s:%s|ms", sk.suffix,
-					strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)))
+				f.sink.timer(responseTimeStat, d)
+				timings++
 			default:
 				break drain
 			}
 		}
 	}
-	timings := len(lines)
 	var commit func()
+	added := timings > 0
 	if counters {
-		var more []string
-		more, commit = sk.counterLines(r)
-		lines = append(lines, more...)
+		var n int
+		n, commit = f.counters(r)
+		added = added || n > 0
 	}
-	if len(lines) == 0 {
+	if !added {
 		return
 	}
-	err := sk.write(lines)
+	err := f.sink.send()
 	if err != nil && q != nil {
-		// Response times are sent once: those of a failed write are lost,
+		// Response times are sent once: those of a failed send are lost,
 		// and counted as dropped (counters go again with the next flush).
 		q.dropped.Add(uint64(timings))
 	}
-	if err != nil && sk.o.Network == "tcp" {
-		if !sk.down && sk.o.OnError != nil {
-			sk.o.OnError(err)
+	if err != nil {
+		if !f.down && f.onError != nil {
+			f.onError(err)
 		}
-		sk.down = true
+		f.down = true
 		return // counts go again with the next flush
 	}
-	if sk.down && sk.o.OnRecover != nil {
-		sk.o.OnRecover()
+	if f.down && f.onRecover != nil {
+		f.onRecover()
 	}
-	sk.down = false
+	f.down = false
 	if commit != nil {
 		commit()
 	}
 }
 
-// counterLines returns the changed counters' delta lines and a function
-// that marks them sent.
-func (sk *statsdSink) counterLines(r *Registry) ([]string, func()) {
-	var lines []string
+// counters adds the changed counters' deltas and every gauge to the sink,
+// and returns how many it added and a function that marks them sent.
+func (f *flusher) counters(r *Registry) (int, func()) {
+	n := 0
 	rules := map[*Rule][ruleStats]uint64{}
 	for _, rule := range r.Rules() {
 		now := rule.values()
-		prev := sk.sent[rule]
+		prev := f.sent[rule]
 		rules[rule] = now
 		for i, v := range now {
 			if v != prev[i] {
-				lines = append(lines, fmt.Sprintf("%s.%s%s:%d|c", rule.stat, ruleStatNames[i], sk.suffix, v-prev[i]))
+				f.sink.counter(rule.stat+"."+ruleStatNames[i], v-prev[i])
+				n++
 			}
 		}
 	}
@@ -191,49 +216,85 @@ func (sk *statsdSink) counterLines(r *Registry) ([]string, func()) {
 	for _, st := range r.serviceStats() {
 		v := st.value()
 		service[st.name] = v
-		if prev := sk.sentService[st.name]; v != prev {
-			lines = append(lines, fmt.Sprintf("%s%s:%d|c", st.name, sk.suffix, v-prev))
+		if prev := f.sentService[st.name]; v != prev {
+			f.sink.counter(st.name, v-prev)
+			n++
 		}
 	}
 	for _, g := range r.gaugeStats() {
-		lines = append(lines, fmt.Sprintf("%s%s:%d|g", g.name, sk.suffix, g.value()))
+		f.sink.gauge(g.name, g.value())
+		n++
 	}
-	return lines, func() {
+	return n, func() {
 		for k, v := range rules {
-			sk.sent[k] = v
+			f.sent[k] = v
 		}
 		for k, v := range service {
-			sk.sentService[k] = v
+			f.sentService[k] = v
 		}
 	}
 }
 
-// write sends lines in packets of at most maxPacket bytes, dialling first
-// if needed. Over UDP a lost packet is not an error (statsd over UDP is
-// best effort); over TCP any failure closes the connection, to be redialled
-// next time.
-func (sk *statsdSink) write(lines []string) error {
-	if sk.conn == nil {
-		c, err := net.DialTimeout(sk.o.Network, sk.o.Addr, writeTimeout)
+// statsdLines is the plain statsd sink: "NAME.__k=v:VALUE|TYPE" lines, as
+// envoyproxy/ratelimit's stats library writes them, over TCP or UDP.
+type statsdLines struct {
+	o      StatsdOptions
+	suffix string
+	conn   net.Conn
+	lines  []string
+}
+
+func (sl *statsdLines) counter(name string, delta uint64) {
+	sl.lines = append(sl.lines, fmt.Sprintf("%s%s:%d|c", name, sl.suffix, delta))
+}
+
+func (sl *statsdLines) gauge(name string, value uint64) {
+	sl.lines = append(sl.lines, fmt.Sprintf("%s%s:%d|g", name, sl.suffix, value))
+}
+
+func (sl *statsdLines) timer(name string, d time.Duration) {
+	sl.lines = append(sl.lines, fmt.Sprintf("%s%s:%s|ms", name, sl.suffix,
+		strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)))
+}
+
+func (sl *statsdLines) close() {
+	if sl.conn != nil {
+		_ = sl.conn.Close()
+	}
+}
+
+// maxPacket keeps UDP datagrams under a typical MTU; over TCP lines are
+// written in chunks of this size too.
+const maxPacket = 1400
+
+// send writes the lines in packets of at most maxPacket bytes, dialling
+// first if needed. Over UDP a lost packet is not an error (statsd over UDP
+// is best effort); over TCP any failure closes the connection, to be
+// redialled next time.
+func (sl *statsdLines) send() error {
+	lines := sl.lines
+	sl.lines = sl.lines[:0]
+	if sl.conn == nil {
+		c, err := net.DialTimeout(sl.o.Network, sl.o.Addr, writeTimeout)
 		if err != nil {
 			return fmt.Errorf("statsd: %w", err)
 		}
-		sk.conn = c
+		sl.conn = c
 	}
 	var pkt []byte
 	send := func() error {
 		if len(pkt) == 0 {
 			return nil
 		}
-		if sk.o.Network == "tcp" {
+		if sl.o.Network == "tcp" {
 			pkt = append(pkt, '\n')
 		}
-		_ = sk.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := sk.conn.Write(pkt)
+		_ = sl.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := sl.conn.Write(pkt)
 		pkt = pkt[:0]
-		if err != nil && sk.o.Network == "tcp" {
-			_ = sk.conn.Close()
-			sk.conn = nil
+		if err != nil && sl.o.Network == "tcp" {
+			_ = sl.conn.Close()
+			sl.conn = nil
 			return fmt.Errorf("statsd: %w", err)
 		}
 		return nil

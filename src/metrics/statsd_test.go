@@ -67,11 +67,12 @@ func TestStatsdTCPReconnects(t *testing.T) {
 	probe.Close()
 
 	r := New(Options{})
-	r.timings.Store(&timingQueue{c: make(chan time.Duration, 4)})
+	q := &timingQueue{c: make(chan time.Duration, 4)}
+	r.addTimings(q)
 	var errs, recovered int
-	sk := &statsdSink{o: StatsdOptions{Network: "tcp", Addr: addr, OnError: func(error) { errs++ }, OnRecover: func() { recovered++ }},
-		sent: map[*Rule][ruleStats]uint64{}, sentService: map[string]uint64{}}
-	defer sk.close()
+	lines := &statsdLines{o: StatsdOptions{Network: "tcp", Addr: addr}}
+	defer lines.close()
+	sk := newFlusher(lines, q, func(error) { errs++ }, func() { recovered++ })
 	rule := r.Rule("d", "k", false, "k")
 	r.Hit(rule, Decision{Hits: 2, Used: 2, Limit: 10, Allowed: true})
 	r.Request("ok", time.Millisecond) // a response time, lost with the failed write
@@ -111,7 +112,7 @@ func TestStatsdTCPReconnects(t *testing.T) {
 // and counted; recording one never waits for the collector.
 func TestStatsdTimingsNeverBlock(t *testing.T) {
 	r := New(Options{})
-	r.timings.Store(&timingQueue{c: make(chan time.Duration, 2)})
+	r.addTimings(&timingQueue{c: make(chan time.Duration, 2)})
 	for range 5 {
 		r.Request("ok", time.Millisecond)
 	}

@@ -1,6 +1,9 @@
 package settings
 
 import (
+	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -23,12 +26,21 @@ type Observability struct {
 	UsePrometheus           bool    `envconfig:"USE_PROMETHEUS" default:"false"`
 	PrometheusAddr          string  `envconfig:"PROMETHEUS_ADDR" default:":9090"`
 	PrometheusPath          string  `envconfig:"PROMETHEUS_PATH" default:"/metrics"`
+	// PrometheusMapperYAML is a statsd_exporter mapping file: PROMETHEUS_ADDR
+	// then serves the statsd names through it instead of the reference's
+	// default mapping.
+	PrometheusMapperYAML string `envconfig:"PROMETHEUS_MAPPER_YAML"`
 	// PrometheusResponseTimeAsMilliseconds reports the reference's
 	// ratelimit_service_response_time_seconds histogram in milliseconds.
-	PrometheusResponseTimeAsMilliseconds bool   `envconfig:"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" default:"false"`
-	UseStatsd                            bool   `envconfig:"USE_STATSD" default:"true"`
-	StatsdHost                           string `envconfig:"STATSD_HOST" default:"localhost"`
-	StatsdPort                           int    `envconfig:"STATSD_PORT" default:"8125"`
+	PrometheusResponseTimeAsMilliseconds bool `envconfig:"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" default:"false"`
+	UseStatsd                            bool `envconfig:"USE_STATSD" default:"true"`
+	// UseDogStatsd sends DogStatsD to STATSD_HOST:STATSD_PORT over UDP
+	// instead; UseDogStatsdMogrifiers names the mogrifiers, each read from
+	// DOG_STATSD_MOGRIFIER_<NAME>_{PATTERN,NAME,TAGS}.
+	UseDogStatsd           bool     `envconfig:"USE_DOG_STATSD" default:"false"`
+	UseDogStatsdMogrifiers []string `envconfig:"USE_DOG_STATSD_MOGRIFIERS"`
+	StatsdHost             string   `envconfig:"STATSD_HOST" default:"localhost"`
+	StatsdPort             int      `envconfig:"STATSD_PORT" default:"8125"`
 	// StatsdProtocol is tcp, as the reference sends, or udp (ours).
 	StatsdProtocol     string        `envconfig:"STATSD_PROTOCOL" default:"tcp"`
 	StatsFlushInterval time.Duration `envconfig:"STATS_FLUSH_INTERVAL" default:"10s"`
@@ -67,6 +79,13 @@ func (s Settings) validateLogs(bad complaint) {
 
 // validateObservability checks statsd, metrics, tracing and /limited.
 func (s Settings) validateObservability(bad complaint) {
+	if s.UseDogStatsd && (s.UseStatsd || s.UsePrometheus) {
+		bad("USE_DOG_STATSD", "unable to use more than one stats sink at the same time: set one of USE_DOG_STATSD, USE_STATSD, "+
+			"USE_PROMETHEUS (USE_STATSD is true unless set to false)")
+	}
+	if _, err := s.Mogrifiers(); err != nil {
+		bad("USE_DOG_STATSD_MOGRIFIERS", "%v", err)
+	}
 	if s.StatsdProtocol != "tcp" && s.StatsdProtocol != "udp" {
 		bad("STATSD_PROTOCOL", "unknown protocol %q (want tcp or udp)", s.StatsdProtocol)
 	}
@@ -106,6 +125,51 @@ func (s Settings) validateObservability(bad complaint) {
 func (o Observability) Tags() map[string]string {
 	t, _ := pairs(o.ExtraTags, ":")
 	return t
+}
+
+// Mogrifiers reads USE_DOG_STATSD_MOGRIFIERS's mogrifiers from their
+// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS variables, as the
+// reference reads them; an error names the variable that is wrong.
+func (o Observability) Mogrifiers() ([]metrics.Mogrifier, error) {
+	var out []metrics.Mogrifier
+	for _, name := range o.UseDogStatsdMogrifiers {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		v := "DOG_STATSD_MOGRIFIER_" + name + "_"
+		pattern := os.Getenv(v + "PATTERN")
+		if pattern == "" {
+			return nil, fmt.Errorf("mogrifier %s: %sPATTERN is not set", name, v)
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("mogrifier %s: %sPATTERN: %w", name, v, err)
+		}
+		m := metrics.Mogrifier{Pattern: re, Name: os.Getenv(v + "NAME")}
+		if m.Name == "" {
+			return nil, fmt.Errorf("mogrifier %s: %sNAME is not set", name, v)
+		}
+		if tags := os.Getenv(v + "TAGS"); tags != "" {
+			for _, kv := range strings.Split(tags, ",") {
+				k, val, _ := strings.Cut(kv, ":")
+				if k == "" || val == "" {
+					return nil, fmt.Errorf("mogrifier %s: %sTAGS: %q is not key:value", name, v, kv)
+				}
+				m.Tags = append(m.Tags, metrics.MogrifierTag{Key: k, Value: val})
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// DogStatsdOptions is where and how often DogStatsD is sent, with its
+// tags and mogrifiers (validated by Load).
+func (o Observability) DogStatsdOptions() metrics.DogStatsdOptions {
+	mogs, _ := o.Mogrifiers()
+	return metrics.DogStatsdOptions{Addr: hostPort(o.StatsdHost, o.StatsdPort), Interval: o.StatsFlushInterval, Tags: o.Tags(),
+		Mogrifiers: mogs}
 }
 
 // TracingOptions is the OpenTelemetry set-up.

@@ -112,9 +112,6 @@ func (s *Settings) normalize() {
 // not do, with why: setting one is reported at start-up, never silently
 // ignored. None of them changes a decision.
 var ignored = map[string]string{
-	"USE_DOG_STATSD":            "DogStatsD is not supported: statsd lines are plain statsd, named as the reference names them",
-	"USE_DOG_STATSD_MOGRIFIERS": "DogStatsD is not supported",
-	"PROMETHEUS_MAPPER_YAML":    "a custom statsd-exporter mapping is not supported: PROMETHEUS_ADDR serves the reference's default mapping's series",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
 		"(REDIS_PIPELINE_MAX_IN_FLIGHT bounds them)",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "batches to a Redis Cluster already go to every node at once " +
@@ -161,6 +158,9 @@ func (s Settings) Unused() []string {
 		"redis":    {"MEMCACHE_HOST_PORT", "MEMCACHE_SRV"},
 	}
 	var out []string
+	if s.PrometheusMapperYAML != "" && !s.UsePrometheus {
+		out = append(out, "PROMETHEUS_MAPPER_YAML: ignored: USE_PROMETHEUS is not true, so nothing serves the mapping")
+	}
 	for _, name := range byBackend[s.Backend()] {
 		if v, set := os.LookupEnv(name); set && v != "" {
 			out = append(out, fmt.Sprintf("%s: ignored: the backend is %s (BACKEND_TYPE=%s); set BACKEND_TYPE to use it", name, s.Backend(), s.Backend()))

@@ -162,13 +162,12 @@ func TestNames(t *testing.T) {
 }
 
 func TestWarningsAndFlushAliases(t *testing.T) {
-	t.Setenv("USE_DOG_STATSD", "true")
 	t.Setenv("REDIS_STARTUP_MAX_INTERVAL", "true")
 	t.Setenv("REDIS_POOL_ON_EMPTY_BEHAVIOR", "create")
 	t.Setenv("GOSTATS_FLUSH_INTERVAL_SECONDS", "3")
 	t.Setenv("PROMETHEUS_MAPPER_YAML", "") // empty: asks for nothing, no warning
 	got := Warnings()
-	want := []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE:", "REDIS_STARTUP_MAX_INTERVAL: ignored:", "USE_DOG_STATSD: ignored:"}
+	want := []string{"REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE:", "REDIS_STARTUP_MAX_INTERVAL: ignored:"}
 	if len(got) != len(want) {
 		t.Fatalf("Warnings() = %q, want %d lines", got, len(want))
 	}
