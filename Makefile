@@ -116,7 +116,7 @@ BENCHFLAGS ?=
 bench:
 	scripts/ensure-servers.sh
 	$(GO) test ./src/redis -run '^$$' -bench 'Accuracy|RedisCost|DecisionParts' -benchtime 1x -timeout 30m
-	$(GO) test ./integration-test -run '^$$' -bench 'Load|RedisCPU|HotKey|ConfigScale|RapidReset|RLQS' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
+	$(GO) test ./integration-test -run '^$$' -bench 'Load|RedisCPU|HotKey|ConfigScale|RapidReset|RLQS|ExpiryJitter' -benchtime 1x -timeout 60m -args $(BENCHFLAGS)
 
 # Regenerates cmd/server/release.pgo (profile-guided optimisation of the
 # image's server build) from the load benchmark's CPU profiles.

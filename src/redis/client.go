@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -24,8 +25,13 @@ type ClientOptions struct {
 	Network      string // tcp or unix; single only
 	Auth         string // "password" or "user:password"; wins over a URL's
 	SentinelAuth string // the same, for the sentinels
-	TLS          *tls.Config
-	PoolSize     int
+	// Credentials, when set, is asked for the user and password of every
+	// new connection (REDIS_AUTH_FILE), in place of Auth: a rotated
+	// secret applies without a restart. A user it leaves empty is the
+	// URL's.
+	Credentials func(ctx context.Context) (user, pass string, err error)
+	TLS         *tls.Config
+	PoolSize    int
 	// PoolTimeout is how long a call waits for a free connection when all
 	// PoolSize are busy (REDIS_POOL_ON_EMPTY_*); 0 means Timeout.
 	PoolTimeout time.Duration
@@ -120,6 +126,16 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			return nil, fmt.Errorf("redis: rediss://: %w", err)
 		}
 	}
+	var creds func(ctx context.Context) (string, string, error)
+	if o.Credentials != nil {
+		creds = func(ctx context.Context) (string, string, error) {
+			u, p, err := o.Credentials(ctx)
+			if u == "" {
+				u = d.user
+			}
+			return u, p, err
+		}
+	}
 	t, pt := o.Timeout, o.PoolTimeout
 	if pt <= 0 {
 		pt = t
@@ -130,20 +146,20 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		// are the master's, as its database.
 		suser, spass := splitAuth(o.SentinelAuth)
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: d.master, SentinelAddrs: d.addrs,
-			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, DB: d.db, TLSConfig: tlsCfg,
-			PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, CredentialsProviderContext: creds,
+			DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "cluster":
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: d.addrs, Username: user, Password: pass,
-			TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			CredentialsProviderContext: creds, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	}
 	network := o.Network
 	if network == "" {
 		network = "tcp"
 	}
-	return goredis.NewClient(&goredis.Options{Network: network, Addr: d.addrs[0], Username: user, Password: pass, DB: d.db,
-		TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+	return goredis.NewClient(&goredis.Options{Network: network, Addr: d.addrs[0], Username: user, Password: pass,
+		CredentialsProviderContext: creds, DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 }
 

@@ -70,9 +70,12 @@ type Redis struct {
 	// Type and SocketType are read case-insensitively, as the reference
 	// reads them ("SINGLE" is its default's spelling). SocketType unset:
 	// unix for a URL that is a path, else tcp.
-	Type                  string `envconfig:"TYPE" default:"single"`
-	SocketType            string `envconfig:"SOCKET_TYPE"`
-	Auth                  string `envconfig:"AUTH"`
+	Type       string `envconfig:"TYPE" default:"single"`
+	SocketType string `envconfig:"SOCKET_TYPE"`
+	Auth       string `envconfig:"AUTH"`
+	// AuthFile holds "password" or "user:password", read again for every
+	// new connection (the name of envoyproxy/ratelimit PR #1224).
+	AuthFile              string `envconfig:"AUTH_FILE"`
 	SentinelAuth          string `envconfig:"SENTINEL_AUTH"`
 	TLS                   bool   `envconfig:"TLS" default:"false"`
 	TLSCACert             string `envconfig:"TLS_CACERT"`
@@ -332,6 +335,16 @@ func (r Redis) validate(prefix string, bad complaint) {
 	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
 		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
 	}
+	if r.AuthFile != "" {
+		if r.Auth != "" {
+			bad(prefix+"AUTH_FILE", "and %sAUTH are both set: the credentials come from one of them", prefix)
+		}
+		// Read once now, so that a missing, unreadable or empty file stops
+		// start-up instead of every connection failing later.
+		if _, _, err := redis.ReadCredentials(r.AuthFile); err != nil {
+			bad(prefix+"AUTH_FILE", "%v", err)
+		}
+	}
 }
 
 // MemoryOptions is the embedded store's budget.
@@ -344,6 +357,9 @@ func (s Store) MemoryOptions() limiter.MemoryOptions {
 func (r Redis) ClientOptions() (redis.ClientOptions, error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
+	if r.AuthFile != "" {
+		opts.Credentials = redis.FileCredentials(r.AuthFile)
+	}
 	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
 		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
 	}

@@ -1,0 +1,43 @@
+package redis
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, content, user, pass, err string
+	}{
+		{"password", "s3cret\n", "", "s3cret", ""},
+		{"user and password", "  rl:pa:ss  \n", "rl", "pa:ss", ""},
+		{"empty", " \n", "", "", "empty"},
+		{"two lines", "a\nb\n", "", "", "more than one line"},
+		{"no password", "rl:\n", "", "", "no password"},
+		{"too large", strings.Repeat("x", maxCredentialBytes+1), "", "", "larger than"},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+		if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		user, pass, err := ReadCredentials(path)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want one saying %q", c.name, err, c.err)
+			}
+			if s := strings.TrimSpace(c.content); err != nil && s != "" && strings.Contains(err.Error(), s) && len(s) < 100 {
+				t.Errorf("%s: the error %q holds the file's content", c.name, err)
+			}
+			continue
+		}
+		if err != nil || user != c.user || pass != c.pass {
+			t.Errorf("%s: %q %q %v, want %q %q", c.name, user, pass, err, c.user, c.pass)
+		}
+	}
+	if _, _, err := ReadCredentials(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v, want not a regular file", err)
+	}
+}
