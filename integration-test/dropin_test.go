@@ -178,11 +178,11 @@ func TestRolloutBound(t *testing.T) {
 // service runs.
 func TestReferenceVariablesNotHonouredAreNamed(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
-	env["USE_DOG_STATSD"] = "true"
 	env["REDIS_STARTUP_MAX_ELAPSED_TIME"] = "5"
+	env["REDIS_STARTUP_INITIAL_INTERVAL"] = "1s"
 	p := start(t, env)
 	p.should(t, "it", configtest.Desc("user=a"))
-	for _, want := range []string{"USE_DOG_STATSD: ignored: DogStatsD is not supported", "REDIS_STARTUP_MAX_ELAPSED_TIME: ignored:"} {
+	for _, want := range []string{"REDIS_STARTUP_INITIAL_INTERVAL: ignored:", "REDIS_STARTUP_MAX_ELAPSED_TIME: ignored:"} {
 		if !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("start-up log lacks %q:\n%s", want, p.stderr)
 		}
