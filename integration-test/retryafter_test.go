@@ -53,13 +53,13 @@ func TestDurationUntilResetIsTheWaitForTheNextAdmission(t *testing.T) {
 			cases := []struct {
 				key   string
 				hits  int
-				check func(d time.Duration, first, sent, got time.Time) string
+				check func(d time.Duration, first, firstGot, sent, got time.Time) string
 			}{
-				{"fixed", 2, func(d time.Duration, _, sent, got time.Time) string {
+				{"fixed", 2, func(d time.Duration, _, _, sent, got time.Time) string {
 					// Until the window ends: d + elapsed is the period.
 					return within(d, p-sinceWindow(got, p), p-sinceWindow(sent, p))
 				}},
-				{"sliding", 2, func(d time.Duration, first, sent, got time.Time) string {
+				{"sliding", 2, func(d time.Duration, first, _, sent, got time.Time) string {
 					// The two hits fill the window; a third fits once that
 					// window, become the previous one, weighs at most half
 					// (its weight is in thousandths, rounded down: 0.5 from
@@ -70,22 +70,26 @@ func TestDurationUntilResetIsTheWaitForTheNextAdmission(t *testing.T) {
 					}
 					return within(d, p+half-sinceWindow(got, p), p+half-sinceWindow(sent, p))
 				}},
-				{"bucket", 6, func(d time.Duration, first, sent, got time.Time) string {
-					// The next token: ten minutes after the first hit.
-					return within(d, p/6-got.Sub(first), p/6-sent.Sub(first))
+				{"bucket", 6, func(d time.Duration, first, firstGot, sent, got time.Time) string {
+					// The next token: ten minutes after the first hit, which
+					// the server counted between first and firstGot.
+					return within(d, p/6-got.Sub(first), p/6-sent.Sub(firstGot))
 				}},
-				{"log", 2, func(d time.Duration, first, sent, got time.Time) string {
+				{"log", 2, func(d time.Duration, first, firstGot, sent, got time.Time) string {
 					// The oldest hit leaves the window.
-					return within(d, p-got.Sub(first), p-sent.Sub(first))
+					return within(d, p-got.Sub(first), p-sent.Sub(firstGot))
 				}},
 			}
 			for _, c := range cases {
 				t.Run(c.key, func(t *testing.T) {
 					desc := configtest.Desc(c.key + "=" + name)
-					first := time.Now()
+					first, firstGot := time.Now(), time.Time{}
 					for i := 0; i < c.hits; i++ {
 						if got := proc.should(t, "retry", desc).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 							t.Fatalf("hit %d of %d: %v, want OK", i+1, c.hits, got)
+						}
+						if i == 0 {
+							firstGot = time.Now()
 						}
 					}
 					// A check that straddles a window's edge cannot be
@@ -103,7 +107,7 @@ func TestDurationUntilResetIsTheWaitForTheNextAdmission(t *testing.T) {
 							t.Fatalf("hit %d: %v, want OVER_LIMIT", c.hits+1, st.GetCode())
 						}
 						d := st.GetDurationUntilReset().AsDuration()
-						if msg := c.check(d, first, sent, got); msg != "" {
+						if msg := c.check(d, first, firstGot, sent, got); msg != "" {
 							t.Errorf("duration_until_reset %v: %s", d, msg)
 						}
 						reset, retry := "", ""
