@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -11,7 +10,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
+
+	"github.com/openrls/ratelimit/src/regularfile"
 )
 
 // MaxFileBytes bounds one config file. 100,000 rules written out take
@@ -23,50 +23,24 @@ const MaxFileBytes = 16 << 20
 
 // ErrNotRegular says that a path named like a config file is not a regular
 // file (or a link to one): a FIFO, socket or device.
-var ErrNotRegular = errors.New("not a regular file")
+var ErrNotRegular = regularfile.ErrNotRegular
 
 // ReadFile reads one config file. It never blocks on a FIFO, a socket or a
 // device: it opens without waiting for a writer, checks what it opened, and
 // refuses anything but a regular file (ErrNotRegular) or one larger than
 // MaxFileBytes.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read config %s: %w (%s)", path, ErrNotRegular, fileKind(fi.Mode()))
-	}
-	if fi.Size() > MaxFileBytes {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("file is %d bytes, over the %d a config file may hold", fi.Size(), MaxFileBytes)}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	if len(data) > MaxFileBytes {
+	data, err := regularfile.Read(path, MaxFileBytes)
+	var big *regularfile.TooLargeError
+	switch {
+	case errors.As(err, &big) && big.Grown:
 		return nil, &Error{File: path, Msg: fmt.Sprintf("file grew past the %d bytes a config file may hold while being read", MaxFileBytes)}
+	case errors.As(err, &big):
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is %d bytes, over the %d a config file may hold", big.Size, MaxFileBytes)}
+	case err != nil:
+		return nil, fmt.Errorf("read config: %w", err)
 	}
 	return data, nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "mode " + m.String()
 }
 
 // FindFiles lists the config files under dir: every file, recursively,
@@ -99,7 +73,7 @@ func FindFiles(dir string, ignoreDotfiles bool) (files []string, skipped map[str
 				skipped = map[string]error{}
 			}
 			if err == nil {
-				err = fmt.Errorf("%w (%s)", ErrNotRegular, fileKind(fi.Mode()))
+				err = fmt.Errorf("%w (%s)", ErrNotRegular, regularfile.Kind(fi.Mode()))
 			}
 			skipped[path] = err
 			return nil

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +13,8 @@ import (
 	"github.com/prometheus/statsd_exporter/pkg/event"
 	"github.com/prometheus/statsd_exporter/pkg/exporter"
 	"github.com/prometheus/statsd_exporter/pkg/mapper"
+
+	"github.com/openrls/ratelimit/src/regularfile"
 )
 
 // Mapped is PROMETHEUS_ADDR's registry under a user's statsd_exporter
@@ -31,15 +31,19 @@ type Mapped struct {
 	mapper *mapper.MetricMapper
 	exp    *exporter.Exporter
 	events chan event.Events
-	// batch is the flush being built; sent as one Events by send.
-	mu    sync.Mutex
+	// batch is the flush being built, sent as one Events by send; only
+	// the flusher's goroutine touches it.
 	batch event.Events
 }
+
+// maxMappingBytes bounds a mapping file: a thousand mappings are a few
+// hundred KB, and a path pointed at a device must not be read without end.
+const maxMappingBytes = 4 << 20
 
 // NewMapped reads the mapping file and builds the registry it feeds. An
 // error names the file and, for YAML, the line.
 func NewMapped(file string) (*Mapped, error) {
-	src, err := os.ReadFile(file)
+	src, err := regularfile.Read(file, maxMappingBytes)
 	if err != nil {
 		return nil, fmt.Errorf("PROMETHEUS_MAPPER_YAML: %w", err)
 	}
@@ -85,25 +89,19 @@ func (m *Mapped) timer(name string, d time.Duration) {
 	m.add(&event.ObserverEvent{OMetricName: name, OValue: float64(d) / float64(time.Millisecond), OLabels: map[string]string{}})
 }
 
-func (m *Mapped) add(e event.Event) {
-	m.mu.Lock()
-	m.batch = append(m.batch, e)
-	m.mu.Unlock()
-}
+func (m *Mapped) add(e event.Event) { m.batch = append(m.batch, e) }
 
 // send hands the flush to the exporter's loop; it never fails.
 func (m *Mapped) send() error {
-	m.mu.Lock()
 	b := m.batch
 	m.batch = nil
-	m.mu.Unlock()
 	if len(b) > 0 {
 		m.events <- b
 	}
 	return nil
 }
 
-// Run feeds the mapping until ctx ends, flushing counters every interval
+// RunMapped feeds m until ctx ends, flushing counters every interval
 // (0: 10s) and response times every second, as RunStatsd does.
 func (r *Registry) RunMapped(ctx context.Context, m *Mapped, interval time.Duration) {
 	done := make(chan struct{})

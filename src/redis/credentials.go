@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
+
+	"github.com/openrls/ratelimit/src/regularfile"
 )
 
 // maxCredentialBytes bounds what a credentials file is read for: a
@@ -26,24 +26,12 @@ func FileCredentials(path string) func(ctx context.Context) (user, pass string, 
 	}
 }
 
-// ReadCredentials reads a credentials file as FileCredentials does.
+// ReadCredentials reads a credentials file as FileCredentials does. It
+// never blocks on a FIFO or reads a device without end (regularfile).
 func ReadCredentials(path string) (user, pass string, err error) {
-	f, err := os.Open(path)
+	b, err := regularfile.Read(path, maxCredentialBytes)
 	if err != nil {
 		return "", "", fmt.Errorf("credentials file: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		// A FIFO or a device would block or never end; a Secret mount's
-		// file is a symlink to a regular file, which Open follows.
-		return "", "", fmt.Errorf("credentials file %s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxCredentialBytes+1))
-	if err != nil {
-		return "", "", fmt.Errorf("credentials file %s: %w", path, err)
-	}
-	if len(b) > maxCredentialBytes {
-		return "", "", fmt.Errorf("credentials file %s: larger than %d bytes", path, maxCredentialBytes)
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {

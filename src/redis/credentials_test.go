@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -17,7 +18,7 @@ func TestReadCredentials(t *testing.T) {
 		{"empty", " \n", "", "", "empty"},
 		{"two lines", "a\nb\n", "", "", "more than one line"},
 		{"no password", "rl:\n", "", "", "no password"},
-		{"too large", strings.Repeat("x", maxCredentialBytes+1), "", "", "larger than"},
+		{"too large", strings.Repeat("x", maxCredentialBytes+1), "", "", "bytes, over 65536"},
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
 		if err := os.WriteFile(path, []byte(c.content), 0o600); err != nil {
@@ -37,7 +38,14 @@ func TestReadCredentials(t *testing.T) {
 			t.Errorf("%s: %q %q %v, want %q %q", c.name, user, pass, err, c.user, c.pass)
 		}
 	}
-	if _, _, err := ReadCredentials(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-		t.Errorf("a directory: %v, want not a regular file", err)
+	// Neither blocks: a FIFO nobody writes, a device without end.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{dir, fifo, "/dev/zero"} {
+		if _, _, err := ReadCredentials(path); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s: %v, want not a regular file", path, err)
+		}
 	}
 }
