@@ -93,6 +93,8 @@ func TestIgnoredSettingsAreNamed(t *testing.T) {
 		{"redis without leasing", map[string]string{"REDIS_URL": "127.0.0.1:1", "LEASE_INTERVAL": "0", "MEMCACHE_HOST_PORT": "127.0.0.1:2"}, []string{
 			"MEMCACHE_HOST_PORT: ignored: the backend is redis",
 			"domain l: lease: true on 1 limits is ignored: LEASE_INTERVAL=0"}},
+		{"a Prometheus mapping without USE_PROMETHEUS", map[string]string{"PROMETHEUS_MAPPER_YAML": "/nowhere.yaml"}, []string{
+			"PROMETHEUS_MAPPER_YAML: ignored: USE_PROMETHEUS is not true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := writeConfig(t, leased)

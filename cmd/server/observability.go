@@ -46,7 +46,7 @@ func prometheusHandler(ctx context.Context, s settings.Settings, reg *metrics.Re
 	if err != nil {
 		return nil, err
 	}
-	go reg.RunMapped(ctx, m, s.StatsFlushInterval)
+	go reg.RunMapped(ctx, m, s.StatsFlushInterval, s.Tags())
 	return m.Handler(), nil
 }
 

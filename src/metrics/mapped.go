@@ -34,6 +34,9 @@ type Mapped struct {
 	// batch is the flush being built, sent as one Events by send; only
 	// the flusher's goroutine touches it.
 	batch event.Events
+	// suffix is EXTRA_TAGS as the reference's stats library writes them
+	// into every name (".__k=v"), which is what its mappings match.
+	suffix string
 }
 
 // maxMappingBytes bounds a mapping file: a thousand mappings are a few
@@ -76,17 +79,17 @@ func NewMapped(file string) (*Mapped, error) {
 func (m *Mapped) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
 func (m *Mapped) counter(name string, delta uint64) {
-	m.add(&event.CounterEvent{CMetricName: name, CValue: float64(delta), CLabels: map[string]string{}})
+	m.add(&event.CounterEvent{CMetricName: name + m.suffix, CValue: float64(delta), CLabels: map[string]string{}})
 }
 
 func (m *Mapped) gauge(name string, value uint64) {
-	m.add(&event.GaugeEvent{GMetricName: name, GValue: float64(value), GLabels: map[string]string{}})
+	m.add(&event.GaugeEvent{GMetricName: name + m.suffix, GValue: float64(value), GLabels: map[string]string{}})
 }
 
 // timer observes milliseconds, as the reference's sink hands its timer to
 // the exporter (a mapping's scale: 0.001 makes seconds of it).
 func (m *Mapped) timer(name string, d time.Duration) {
-	m.add(&event.ObserverEvent{OMetricName: name, OValue: float64(d) / float64(time.Millisecond), OLabels: map[string]string{}})
+	m.add(&event.ObserverEvent{OMetricName: name + m.suffix, OValue: float64(d) / float64(time.Millisecond), OLabels: map[string]string{}})
 }
 
 func (m *Mapped) add(e event.Event) { m.batch = append(m.batch, e) }
@@ -102,8 +105,11 @@ func (m *Mapped) send() error {
 }
 
 // RunMapped feeds m until ctx ends, flushing counters every interval
-// (0: 10s) and response times every second, as RunStatsd does.
-func (r *Registry) RunMapped(ctx context.Context, m *Mapped, interval time.Duration) {
+// (0: 10s) and response times every second, as RunStatsd does; tags
+// (EXTRA_TAGS) end every name as ".__k=v", as in the names the
+// reference's sink hands the same library.
+func (r *Registry) RunMapped(ctx context.Context, m *Mapped, interval time.Duration, tags map[string]string) {
+	m.suffix = tagSuffix(tags)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
