@@ -1,11 +1,14 @@
 package redis
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
 func TestReadCredentials(t *testing.T) {
@@ -46,6 +49,34 @@ func TestReadCredentials(t *testing.T) {
 	for _, path := range []string{dir, fifo, "/dev/zero"} {
 		if _, _, err := ReadCredentials(path); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("%s: %v, want not a regular file", path, err)
+		}
+	}
+}
+
+// TestPlainProbeAuthenticatesAsTheClient: the probe that lets the plain
+// fixed-window path serve runs on a connection of its own; it must
+// authenticate as the client's connections do, REDIS_AUTH_FILE's
+// credentials included, or a Redis that requires a password turns the
+// plain path off for good.
+func TestPlainProbeAuthenticatesAsTheClient(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "pw-1")
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte("pw-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]ClientOptions{
+		"REDIS_AUTH":      {Auth: "pw-1"},
+		"REDIS_AUTH_FILE": {Credentials: FileCredentials(file)},
+	} {
+		o.URL, o.Type, o.PoolSize, o.Timeout = srv.Addr, "single", 2, testTimeout
+		c, err := NewClient(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, known := plainProbe(context.Background(), c)
+		c.Close()
+		if !ok || !known {
+			t.Errorf("%s: plainProbe = %v, %v; want the plain path allowed, and known", name, ok, known)
 		}
 	}
 }

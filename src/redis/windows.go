@@ -110,10 +110,11 @@ func plainProbe(ctx context.Context, client goredis.UniversalClient) (ok, known 
 	default:
 		return false, true // a client this store does not make: the function serves
 	}
-	o := node.Options()
-	probe := goredis.NewClient(&goredis.Options{Network: o.Network, Addr: o.Addr, Dialer: o.Dialer, Username: o.Username,
-		Password: o.Password, CredentialsProvider: o.CredentialsProvider, DB: o.DB, TLSConfig: o.TLSConfig, Protocol: o.Protocol,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, PoolSize: 1})
+	// The node's own options, authentication of every kind included
+	// (REDIS_AUTH_FILE's provider), with a pool of its own of one.
+	o := *node.Options()
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 0, 0
+	probe := goredis.NewClient(&o)
 	defer probe.Close()
 	// One write: if the ACL refused MULTI, the INCRBY by 0 runs alone and
 	// the PEXPIREAT deletes what it made.
