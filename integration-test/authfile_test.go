@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,4 +177,120 @@ func TestRedisAuthFileThatCannotServeStopsStartUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// iamEnv is ElastiCache IAM authentication with static AWS credentials
+// from the environment (the first link of the SDK's default chain), and
+// nothing else of AWS reachable: no shared files, no instance metadata.
+func iamEnv(addr string) map[string]string {
+	return map[string]string{
+		"REDIS_URL": addr, "REDIS_AWS_IAM_AUTH": "true", "REDIS_AWS_IAM_USER_ID": "rl-user", "REDIS_AWS_IAM_CACHE_NAME": "rl-cache",
+		"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+	}
+}
+
+// TestRedisAWSIAMAuthConnectsAsTheUser runs the binary with
+// REDIS_AWS_IAM_AUTH against a local Redis whose only user is the
+// ElastiCache user id, without a password check (a local Redis cannot
+// verify AWS signatures; the token itself is held by src/elasticache's
+// tests against SigV4 worked out independently): every connection
+// authenticates as that user, the plain fixed-window path included, and
+// decisions are counted. Without TLS the start-up log says ElastiCache
+// needs it.
+func TestRedisAWSIAMAuthConnectsAsTheUser(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "rl-user", "on", "nopass", "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("ACL", "SETUSER", "default", "off"); err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "rl-user", Password: "x", MaxRetries: -1})
+	t.Cleanup(func() { admin.Close() })
+	env := writeConfig(t, map[string]string{"auth.yaml": `
+domain: auth
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`})
+	for k, v := range iamEnv(srv.Addr) {
+		env[k] = v
+	}
+	p := start(t, env)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK,
+		rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := p.should(t, "auth", configtest.Desc("k=iam")).GetOverallCode(); got != want {
+			t.Fatalf("call %d: %v, want %v", i+1, got, want)
+		}
+	}
+	// The plain path's probe (a transaction on a connection of its own)
+	// authenticated too, and a plain decision's transaction followed.
+	stats, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := commandStat(stats, "exec"); n < 2 {
+		t.Errorf("EXEC ran %d times, want the probe's and a plain decision's:\n%s", n, stats)
+	}
+	clients, err := admin.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var theirs int
+	for _, line := range strings.Split(strings.TrimSpace(clients), "\n") {
+		if !strings.Contains(line, "user=rl-user") {
+			t.Errorf("a connection not as the IAM user: %s", line)
+		}
+		theirs++
+	}
+	if theirs < 2 { // the service's, and ours
+		t.Errorf("CLIENT LIST has %d connections, want the service's beside ours:\n%s", theirs, clients)
+	}
+	if want := "REDIS_AWS_IAM_AUTH: ElastiCache accepts IAM authentication over TLS only"; !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("start-up log lacks %q:\n%s", want, p.stderr)
+	}
+	if strings.Contains(p.stderr.String(), "wJalrXUtnFEMI") || strings.Contains(p.stderr.String(), "X-Amz-Signature") {
+		t.Errorf("the logs hold a secret or a token:\n%s", p.stderr)
+	}
+}
+
+// TestRedisAWSIAMAuthThatCannotServeStopsStartUp: IAM beside a password,
+// without its user or cache, or without any AWS region, is named at
+// start-up.
+func TestRedisAWSIAMAuthThatCannotServeStopsStartUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"beside REDIS_AUTH", map[string]string{"REDIS_AUTH": "x"}, "REDIS_AWS_IAM_AUTH: and REDIS_AUTH or REDIS_AUTH_FILE are both set"},
+		{"no user", map[string]string{"REDIS_AWS_IAM_USER_ID": unset}, "REDIS_AWS_IAM_AUTH: needs REDIS_AWS_IAM_USER_ID"},
+		{"no region", map[string]string{"AWS_REGION": unset}, "REDIS_AWS_IAM_AUTH: no AWS region"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := writeConfig(t, map[string]string{"it.yaml": basicConfig})
+			for k, v := range iamEnv("127.0.0.1:1") {
+				env[k] = v
+			}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			code, out := runToExit(t, env)
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, output:\n%s\nwant a failure saying %q", code, out, tc.want)
+			}
+		})
+	}
+}
+
+// commandStat is the calls of cmd in an INFO commandstats answer.
+func commandStat(info, cmd string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
 }

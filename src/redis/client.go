@@ -30,8 +30,11 @@ type ClientOptions struct {
 	// secret applies without a restart. A user it leaves empty is the
 	// URL's.
 	Credentials func(ctx context.Context) (user, pass string, err error)
-	TLS         *tls.Config
-	PoolSize    int
+	// MaxConnAge closes a connection this long after it was made (0:
+	// never): ElastiCache ends IAM-authenticated ones after 12 hours.
+	MaxConnAge time.Duration
+	TLS        *tls.Config
+	PoolSize   int
 	// PoolTimeout is how long a call waits for a free connection when all
 	// PoolSize are busy (REDIS_POOL_ON_EMPTY_*); 0 means Timeout.
 	PoolTimeout time.Duration
@@ -147,11 +150,11 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		suser, spass := splitAuth(o.SentinelAuth)
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: d.master, SentinelAddrs: d.addrs,
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, CredentialsProviderContext: creds,
-			DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, ConnMaxLifetime: o.MaxConnAge, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	case "cluster":
 		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: d.addrs, Username: user, Password: pass,
-			CredentialsProviderContext: creds, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+			CredentialsProviderContext: creds, ConnMaxLifetime: o.MaxConnAge, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 	}
 	network := o.Network
@@ -159,7 +162,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		network = "tcp"
 	}
 	return goredis.NewClient(&goredis.Options{Network: network, Addr: d.addrs[0], Username: user, Password: pass,
-		CredentialsProviderContext: creds, DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
+		CredentialsProviderContext: creds, ConnMaxLifetime: o.MaxConnAge, DB: d.db, TLSConfig: tlsCfg, PoolSize: o.PoolSize, PoolTimeout: pt, DialTimeout: t, ReadTimeout: t, WriteTimeout: t,
 		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}), nil
 }
 

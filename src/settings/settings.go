@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/openrls/ratelimit/src/redis"
 )
 
 // Settings is the whole environment. Field docs give the default.
@@ -158,6 +160,15 @@ func (s Settings) Unused() []string {
 		"redis":    {"MEMCACHE_HOST_PORT", "MEMCACHE_SRV"},
 	}
 	var out []string
+	for _, r := range []struct {
+		prefix string
+		r      Redis
+	}{{"REDIS_", s.Redis}, {"REDIS_PERSECOND_", s.RedisPerSecondConfig}} {
+		if r.r.AWSIAMAuth && !r.r.TLS && !redis.WantsTLS(r.r.URL) {
+			out = append(out, r.prefix+"AWS_IAM_AUTH: ElastiCache accepts IAM authentication over TLS only, and "+r.prefix+
+				"TLS is not set (nor a rediss:// URL)")
+		}
+	}
 	if s.PrometheusMapperYAML != "" && !s.UsePrometheus {
 		out = append(out, "PROMETHEUS_MAPPER_YAML: ignored: USE_PROMETHEUS is not true, so nothing serves the mapping")
 	}

@@ -1,12 +1,14 @@
 package settings
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/openrls/ratelimit/src/elasticache"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/memcache"
 	"github.com/openrls/ratelimit/src/redis"
@@ -75,7 +77,16 @@ type Redis struct {
 	Auth       string `envconfig:"AUTH"`
 	// AuthFile holds "password" or "user:password", read again for every
 	// new connection (the name of envoyproxy/ratelimit PR #1224).
-	AuthFile              string `envconfig:"AUTH_FILE"`
+	AuthFile string `envconfig:"AUTH_FILE"`
+	// AWSIAMAuth authenticates to AWS ElastiCache (or MemoryDB) with IAM:
+	// a token signed for every new connection from the AWS SDK's default
+	// credential chain, as user AWSIAMUserID of cache AWSIAMCacheName
+	// (REDIS_AWS_IAM_AUTH, the name of envoyproxy/ratelimit PR #1224).
+	AWSIAMAuth            bool   `envconfig:"AWS_IAM_AUTH" default:"false"`
+	AWSIAMUserID          string `envconfig:"AWS_IAM_USER_ID"`
+	AWSIAMCacheName       string `envconfig:"AWS_IAM_CACHE_NAME"`
+	AWSIAMRegion          string `envconfig:"AWS_IAM_REGION"`
+	AWSIAMServerless      bool   `envconfig:"AWS_IAM_SERVERLESS" default:"false"`
 	SentinelAuth          string `envconfig:"SENTINEL_AUTH"`
 	TLS                   bool   `envconfig:"TLS" default:"false"`
 	TLSCACert             string `envconfig:"TLS_CACERT"`
@@ -335,6 +346,23 @@ func (r Redis) validate(prefix string, bad complaint) {
 	if (r.TLSClientCert == "") != (r.TLSClientKey == "") {
 		bad(prefix+"TLS_CLIENT_CERT", "and %sTLS_CLIENT_KEY must be set together", prefix)
 	}
+	r.validateAuth(prefix, bad)
+}
+
+// validateAuth checks where the credentials come from: REDIS_AUTH,
+// REDIS_AUTH_FILE or ElastiCache IAM, one at most, and that what they
+// need can be read now rather than failing every connection later.
+func (r Redis) validateAuth(prefix string, bad complaint) {
+	if r.AWSIAMAuth {
+		if r.Auth != "" || r.AuthFile != "" {
+			bad(prefix+"AWS_IAM_AUTH", "and %sAUTH or %sAUTH_FILE are both set: the credentials come from one of them", prefix, prefix)
+		}
+		if r.AWSIAMUserID == "" || r.AWSIAMCacheName == "" {
+			bad(prefix+"AWS_IAM_AUTH", "needs %sAWS_IAM_USER_ID (the ElastiCache user) and %sAWS_IAM_CACHE_NAME (the cache's name, not its endpoint)", prefix, prefix)
+		} else if _, err := r.iamSigner(); err != nil {
+			bad(prefix+"AWS_IAM_AUTH", "%v", err)
+		}
+	}
 	if r.AuthFile != "" {
 		if r.Auth != "" {
 			bad(prefix+"AUTH_FILE", "and %sAUTH are both set: the credentials come from one of them", prefix)
@@ -357,8 +385,15 @@ func (s Store) MemoryOptions() limiter.MemoryOptions {
 func (r Redis) ClientOptions() (redis.ClientOptions, error) {
 	opts := redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType, Auth: r.Auth,
 		SentinelAuth: r.SentinelAuth, PoolSize: r.PoolSize, Timeout: r.Timeout}
-	if r.AuthFile != "" {
+	switch {
+	case r.AuthFile != "":
 		opts.Credentials = redis.FileCredentials(r.AuthFile)
+	case r.AWSIAMAuth:
+		signer, err := r.iamSigner()
+		if err != nil {
+			return opts, fmt.Errorf("AWS_IAM_AUTH: %w", err)
+		}
+		opts.Credentials, opts.MaxConnAge = signer.Auth, elasticache.MaxConnAge
 	}
 	if r.PoolOnEmptyBehavior != "CREATE" { // WAIT and ERROR: wait this long for a connection, then fail
 		opts.PoolTimeout = r.PoolOnEmptyWaitDuration
@@ -371,6 +406,13 @@ func (r Redis) ClientOptions() (redis.ClientOptions, error) {
 		opts.TLS = tlsCfg
 	}
 	return opts, nil
+}
+
+// iamSigner is the ElastiCache IAM signer r describes (local AWS
+// configuration read; credentials are fetched at the first connection).
+func (r Redis) iamSigner() (*elasticache.Signer, error) {
+	return elasticache.New(context.Background(), elasticache.Options{CacheName: r.AWSIAMCacheName, UserID: r.AWSIAMUserID,
+		Region: r.AWSIAMRegion, Serverless: r.AWSIAMServerless})
 }
 
 // RedisOptions is the Redis store over the connection r describes.
