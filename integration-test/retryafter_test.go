@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/openrls/ratelimit/src/config/configtest"
+	"github.com/openrls/ratelimit/src/memcache/memcachedtest"
 	"github.com/openrls/ratelimit/src/redis/redistest"
 )
 
@@ -28,7 +29,7 @@ descriptors:
 `
 
 // TestDurationUntilResetIsTheWaitForTheNextAdmission runs the binary on
-// each store, spends each algorithm's limit and reads the rejected status:
+// each store (embedded, Redis, memcache), spends each algorithm's limit and reads the rejected status:
 // duration_until_reset (and the RateLimit-Reset header beside it) is how
 // long until a request like it could pass, not until the counter is empty.
 // A token bucket of 6 an hour gets a token every 10 minutes (the old answer:
@@ -41,6 +42,9 @@ func TestDurationUntilResetIsTheWaitForTheNextAdmission(t *testing.T) {
 	stores := map[string]func(t *testing.T) map[string]string{
 		"embedded": func(t *testing.T) map[string]string { return map[string]string{} },
 		"redis":    func(t *testing.T) map[string]string { return map[string]string{"REDIS_URL": redistest.Start(t).Addr} },
+		"memcache": func(t *testing.T) map[string]string {
+			return map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": memcachedtest.Start(t).Addr}
+		},
 	}
 	for name, storeEnv := range stores {
 		t.Run(name, func(t *testing.T) {
