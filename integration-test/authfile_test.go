@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -171,10 +170,7 @@ func TestRedisAuthFileThatCannotServeStopsStartUp(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			code, out := runToExit(t, env)
-			if code == 0 || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, output:\n%s\nwant a failure saying %q", code, out, tc.want)
-			}
+			exitsSaying(t, env, tc.want)
 		})
 	}
 }
@@ -230,7 +226,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := commandStat(stats, "exec"); n < 2 {
+	if n := redistest.ParseCommandStats(stats)["exec"].Calls; n < 2 {
 		t.Errorf("EXEC ran %d times, want the probe's and a plain decision's:\n%s", n, stats)
 	}
 	clients, err := admin.ClientList(context.Background()).Result()
@@ -276,21 +272,7 @@ func TestRedisAWSIAMAuthThatCannotServeStopsStartUp(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			code, out := runToExit(t, env)
-			if code == 0 || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, output:\n%s\nwant a failure saying %q", code, out, tc.want)
-			}
+			exitsSaying(t, env, tc.want)
 		})
 	}
-}
-
-// commandStat is the calls of cmd in an INFO commandstats answer.
-func commandStat(info, cmd string) int {
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
 }

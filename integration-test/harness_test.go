@@ -229,6 +229,15 @@ func (p *proc) stop(t testing.TB) {
 }
 
 // runToExit runs the binary expecting it to fail, returning code and output.
+// exitsSaying runs the server with env and expects it to stop at
+// start-up, its output saying want.
+func exitsSaying(t testing.TB, env map[string]string, want string) {
+	t.Helper()
+	if code, out := runToExit(t, env); code == 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output:\n%s\nwant a failure saying %q", code, out, want)
+	}
+}
+
 func runToExit(t testing.TB, env map[string]string) (int, string) {
 	t.Helper()
 	cmd, p := command(t, env)

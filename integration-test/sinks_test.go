@@ -117,10 +117,7 @@ func TestStatsSinkSettingsThatStopStartUp(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			code, out := runToExit(t, env)
-			if code == 0 || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, output:\n%s\nwant a failure saying %q", code, out, tc.want)
-			}
+			exitsSaying(t, env, tc.want)
 		})
 	}
 }

@@ -365,6 +365,12 @@ func (s *Server) CommandStats() (map[string]CommandStat, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseCommandStats(info), nil
+}
+
+// ParseCommandStats reads an INFO commandstats answer, however it was
+// asked for (a client authenticated as some user, say).
+func ParseCommandStats(info string) map[string]CommandStat {
 	out := map[string]CommandStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -385,7 +391,7 @@ func (s *Server) CommandStats() (map[string]CommandStat, error) {
 		}
 		out[name] = st
 	}
-	return out, nil
+	return out
 }
 
 // ScriptCalls sums stats' calls of Lua code: as a function (FCALL) or a
