@@ -98,7 +98,7 @@ func TestRedisPerSecond(t *testing.T) {
 			// per-second keys may have expired by now; the counts are
 			// counted.
 			// Each side's store also ran one INCRBY, by 0, in its
-			// permission probe for the plain path (src/redis/windows.go),
+			// permission probe for the plain path (src/redis/plainprobe.go),
 			// but on a Cluster, which keeps the function.
 			calls := func(side topology) (n int) {
 				for _, s := range side.servers {

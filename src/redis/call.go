@@ -32,15 +32,12 @@ type call struct {
 }
 
 // plainCall is a decision's hits as plain commands: INCRBY wkeys[i] by
-// costs[i], each key expiring at expireAt[i] (PEXPIREAT, sent unless the
-// key is known to exist: known[i]).
+// costs[i], each key expiring at expireAt[i] (PEXPIREAT ... NX).
 type plainCall struct {
 	wkeys    []string
 	costs    []int64
 	windows  []int64 // each hit's window number, by the estimate of Redis's clock
 	expireAt []int64 // ms since the Unix epoch: when each hit's window ends
-	tags     []uint64
-	known    []bool
 }
 
 // newCall is g's call: plain commands when the plain path serves (see
@@ -49,8 +46,7 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 	if now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
 		if est, ok := s.rclock.now(ctx); ok {
 			n, jitter := len(g.hits), s.jitter()
-			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n),
-				tags: make([]uint64, n), known: make([]bool, n)}
+			p := &plainCall{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n)}
 			for i, h := range g.hits {
 				period := int64(h.Rule.Period / time.Microsecond)
 				w := est / period
@@ -58,8 +54,6 @@ func (s *Store) newCall(ctx context.Context, now int64, mode scriptMode, g *grou
 				p.costs[i] = int64(h.Cost)
 				p.windows[i] = w
 				p.expireAt[i] = ((w+1)*period+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
-				p.tags[i] = s.known.tag(p.wkeys[i])
-				p.known[i] = s.known.has(p.tags[i])
 			}
 			return &call{keys: g.keys, plain: p}
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,11 +338,12 @@ func TestPlainAndFunctionAnswerAlike(t *testing.T) {
 	t.Fatal("no run stayed within one day-long window")
 }
 
-// A window key the process has seen exist is counted with INCRBY alone;
-// one Redis lost since (a flush here) is created by that INCRBY without a
-// TTL, and the store gives it its TTL right after: no key is left without
-// one.
-func TestKnownWindowsSkipTheTTLAndRepairALostKey(t *testing.T) {
+// Every plain hit carries its key's PEXPIREAT ... NX, even on a key the
+// store has counted before: so a key Redis lost since (a flush here), made
+// again by the next hit, has its TTL at once, as does one a transaction
+// run late makes (TestNoKeyWithoutATTLAfterRedisStalls, through the
+// binary).
+func TestPlainHitsAlwaysCarryTheirTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := single(t, srv)
 	s := newStore(t, c, Options{})
@@ -348,7 +351,7 @@ func TestKnownWindowsSkipTheTTLAndRepairALostKey(t *testing.T) {
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 100, Period: time.Hour, CountRejected: true}
 	hit := func() {
 		t.Helper()
-		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{known}:k", Rule: r, Cost: 1}}}); err != nil {
+		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{lost}:k", Rule: r, Cost: 1}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -363,25 +366,24 @@ func TestKnownWindowsSkipTheTTLAndRepairALostKey(t *testing.T) {
 		for range 3 {
 			hit()
 		}
-		st, err := srv.CommandStats()
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := c.FlushAll(context.Background()).Err(); err != nil { // Redis loses the key
 			t.Fatal(err)
 		}
 		hit()
+		st, err := srv.CommandStats()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if redisNow(t, c).Unix()/3600 != before.Unix()/3600 {
 			continue
 		}
-		if st["incrby"].Calls != 3 || st["pexpireat"].Calls != 1 {
-			t.Errorf("3 hits on one window: INCRBY %d, PEXPIREAT %d; want 3 and 1 (the key's first)", st["incrby"].Calls, st["pexpireat"].Calls)
+		if st["incrby"].Calls != 4 || st["pexpireat"].Calls != 4 {
+			t.Errorf("4 hits on one window: INCRBY %d, PEXPIREAT %d; want 4 and 4", st["incrby"].Calls, st["pexpireat"].Calls)
 		}
-		wk := windowKey(keyVersion+"{known}:k", before.Unix()/3600)
-		waitUntil(t, "the lost key, created again by a hit, has its TTL", func() bool {
-			ttl, err := c.PTTL(context.Background(), wk).Result()
-			return err == nil && ttl > 0
-		})
+		wk := windowKey(keyVersion+"{lost}:k", before.Unix()/3600)
+		if ttl, err := c.PTTL(context.Background(), wk).Result(); err != nil || ttl <= 0 {
+			t.Errorf("the lost key, made again by a hit: PTTL %v (%v), want its TTL", ttl, err)
+		}
 		return
 	}
 	t.Fatal("no run stayed within one hour-long window")
@@ -508,5 +510,93 @@ func TestPlainCountPastMaxIsSetBack(t *testing.T) {
 	})
 	if ttl, err := c.PTTL(context.Background(), wk).Result(); err != nil || ttl <= 0 {
 		t.Errorf("PTTL %v (%v) after the count was set back: want its TTL kept", ttl, err)
+	}
+}
+
+// The permission probe leaves no key behind, whichever of the plain
+// path's commands the ACL refuses, and says the path is off for good; with
+// all of them allowed it says it may serve.
+func TestPlainProbeLeavesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		without []string // none: every command allowed
+		ok      bool
+	}{{nil, true}, {[]string{"multi"}, false}, {[]string{"exec"}, false}, {[]string{"pexpireat"}, false}, {[]string{"incrby"}, false},
+		{[]string{"time"}, false}, {[]string{"multi", "pexpireat"}, false}, {[]string{"multi", "exec"}, false}} {
+		t.Run(fmt.Sprint("without ", tc.without), func(t *testing.T) {
+			acl := []string{"ACL", "SETUSER", "probe", "reset", "on", ">secret", "~*", "+@all"}
+			for _, cmd := range tc.without {
+				acl = append(acl, "-"+cmd)
+			}
+			if _, err := srv.Do(acl...); err != nil {
+				t.Fatal(err)
+			}
+			c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", Auth: "probe:secret", PoolSize: 2, Timeout: testTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ok, known := plainProbe(context.Background(), c)
+			if ok != tc.ok || !known {
+				t.Errorf("plainProbe = %v, %v; want %v, known", ok, known, tc.ok)
+			}
+			if n, err := srv.Do("DBSIZE"); err != nil || strings.TrimSpace(n) != "0" {
+				t.Errorf("after the probe, DBSIZE %q (%v); want 0: the probe left a key", n, err)
+			}
+		})
+	}
+}
+
+// An ACL that takes MULTI away from a running service's user: the
+// commands after the refused MULTI run on their own, and the decisions
+// are taken again by the function rather than failed, plain and scripted
+// ones sent in one transaction alike.
+func TestPlainMultiTakenAwayAtRunTime(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "svc", "reset", "on", ">secret", "~*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ClientOptions{URL: srv.Addr, Type: "single", Auth: "svc:secret", PoolSize: 4, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c, Options{Batch: true})
+	plainReady(t, s)
+	fixed := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 1000, Period: 24 * time.Hour, CountRejected: true}
+	sliding := limiter.Rule{Algorithm: limiter.SlidingWindow, Limit: 1000, Period: 24 * time.Hour, CountRejected: true}
+	hit := func(rule limiter.Rule, key string) error {
+		_, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: key, Rule: rule, Cost: 1}}})
+		return err
+	}
+	if err := hit(fixed, "{acl}:k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("ACL", "SETUSER", "svc", "-multi"); err != nil {
+		t.Fatal(err)
+	}
+	// Plain hits and the function's at once: the batcher sends them in
+	// one transaction.
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			for range 10 {
+				rule, key := fixed, "{acl}:k"
+				if i%2 == 1 {
+					rule, key = sliding, "{acl}:s"
+				}
+				if err := hit(rule, key); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of 200 decisions failed after MULTI was taken away", n)
+	}
+	if !s.plainOff.Load() {
+		t.Error("the plain path still serves after MULTI was refused")
 	}
 }

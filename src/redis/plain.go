@@ -23,17 +23,26 @@ import (
 // up whatever the answer, and the answer is the count against the limit.
 // So such a decision is sent as two commands per hit, INCRBY of its
 // window's key (win_key in state.lua: KEY|w) and PEXPIREAT of that key at
-// the window's end with NX, in one MULTI/EXEC with a TIME; once the
-// process knows the key exists (windows.go), the INCRBY alone. Redis spends
+// the window's end with NX, in one MULTI/EXEC with a TIME. Redis spends
 // about half the CPU on it that the function does (docs/performance.md).
+//
+// The PEXPIREAT goes with every INCRBY, even on a key the process has seen
+// exist: a transaction may run long after its caller gave up on it (Redis
+// stalled past REDIS_TIMEOUT by a busy script, DEBUG SLEEP, a paused
+// process), when its window's key has expired, and an INCRBY alone would
+// then make the key again without a TTL, for good. With its PEXPIREAT, a
+// late hit's key gets the window's end, which has passed: it is deleted at
+// once (TestNoKeyWithoutATTLAfterAStall). An earlier version sent the
+// INCRBY alone on known keys and mended a key the reply showed new; a
+// reply that never arrives mends nothing.
 //
 // One writer, one lifecycle. The function and this path write the same
 // keys the same way: a window's count is its own key, which gets its TTL
 // (the window's end) in the transaction that creates it and is never
 // dropped or shortened by anyone. So no writer can undo another's count,
-// and no key is without its TTL, whatever moment a process dies (nothing
-// of a transaction runs before its EXEC; windows.go says the one
-// exception, after Redis lost a key).
+// and no key is without its TTL, whatever moment a process dies or Redis
+// runs a transaction (nothing of a transaction runs before its EXEC, and
+// all of it runs at once).
 //
 // One clock. The function picks a hit's window by Redis's TIME. This path
 // must pick it before it sends, so it uses an estimate of Redis's clock
@@ -204,11 +213,9 @@ func windowKey(key string, w int64) string {
 // plainOutcomes answers g's hits from a plain call's counts as
 // fixed_count does in batch.lua, each where its window is the one Redis's
 // TIME fell in when they were counted; it returns the hits (as a group)
-// that are not, to be decided by the function, or nil. It notes the window
-// keys that now exist in known, and adds to repairs the keys the call
-// created without their TTL (see knownWindows) and the counts it took past
-// limiter.MaxCount.
-func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindows, repairs *[]repair) (*group, error) {
+// that are not, to be decided by the function, or nil. It adds to repairs
+// the counts the call took past limiter.MaxCount.
+func plainOutcomes(c *call, g *group, outs []limiter.Outcome, repairs *[]repair) (*group, error) {
 	r, ok := c.reply.(*plainReply)
 	if !ok || len(r.counts) != len(g.hits) {
 		return nil, fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
@@ -217,10 +224,6 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 	for j, h := range g.hits {
 		period := int64(h.Rule.Period / time.Microsecond)
 		w := c.plain.windows[j]
-		orphaned := c.plain.known[j] && r.counts[j] == c.plain.costs[j]
-		if orphaned {
-			*repairs = append(*repairs, repair{key: c.plain.wkeys[j], expireAt: c.plain.expireAt[j]})
-		}
 		if r.counts[j] > limiter.MaxCount {
 			*repairs = append(*repairs, repair{key: c.plain.wkeys[j]})
 		}
@@ -230,9 +233,6 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 			}
 			again.idx, again.keys, again.hits = append(again.idx, g.idx[j]), append(again.keys, g.keys[j]), append(again.hits, h)
 			continue
-		}
-		if !orphaned {
-			known.add(c.plain.tags[j]) // counted in its window: the key is there, with its TTL
 		}
 		// The count before this hit decides it, by the arithmetic every
 		// Go store shares (limiter's fixed step).
@@ -244,26 +244,30 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, known *knownWindow
 
 // plainRefused reports an error that says Redis will never run a plain
 // call's commands for this user (an ACL without them) or does not know
-// them: the function, which the ACL allowed, serves from then on.
+// them: the function, which the ACL allowed, serves from then on. A
+// refused EXEC comes as the transaction's EXECABORT naming the NOPERM, and
+// a refused MULTI as the EXEC that followed it ("EXEC without MULTI"; the
+// commands between ran on their own, each INCRBY with its PEXPIREAT, and
+// the function counts those hits again: an ACL changed under a running
+// service rejects a little sooner, never admits more).
 func plainRefused(err error) bool {
 	var reply goredis.Error
 	if !errors.As(err, &reply) {
 		return false
 	}
 	msg := strings.ToLower(reply.Error())
-	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "unknown command")
+	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "because of: noperm") ||
+		strings.Contains(msg, "unknown command") || strings.Contains(msg, "exec without multi")
 }
 
 // queuePlain queues c's commands on p: per hit, INCRBY of its window's key
-// and, unless the key is known to exist, PEXPIREAT of it at the window's
-// end, NX (a key that has its TTL keeps it).
+// and PEXPIREAT of it at the window's end, NX (a key that has its TTL
+// keeps it; see above for why it is never left out).
 func queuePlain(ctx context.Context, p goredis.Pipeliner, c *call) []*goredis.IntCmd {
 	counts := make([]*goredis.IntCmd, len(c.plain.wkeys))
 	for j, k := range c.plain.wkeys {
 		counts[j] = p.IncrBy(ctx, k, c.plain.costs[j])
-		if !c.plain.known[j] {
-			p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
-		}
+		p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
 	}
 	return counts
 }
@@ -294,4 +298,32 @@ func plainReplies(plain []*call, counts [][]*goredis.IntCmd, at *goredis.TimeCmd
 			c.reply = &plainReply{counts: n, at: t.UnixMicro()}
 		}
 	}
+}
+
+// repair is what a plain call's counts left to mend, in the background
+// after the answer: a count it took past limiter.MaxCount.
+type repair struct {
+	key string
+}
+
+// repairTimeout bounds the background call that mends them.
+const repairTimeout = 5 * time.Second
+
+// sendRepairs mends them in one pipeline, in the background: a count past
+// limiter.MaxCount is set back to it, as batch.lua's
+// fixed_count does (SET ... XX KEEPTTL: a key that expired meanwhile is
+// not made again). Without that, hits of the largest cost would take a
+// shared key to INCRBY's overflow, and every decision on it would fail
+// until its window ended.
+func sendRepairs(client goredis.UniversalClient, repairs []repair) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), repairTimeout)
+		defer cancel()
+		_, _ = client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, r := range repairs {
+				p.Do(ctx, "SET", r.key, limiter.MaxCount, "XX", "KEEPTTL")
+			}
+			return nil
+		})
+	}()
 }

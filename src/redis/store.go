@@ -80,7 +80,6 @@ type Store struct {
 	plainOK     atomic.Bool // plainProbe found the plain commands allowed
 	probeMu     sync.Mutex  // held by the one probe in flight
 	lastProbe   time.Time   // guarded by probeMu
-	known       *knownWindows
 	timeout     time.Duration
 	jitterMS    int64    // Options.ExpirationJitter in ms; 0: none
 	batch       *batcher // nil when pipelining is off
@@ -124,7 +123,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	_, cluster := client.(*goredis.ClusterClient)
 	s := &Store{client: client, runner: newRunner(client), cluster: cluster, prefix: opts.Prefix + keyVersion, clock: opts.Clock,
-		rclock: &redisClock{client: client}, known: newKnownWindows(), timeout: opts.Timeout,
+		rclock: &redisClock{client: client}, timeout: opts.Timeout,
 		jitterMS: max(opts.ExpirationJitter.Milliseconds(), 0)}
 	if opts.LocalCacheBytes > 0 {
 		s.cache = newOverCache(opts.LocalCacheBytes)
@@ -289,7 +288,7 @@ func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, 
 			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
 		case c.plain != nil:
 			var late *group
-			if late, err = plainOutcomes(c, g, outs, s.known, &repairs); late != nil {
+			if late, err = plainOutcomes(c, g, outs, &repairs); late != nil {
 				again = append(again, late)
 			}
 		default:
