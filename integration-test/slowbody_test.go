@@ -53,21 +53,29 @@ func (b *slowBody) Read(p []byte) (int, error) {
 // TestSlowPartialBodiesAreBounded: 3,000 streams from one address, each
 // declaring a request of nearly REQUEST_MAX_BYTES and sending all of it but
 // the last byte, then waiting, do not take the service's memory with them:
-// the bytes of unfinished messages count against the request-byte budget
-// and an address's against a quarter of it, and connections past either
-// are cut (ENHANCE_YOUR_CALM: request_budget_full, request_bytes).
-// Meanwhile a caller on a connection of its own is answered. Unguarded,
+// a stream counts from its HEADERS (an address holds at most 1,000 whose
+// request is not whole), the bytes of unfinished messages against the
+// request-byte budget and an address's against a quarter of it, and
+// streams past any of them are refused (RST_STREAM ENHANCE_YOUR_CALM:
+// pending_streams, request_budget_full, request_bytes). Meanwhile a caller
+// from another address is answered, every call. Unguarded,
 // the service held about 280 KB a stream (835 MB for 3,000).
 func TestSlowPartialBodiesAreBounded(t *testing.T) {
 	p := start(t, writeConfig(t, map[string]string{"it.yaml": basicConfig}))
 	p.should(t, "it", configtest.Desc("user=legit")) // its connection, open before the attack
 	base := memKB(t, p, "VmHWM")
-	quiet := latencies(t, p, 300, nil)
-	during := make(chan []time.Duration, 1)
+	quiet, _ := latencies(t, p, 300, nil)
+	type timed struct {
+		ds     []time.Duration
+		failed int
+	}
+	during := make(chan timed, 1)
 
 	stop := make(chan struct{})
-	// HTTP/2 without TLS, as gRPC speaks it on the port.
-	tr := &http.Transport{Protocols: new(http.Protocols), DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
+	// HTTP/2 without TLS, as gRPC speaks it on the port, from an address
+	// of its own: the well-behaved caller's is 127.0.0.1.
+	tr := &http.Transport{Protocols: new(http.Protocols), DialContext: (&net.Dialer{Timeout: 10 * time.Second,
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()
 	const streams, declared = 3000, 254 << 10
@@ -77,7 +85,10 @@ func TestSlowPartialBodiesAreBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	attacking := make(chan struct{})
-	go func() { during <- latencies(t, p, 300, attacking) }()
+	go func() {
+		ds, failed := latencies(t, p, 300, attacking)
+		during <- timed{ds, failed}
+	}()
 	for range streams {
 		wg.Add(1)
 		go func() {
@@ -109,25 +120,30 @@ func TestSlowPartialBodiesAreBounded(t *testing.T) {
 	peak := memKB(t, p, "VmHWM")
 	close(attacking)
 	d := <-during
-	held := latencies(t, p, 300, nil)
+	held, heldFailed := latencies(t, p, 300, nil)
+	if d.failed+heldFailed > 0 {
+		t.Errorf("a well-behaved caller on an address of its own: %d calls failed while the streams were sent, %d while held",
+			d.failed, heldFailed)
+	}
 	// A caller on its own connection is served while the streams are held.
 	if got := p.should(t, "it", configtest.Desc("user=legit")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("a well-behaved caller during the attack: %v", got)
 	}
-	// The guard refused to hold them all: connections were cut when their
-	// bodies would pass the budget (request_budget_full) or, held past
-	// their address's share, for abuse (request_bytes; unit-tested in
-	// h2guard, where the client's pace is the test's).
+	// The guard refused to hold them all: streams were refused past the
+	// address's pending streams, or when their bodies would pass the
+	// budget or their address's share (unit-tested in h2guard, where the
+	// client's pace is the test's).
 	m := metricsBody(t, p)
-	if cut := metricValue(m, `ratelimit_grpc_guard_total{event="request_budget_full"}`) +
-		metricValue(m, `ratelimit_grpc_guard_total{event="request_bytes"}`); cut < 1 {
-		t.Errorf("no connection cut for its unfinished bodies:\n%s", grepLines(m, "ratelimit_grpc_guard_total"))
+	if refused := metricValue(m, `ratelimit_grpc_guard_total{event="pending_streams"}`) +
+		metricValue(m, `ratelimit_grpc_guard_total{event="request_budget_full"}`) +
+		metricValue(m, `ratelimit_grpc_guard_total{event="request_bytes"}`); refused < 1 {
+		t.Errorf("no stream refused for its unfinished body:\n%s", grepLines(m, "ratelimit_grpc_guard_total"))
 	}
 	close(stop)
 	cancel()
 	t.Logf("%d streams: %d held, %d cut; %d MB sent; peak RSS %d MB (%d before); a caller's p50/p99 %v/%v quiet, %v/%v in %d calls while they were sent, %v/%v while held",
 		streams, full.Load(), failed.Load(), total.Load()>>20, peak>>10, base>>10, quantile(quiet, 0.5), quantile(quiet, 0.99),
-		quantile(d, 0.5), quantile(d, 0.99), len(d), quantile(held, 0.5), quantile(held, 0.99))
+		quantile(d.ds, 0.5), quantile(d.ds, 0.99), len(d.ds), quantile(held, 0.5), quantile(held, 0.99))
 	if peak-base > 200<<10 {
 		t.Errorf("peak RSS rose by %d MB with %d partial bodies held, want under 200 MB", (peak-base)>>10, full.Load())
 	}
@@ -135,23 +151,27 @@ func TestSlowPartialBodiesAreBounded(t *testing.T) {
 
 // latencies times up to n calls of a well-behaved caller, one at a time
 // on its own connection, until until closes (nil: all n); for the log,
-// never asserted.
-func latencies(t *testing.T, p *proc, n int, until <-chan struct{}) []time.Duration {
-	var out []time.Duration
+// never asserted. A call that fails is counted in failed, not timed.
+func latencies(t *testing.T, p *proc, n int, until <-chan struct{}) (out []time.Duration, failed int) {
 	for range n {
 		select {
 		case <-until:
-			return out
+			return out, failed
 		default:
 		}
 		begin := time.Now()
-		p.should(t, "it", configtest.Desc("user=timed"))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "it", Descriptors: descs(configtest.Desc("user=timed"))})
+		cancel()
+		if err != nil {
+			failed++
+			continue
+		}
 		out = append(out, time.Since(begin))
 	}
-	return out
+	return out, failed
 }
 
-// quantile is the q-quantile of ds (0 when empty).
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0

@@ -77,8 +77,9 @@ func (b *Budget) Give(n int64) { b.used.Add(-n) }
 // share is an address's count of body bytes, against its share of the
 // budget; refs counts the watched connections that use it.
 type share struct {
-	refs int
-	used atomic.Int64
+	refs     int
+	used     atomic.Int64
+	awaiting atomic.Int64 // its connections' pending streams (streams.go)
 }
 
 // message is where one client stream is in its messages: the prefix of
@@ -127,6 +128,7 @@ func (c *guardedConn) serverEnded(stream uint32) {
 	b := &c.body
 	midFrame := b.stream == stream && b.data > 0 && b.cur != &b.discard
 	_, midMessage := c.messages[stream]
+	c.settle(stream)
 	c.dropMessage(stream)
 	if midFrame {
 		b.discard = message{}
@@ -190,16 +192,25 @@ func (c *guardedConn) inboundData(p []byte) bool {
 	n := min(len(p), b.data)
 	b.data -= n
 	c.consume(p[:n])
-	var event Event
+	var refuse Event
+	cut := false
 	if c.in.skip == 0 {
-		event = c.endData()
+		if refuse = c.endData(); refuse != "" {
+			c.resetsAfter = max(c.resetsAfter, c.in.done)
+			cut = c.refuseLocked(b.stream, refuse)
+		}
 	}
 	c.mu.Unlock()
-	if event == "" {
+	if refuse == "" {
+		return false
+	}
+	c.refused(refuse)
+	if !cut {
+		c.sendResets()
 		return false
 	}
 	c.cut.Store(true)
-	c.goAway(event, true)
+	c.goAway(EventRefusedStreams, true)
 	return true
 }
 
@@ -237,15 +248,17 @@ func (c *guardedConn) consume(data []byte) {
 	}
 }
 
-// finish ends a message: what it held is given back. The caller holds mu.
+// finish ends a message of the stream being read: what it held is given
+// back, and the stream is no longer pending. The caller holds mu.
 func (c *guardedConn) finish(m *message) {
 	c.give(m.held)
 	m.held, c.body.fresh = 0, 0
+	c.settle(c.body.stream)
 }
 
 // endData ends the DATA frame being read: the bytes of a message still
-// unfinished are counted, and the event to cut the connection for
-// returned if they do not fit. The caller holds mu.
+// unfinished are counted, and the event to refuse its stream for returned
+// if they do not fit. The caller holds mu.
 func (c *guardedConn) endData() Event {
 	b := &c.body
 	m := b.cur
@@ -262,54 +275,48 @@ func (c *guardedConn) endData() Event {
 	}
 	n := b.fresh
 	if m == &b.scratch {
+		// What remembering it costs, counted as its bytes are: else a
+		// prefix byte on each of millions of streams grpc-go has closed
+		// (their data it drops) would hold a record each for a byte each.
+		n += messageCost
+	}
+	b.fresh = 0
+	if n == 0 {
+		return ""
+	}
+	if event := c.admitBytes(n); event != "" {
+		return event
+	}
+	if m == &b.scratch {
 		if c.messages == nil {
 			c.messages = map[uint32]*message{}
 		}
 		m = new(message)
 		*m = b.scratch
 		c.messages[b.stream] = m
-		// What remembering it costs, counted as its bytes are: else a
-		// prefix byte on each of millions of streams grpc-go has closed
-		// (their data it drops) would hold a record each for a byte each.
-		n += messageCost
-	}
-	b.fresh, b.cur = 0, m
-	if n == 0 {
-		return ""
-	}
-	if !c.gl.o.Bytes.Take(n) {
-		return EventBudgetFull
+		b.cur = m
 	}
 	m.held += n
 	if c.share != nil {
 		c.share.used.Add(n)
 	}
-	if c.overShareLocked(c.gl.now.Load()) {
-		return EventRequestBytes
-	}
 	return ""
 }
 
-// overShareLocked reports whether c's address is past its share of the
-// budget while c holds a message begun slowBody before now (ns) or
-// earlier. The caller holds mu.
-func (c *guardedConn) overShareLocked(now int64) bool {
-	if c.share == nil || c.share.used.Load() <= c.gl.o.Bytes.Max()/shareOfBudget {
-		return false
+// admitBytes takes n bytes of an unfinished message from the budget, or
+// returns why its stream is refused: the budget is full, or its address
+// would pass its share while the budget is over half full (an address's
+// burst of large requests, each finished in moments, passes while there
+// is room; the sweeper refuses its slow ones).
+func (c *guardedConn) admitBytes(n int64) Event {
+	budget := c.gl.o.Bytes
+	if c.share != nil && c.share.used.Load()+n > budget.Max()/shareOfBudget && budget.Used()+n > budget.Max()/2 {
+		return EventRequestBytes
 	}
-	for _, m := range c.messages {
-		if m.since <= now-int64(slowBody) {
-			return true
-		}
+	if !budget.Take(n) {
+		return EventBudgetFull
 	}
-	return false
-}
-
-// overShare is overShareLocked for the sweeper.
-func (c *guardedConn) overShare(now int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.overShareLocked(now)
+	return ""
 }
 
 // give gives back n bytes of bodies. The caller holds mu.
@@ -332,18 +339,6 @@ func (c *guardedConn) dropMessage(stream uint32) {
 	}
 }
 
-// oldestBody is when the longest-unfinished message began (ns), or the
-// maximum when none is unfinished.
-func (c *guardedConn) oldestBody() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	oldest := int64(1<<63 - 1)
-	for _, m := range c.messages {
-		oldest = min(oldest, m.since)
-	}
-	return oldest
-}
-
 // releaseBodies gives back everything c's bodies hold, and its address's
 // share (c closed).
 func (c *guardedConn) releaseBodies() {
@@ -351,6 +346,7 @@ func (c *guardedConn) releaseBodies() {
 	for stream := range c.messages {
 		c.dropMessage(stream)
 	}
+	c.settleAll()
 	c.mu.Unlock()
 	if c.share != nil {
 		c.gl.leaveShare(c.host)

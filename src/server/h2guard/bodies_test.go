@@ -36,7 +36,7 @@ func newBodyRig(budget int64) *bodyRig {
 // conn is another connection from the rig's address.
 func (r *bodyRig) conn() *guardedConn {
 	c := &guardedConn{Conn: discardConn{}, gl: r.gl, watch: true, waiting: map[uint32]int64{}, host: "192.0.2.1",
-		done: make(chan struct{})}
+		done: make(chan struct{}), resetsAfter: -1}
 	c.share = r.gl.joinShare(c.host)
 	return c
 }
@@ -132,12 +132,15 @@ func rawFrame(typ, flags byte, stream uint32) []byte {
 }
 
 // TestBodiesPastShare: an address whose unfinished messages pass a
-// quarter of the budget, over any number of connections, is not cut for it
-// while its messages are young (a client sending many large requests at
-// once); once one is slowBody old, the connection holding it is cut for
-// abuse (its address cools down), at its next frame or the sweeper's tick.
-// A connection whose bytes would pass the budget, full of other addresses'
-// bytes, is cut at once, without its address cooling down.
+// quarter of the budget, over any number of connections, is not refused
+// for it while its messages are young and the budget has room (a client
+// sending many large requests at once); once one is slowBody old, its
+// stream is refused for abuse (its address cools down) at the sweeper's
+// tick, and the connections stay. A message that would take its address
+// past its share while the budget is over half full is refused at once,
+// and one that would pass the budget, full of other addresses' bytes, too,
+// without its address cooling down. Every refusal gives its bytes back and
+// queues its stream's resets.
 func TestBodiesPastShare(t *testing.T) {
 	msg := grpcMessage(10000)
 	r := newBodyRig(40000) // a share of 10,000 bytes
@@ -147,46 +150,43 @@ func TestBodiesPastShare(t *testing.T) {
 	feedChunks(r.c, dataFrame(1, 0, msg[:6000], -1), 1)
 	feedChunks(other, dataFrame(1, 0, msg[:3000], -1), 1)
 	feedChunks(other, dataFrame(3, 0, msg[:2000], -1), 1)
-	if r.c.cut.Load() || other.cut.Load() || len(r.eventList()) != 0 {
-		t.Fatal("cut past the share with young messages")
+	if len(r.eventList()) != 0 {
+		t.Fatalf("refused past the share with young messages: %v", r.eventList())
 	}
 	r.now = r.now.Add(slowBody - time.Second)
 	r.gl.tick()
 	if len(r.eventList()) != 0 {
-		t.Fatalf("cut before slowBody: %v", r.eventList())
+		t.Fatalf("refused before slowBody: %v", r.eventList())
 	}
 	r.now = r.now.Add(time.Second)
 	r.gl.tick()
-	if got := r.eventList(); !slices.Equal(got, []Event{EventRequestBytes, EventRequestBytes}) {
-		t.Fatalf("past the share, slowBody later: events %v, want both connections cut (%q)", got, EventRequestBytes)
+	if got := r.eventList(); !slices.Equal(got, []Event{EventRequestBytes, EventRequestBytes, EventRequestBytes}) {
+		t.Fatalf("past the share, slowBody later: events %v, want its three streams refused (%q)", got, EventRequestBytes)
+	}
+	if r.c.cut.Load() || other.cut.Load() {
+		t.Error("a connection was cut: only its streams are refused")
 	}
 	if !r.gl.coolingHost("192.0.2.1") {
 		t.Error("the address does not cool down")
 	}
-	// The cuts close the connections in the background too (a GOAWAY's
-	// goroutine): whichever Close runs first gives the bytes back.
-	r.c.Close()
-	other.Close()
-	for deadline := time.Now().Add(10 * time.Second); r.gl.o.Bytes.Used() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("both closed: budget holds %d", r.gl.o.Bytes.Used())
-		}
-		time.Sleep(time.Millisecond)
+	if got := r.gl.o.Bytes.Used(); got != 0 {
+		t.Errorf("the refused streams' bytes are still held: %d", got)
+	}
+	if !slices.Equal(r.c.toServer, []uint32{1}) || !slices.Equal(sorted(other.toServer), []uint32{1, 3}) {
+		t.Errorf("resets for grpc-go: %v and %v, want [1] and [1 3]", r.c.toServer, other.toServer)
 	}
 
-	// A frame that comes while an old message of its connection holds the
-	// address past its share cuts it at once.
+	// Over half the budget taken (the codec's part): a message that would
+	// take its address past its share is refused at once.
 	r = newBodyRig(40000)
+	r.gl.o.Bytes.Take(15000)
 	feedChunks(r.c, dataFrame(1, 0, msg[:6000], -1), 1)
-	r.now = r.now.Add(slowBody)
-	r.gl.now.Store(r.now.UnixNano())
-	feedChunks(r.c, dataFrame(3, 0, msg[:3000], -1), 1)
-	if r.c.cut.Load() {
-		t.Fatal("cut within the share")
+	feedChunks(r.c, dataFrame(3, 0, msg[:5000], -1), 1)
+	if !slices.Equal(r.eventList(), []Event{EventRequestBytes}) || r.c.cut.Load() {
+		t.Fatalf("past the share with the budget over half full: events %v, cut %v; want stream 3 refused", r.eventList(), r.c.cut.Load())
 	}
-	feedChunks(r.c, dataFrame(5, 0, msg[:3000], -1), 1)
-	if !r.c.cut.Load() || !slices.Equal(r.eventList(), []Event{EventRequestBytes}) {
-		t.Fatalf("a frame past the share with an old message: cut %v, events %v", r.c.cut.Load(), r.eventList())
+	if got := r.gl.o.Bytes.Used(); got != 15000+6000+messageCost {
+		t.Errorf("budget holds %d, want the codec's and stream 1's", got)
 	}
 
 	// Whole requests being served hold some of the budget (the codec's
@@ -199,8 +199,11 @@ func TestBodiesPastShare(t *testing.T) {
 		c.host = net.IPv4(192, 0, 2, byte(10+i)).String()
 		c.share = r.gl.joinShare(c.host)
 		feedChunks(c, dataFrame(1, 0, msg[:9000], -1), 1)
-		if got := c.cut.Load(); got != (i == 3) {
-			t.Fatalf("address %d: cut %v", i, got)
+		if c.cut.Load() {
+			t.Fatalf("address %d: cut", i)
+		}
+		if got := len(c.toServer); got != map[bool]int{true: 1}[i == 3] {
+			t.Fatalf("address %d: %d streams refused", i, got)
 		}
 	}
 	if !slices.Equal(r.eventList(), []Event{EventBudgetFull}) || r.gl.coolingHost("192.0.2.13") {
@@ -208,8 +211,10 @@ func TestBodiesPastShare(t *testing.T) {
 	}
 }
 
+func sorted(s []uint32) []uint32 { return slices.Sorted(slices.Values(s)) }
+
 // TestStalledBody: a message still unfinished stalledBody after its first
-// byte cuts its connection at the sweeper's tick, for abuse.
+// byte has its stream refused at the sweeper's tick, for abuse.
 func TestStalledBody(t *testing.T) {
 	r := newBodyRig(1 << 20)
 	r.gl.conns.Store(r.c, struct{}{})
@@ -217,12 +222,15 @@ func TestStalledBody(t *testing.T) {
 	r.now = r.now.Add(stalledBody - time.Second)
 	r.gl.tick()
 	if len(r.eventList()) != 0 {
-		t.Fatalf("cut before stalledBody: %v", r.eventList())
+		t.Fatalf("refused before stalledBody: %v", r.eventList())
 	}
 	r.now = r.now.Add(2 * time.Second)
 	r.gl.tick()
-	if !slices.Equal(r.eventList(), []Event{EventStalledBody}) || !r.gl.coolingHost("192.0.2.1") {
-		t.Errorf("stalled past stalledBody: events %v, cooling %v", r.eventList(), r.gl.coolingHost("192.0.2.1"))
+	if !slices.Equal(r.eventList(), []Event{EventStalledBody}) || !r.gl.coolingHost("192.0.2.1") || r.c.cut.Load() {
+		t.Errorf("stalled past stalledBody: events %v, cooling %v, cut %v", r.eventList(), r.gl.coolingHost("192.0.2.1"), r.c.cut.Load())
+	}
+	if !slices.Equal(r.c.toServer, []uint32{1}) {
+		t.Errorf("resets for grpc-go: %v, want [1]", r.c.toServer)
 	}
 }
 
@@ -375,9 +383,6 @@ func TestFinishedRequestsLeaveNoRecord(t *testing.T) {
 		t.Fatal("a stream ended in the middle of its body's frame is not recorded")
 	}
 }
-
-// flagEndHeaders is HTTP/2's END_HEADERS flag, which the guard ignores.
-const flagEndHeaders = 0x4
 
 // BenchmarkUnaryCalls is the guard's work for one unary call on a
 // long-lived connection: the request's headers and message in, the

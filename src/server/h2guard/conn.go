@@ -32,6 +32,11 @@ type frameReader struct {
 	skip    uint32 // payload bytes of the current frame still to pass
 	// want is set by a frame's callback to see that frame's payload.
 	want bool
+	// done counts the frames read whole; lastAt is the offset, in the
+	// bytes of the last feed, of the last boundary between two frames
+	// (-1: none), and lastDone done there.
+	done, lastDone int
+	lastAt         int
 }
 
 // feed passes b through, calling frame for each complete frame header and
@@ -40,6 +45,10 @@ type frameReader struct {
 // true (stop), which ends the pass right after what it was shown.
 func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) (stop bool), payload func([]byte) (stop bool)) int {
 	total := len(b)
+	f.lastAt = -1
+	if f.atBoundary() {
+		f.lastAt, f.lastDone = 0, f.done
+	}
 	for len(b) > 0 {
 		switch {
 		case f.preface > 0:
@@ -66,6 +75,10 @@ func (f *frameReader) feed(b []byte, frame func(typ, flags byte, stream uint32) 
 				}
 			}
 		}
+		if f.atBoundary() && f.lastAt != total-len(b) {
+			f.done++
+			f.lastAt, f.lastDone = total-len(b), f.done
+		}
 	}
 	return total
 }
@@ -80,7 +93,7 @@ func (f *frameReader) atBoundary() bool { return f.preface == 0 && f.skip == 0 &
 
 // startWatching makes gc parse its frames, and the sweeper look at it.
 func (gl *Listener) startWatching(gc *guardedConn) {
-	gc.watch, gc.waiting, gc.in = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}
+	gc.watch, gc.waiting, gc.in, gc.resetsAfter = true, map[uint32]int64{}, frameReader{preface: len(clientPreface)}, -1
 	gc.share = gl.joinShare(gc.host)
 	gc.done = make(chan struct{})
 	gl.conns.Store(gc, struct{}{})
@@ -165,6 +178,23 @@ type guardedConn struct {
 	// DATA frame being read (see bodies.go).
 	messages map[uint32]*message
 	body     body
+	// awaiting holds the client streams whose first request message is
+	// not whole yet → when their HEADERS came (ns); block is the header
+	// block being read (streams.go).
+	awaiting map[uint32]int64
+	block    headerBlock
+	// toServer and toClient are the refused streams whose RST_STREAM is
+	// still to hand grpc-go and to write to the client; carry is bytes
+	// read and fed, held behind resets for grpc-go; resetsAfter is in.done
+	// when the read path last refused a stream (-1: none waiting): the
+	// resets go in at a boundary after that frame;
+	// woken is set when the reader was woken for resets; abuseRefusals
+	// counts the streams refused for abuse (streams.go).
+	toServer, toClient []uint32
+	carry              []byte
+	resetsAfter        int
+	woken              atomic.Bool
+	abuseRefusals      int
 	// ended holds client streams the server ended (trailers or a reset)
 	// in the middle of their bodies' messages, which the client may still
 	// be sending: those bytes are
@@ -180,18 +210,14 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 		<-c.done
 		return 0, net.ErrClosed
 	}
-	n, err := c.Conn.Read(b)
-	if n > 0 && c.watch {
-		// Bytes past the frame that tripped a guard never reach grpc-go:
-		// a read carries hundreds of an attacker's frames, each a stream
-		// it would otherwise still start.
-		n = c.in.feed(b[:n], c.inbound, c.inboundData)
+	if !c.watch {
+		return c.Conn.Read(b)
 	}
-	return n, err
+	return c.readResets(b)
 }
 
-// inbound follows the client's streams and resets; it reports true when
-// the connection is to be cut.
+// inbound follows the client's streams, header blocks and resets; it
+// reports true when the connection is to be cut.
 func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 	if stream == 0 || stream%2 == 0 {
 		return false
@@ -203,47 +229,74 @@ func (c *guardedConn) inbound(typ, flags byte, stream uint32) bool {
 		c.in.want = c.in.skip > 0
 		return false
 	}
-	if typ != frameHeaders && typ != frameRST {
+	if typ != frameHeaders && typ != frameRST && typ != frameContinuation {
 		return false
 	}
 	c.mu.Lock()
-	var event Event
+	var event, refuse Event
 	if s := c.gl.now.Load() / int64(time.Second); s != c.second {
 		c.second, c.resets, c.opened = s, 0, 0
 	}
 	switch typ {
 	case frameHeaders:
+		event = c.beginBlock(flags, c.in.length())
 		if stream > c.last {
 			c.last = stream
 			c.opened++
 			c.lastStream.Store(c.gl.now.Load())
+			if flags&flagEndStream == 0 {
+				refuse = c.openPending(stream)
+			}
 		}
 		if flags&flagEndStream != 0 { // trailers: no more data
+			c.settle(stream)
 			c.dropMessage(stream)
 			delete(c.ended, stream)
 		}
+	case frameContinuation:
+		event = c.continueBlock(flags, c.in.length())
 	case frameRST:
-		delete(c.waiting, stream)
-		c.dropMessage(stream)
-		delete(c.ended, stream)
-		c.lastReset.Store(c.gl.now.Load())
-		// Many resets, and most of the streams opened: a client that
-		// cancels what it asks as a habit, not now and then.
-		allowed := c.gl.o.ResetsPerSecond
-		if c.probation {
-			allowed = min(allowed, probationResets)
-		}
-		if c.resets++; c.resets > allowed && 2*c.resets > c.opened {
-			event = EventRapidReset
+		event = c.clientReset(stream)
+	}
+	if refuse != "" && event == "" {
+		c.resetsAfter = max(c.resetsAfter, c.in.done)
+		if c.refuseLocked(stream, refuse) {
+			event = EventRefusedStreams
 		}
 	}
 	c.mu.Unlock()
+	if refuse != "" {
+		c.refused(refuse)
+	}
 	if event == "" {
+		if refuse != "" {
+			c.sendResets()
+		}
 		return false
 	}
 	c.cut.Store(true)
 	c.goAway(event, true)
 	return true
+}
+
+// clientReset follows a client's RST_STREAM; it returns the event to cut
+// the connection for, if any. The caller holds mu.
+func (c *guardedConn) clientReset(stream uint32) Event {
+	delete(c.waiting, stream)
+	c.settle(stream)
+	c.dropMessage(stream)
+	delete(c.ended, stream)
+	c.lastReset.Store(c.gl.now.Load())
+	// Many resets, and most of the streams opened: a client that
+	// cancels what it asks as a habit, not now and then.
+	allowed := c.gl.o.ResetsPerSecond
+	if c.probation {
+		allowed = min(allowed, probationResets)
+	}
+	if c.resets++; c.resets > allowed && 2*c.resets > c.opened {
+		return EventRapidReset
+	}
+	return ""
 }
 
 func (c *guardedConn) Write(b []byte) (int, error) {
@@ -255,8 +308,12 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.mu.Lock()
 	c.out.feed(b[:n], c.outbound, nil)
-	goAway := c.pending != "" && err == nil && c.out.atBoundary()
+	atBoundary := err == nil && c.out.atBoundary()
+	goAway, resets := atBoundary && c.pending != "", atBoundary && len(c.toClient) > 0
 	c.mu.Unlock()
+	if resets {
+		c.writeResets()
+	}
 	if goAway {
 		c.writeGoAway()
 	}

@@ -128,23 +128,43 @@ const (
 	// closed while it waited in line: it reset a stream before it was
 	// answered (see line.go)
 	EventResetInLine Event = "reset_in_line"
-	// closed: its unfinished request messages would pass its address's
-	// share of the request-byte budget (see bodies.go)
+	// stream refused: its unfinished request message would take its
+	// address past its share of the request-byte budget while the budget
+	// is over half full, or held it past the share for slowBody (see
+	// bodies.go)
 	EventRequestBytes Event = "request_bytes"
-	// closed: its unfinished request messages would pass the request-byte
-	// budget, full of others' (not held against its address)
+	// stream refused: its unfinished request message would pass the
+	// request-byte budget, full of others' (not held against its address)
 	EventBudgetFull Event = "request_budget_full"
-	// closed: a request message still unfinished 30 s after it began
+	// stream refused: a request message still unfinished 30 s after it
+	// began
 	EventStalledBody Event = "stalled_request_body"
+	// stream refused: its address holds pendingPerAddress streams whose
+	// request has not arrived (see streams.go)
+	EventPendingStreams Event = "pending_streams"
+	// stream refused: every address's such streams fill pendingInAll, and
+	// its address holds pendingFloor or more (not held against it)
+	EventPendingFull Event = "pending_streams_full"
+	// stream refused: its request not whole pendingTimeout after its
+	// HEADERS
+	EventStalledRequest Event = "stalled_request"
+	// closed: a header block past maxHeaderBlock bytes, or open for
+	// headerBlockTimeout
+	EventHeaderBlock Event = "header_block"
+	// closed: refusalsToCut of its streams were refused for abuse
+	EventRefusedStreams Event = "refused_streams"
 )
 
 // Events lists every event, for metrics.
 var Events = []Event{EventConnectionRefused, EventCallRefused, EventRapidReset, EventUnreadAnswers, EventProbationReplaced,
-	EventConnectionHeld, EventResetInLine, EventRequestBytes, EventBudgetFull, EventStalledBody}
+	EventConnectionHeld, EventResetInLine, EventRequestBytes, EventBudgetFull, EventStalledBody, EventPendingStreams, EventPendingFull,
+	EventStalledRequest, EventHeaderBlock, EventRefusedStreams}
 
-// abuse reports whether a connection closed for e was abusing the
-// protocol: its address then cools down.
-func (e Event) abuse() bool { return e != EventProbationReplaced && e != EventBudgetFull }
+// abuse reports whether a connection closed, or a stream refused, for e
+// was abusing the protocol: its address then cools down.
+func (e Event) abuse() bool {
+	return e != EventProbationReplaced && e != EventBudgetFull && e != EventPendingFull
+}
 
 // InFlightLimit is a unary interceptor that answers ResourceExhausted past
 // max calls in flight, rather than letting them queue without bound.

@@ -609,4 +609,5 @@ type discardConn struct{ net.Conn }
 func (discardConn) Write(b []byte) (int, error)      { return len(b), nil }
 func (discardConn) Close() error                     { return nil }
 func (discardConn) SetWriteDeadline(time.Time) error { return nil }
+func (discardConn) SetReadDeadline(time.Time) error  { return nil }
 func (discardConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)} }

@@ -42,6 +42,9 @@ type Listener struct {
 	// its share when it is watched, which may be under hostMu.
 	sharesMu sync.Mutex
 	shares   map[string]*share
+	// awaiting counts the pending streams of every connection
+	// (streams.go).
+	awaiting atomic.Int64
 	// now is the sweeper's clock (ns), a second coarse: stamping each
 	// stream with it costs a load, not a clock read.
 	now atomic.Int64
@@ -205,9 +208,9 @@ func (gl *Listener) sweep() {
 // tick advances now, ends the cooldowns that are over, admits from the
 // lines what may be admitted now (places on probation free with time, and
 // a line whose cooldown ended is admitted whole), empties the tarpits of
-// addresses whose cooldown ended, and closes the connections holding a
-// stream older than StreamWriteTimeout, a request message unfinished for
-// stalledBody, or slow bodies past their address's share.
+// addresses whose cooldown ended, closes the connections holding a stream
+// older than StreamWriteTimeout or a header block open for
+// headerBlockTimeout, and refuses the streams overdue (streams.go).
 func (gl *Listener) tick() {
 	now := gl.clock()
 	gl.now.Store(now.UnixNano())
@@ -228,27 +231,34 @@ func (gl *Listener) tick() {
 	}
 	gl.vacatePlaces(now.UnixNano())
 	gl.releaseTarpit(false)
-	// Every connection is judged before any is cut: a cut gives its bytes
-	// back (in the background), which would spare the address's other
-	// connections by chance of timing.
+	// Every connection is judged before any is cut or refused: a cut
+	// gives its bytes back (in the background), which would spare the
+	// address's other connections by chance of timing.
 	type cut struct {
 		c     *guardedConn
 		event Event
 	}
 	var cuts []cut
+	refusals := map[*guardedConn][]refusal{}
+	ns := now.UnixNano()
 	gl.conns.Range(func(k, _ any) bool {
 		c := k.(*guardedConn)
 		switch {
 		case c.oldestWaiting() < now.Add(-gl.o.StreamWriteTimeout).UnixNano():
 			cuts = append(cuts, cut{c, EventUnreadAnswers})
-		case c.oldestBody() < now.Add(-stalledBody).UnixNano():
-			cuts = append(cuts, cut{c, EventStalledBody})
-		case c.overShare(now.UnixNano()):
-			cuts = append(cuts, cut{c, EventRequestBytes})
+		case c.blockStalled(ns - int64(headerBlockTimeout)):
+			cuts = append(cuts, cut{c, EventHeaderBlock})
+		default:
+			if rs := c.overdue(ns); len(rs) > 0 {
+				refusals[c] = rs
+			}
 		}
 		return true
 	})
 	for _, x := range cuts {
 		x.c.goAway(x.event, false)
+	}
+	for c, rs := range refusals {
+		c.refuse(rs)
 	}
 }
