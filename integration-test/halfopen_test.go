@@ -3,9 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strings"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
