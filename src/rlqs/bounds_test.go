@@ -3,6 +3,7 @@ package rlqs_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -146,5 +147,73 @@ descriptors:
 	}
 	if n := rec.Largest(); n == 0 || n > 128 {
 		t.Errorf("the largest store call held %d keys, want 1 to 128", n)
+	}
+}
+
+// TestBucketIDBytesAreBounded: bucket ids count their bytes against a
+// stream's bound and all streams': past either a new bucket is refused
+// and counted, and a stream's bytes come back when its buckets go.
+func TestBucketIDBytesAreBounded(t *testing.T) {
+	t.Parallel()
+	conn, svc := serveService(t, rlqs.Options{Configs: load(t, fleetConfig), MaxIDBytes: 10 * 1000, MaxTotalIDBytes: 15 * 1000})
+	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	report := func(prefix string, n int) *rlqsv3.RateLimitQuotaUsageReports {
+		m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet"}
+		for i := range n {
+			// 6 + 994 bytes: 1,000 an id.
+			m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": fmt.Sprintf("%s%03d%s", prefix, i, strings.Repeat("x", 990))}}})
+		}
+		return m
+	}
+	buckets := func() int {
+		rec := httptest.NewRecorder()
+		svc.DebugHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/rlqs", nil))
+		var v struct {
+			Buckets int `json:"buckets"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Buckets
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Send(report("a", 12)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := first.Recv(); err != nil || len(resp.GetBucketAction()) != 10 {
+		t.Fatalf("a stream's 12 ids of 1,000 bytes under a bound of 10,000: answered %d (%v), want 10", len(resp.GetBucketAction()), err)
+	}
+	second, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Send(report("b", 8)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := second.Recv(); err != nil || len(resp.GetBucketAction()) != 5 {
+		t.Fatalf("a second stream's 8 under all streams' 15,000: answered %d (%v), want 5", len(resp.GetBucketAction()), err)
+	}
+	if got := buckets(); got != 15 {
+		t.Errorf("tracking %d buckets, want 15", got)
+	}
+	// The first stream goes: its bytes come back, and a third stream
+	// takes 10.
+	_ = first.CloseSend()
+	waitFor(t, "the first stream's buckets to go", func() bool { return buckets() == 5 })
+	third, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := third.Send(report("c", 12)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := third.Recv(); err != nil || len(resp.GetBucketAction()) != 10 {
+		t.Errorf("after the first stream went, a third's 12: answered %d (%v), want 10", len(resp.GetBucketAction()), err)
 	}
 }

@@ -31,11 +31,12 @@ func (k kind) String() string { return kindNames[k] }
 
 // bucket is one bucket id of one stream.
 type bucket struct {
-	s      *stream
-	id     *rlqsv3.BucketId // as reported, echoed in every action
-	values map[string]string
-	cfg    *config.Config // the config kind and members come from
-	kind   kind
+	s       *stream
+	id      *rlqsv3.BucketId // as reported, echoed in every action
+	idBytes int              // its keys' and values' bytes
+	values  map[string]string
+	cfg     *config.Config // the config kind and members come from
+	kind    kind
 	// members are the bucket's shares, one per limit of its rule.
 	members []*member
 

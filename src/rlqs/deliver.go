@@ -5,6 +5,8 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // Delivery: every grant is reserved as if its message reached the Envoy
@@ -76,7 +78,12 @@ func (s *Service) deliver(ctx context.Context, gs sender, st *stream, stalled ch
 			default:
 			}
 		})
-		err := gs.Send(o.msg)
+		var err error
+		for _, part := range splitResponse(o.msg, maxPushBytes) {
+			if err = gs.Send(part); err != nil {
+				break
+			}
+		}
 		if !timer.Stop() {
 			// The bound passed during the send: the stream is ending.
 			s.undelivered(o)
@@ -88,6 +95,34 @@ func (s *Service) deliver(ctx context.Context, gs sender, st *stream, stalled ch
 		}
 		s.delivered(o)
 	}
+}
+
+// maxPushBytes is the most one message of assignments may take: gRPC
+// clients refuse messages past a limit of their own (grpc-java's and
+// grpc-go's default is 4 MiB, and one push of 36.5 MB broke such a client),
+// so a push of many buckets, or of large ids, goes as several messages,
+// each a whole number of actions.
+const maxPushBytes = 1 << 20
+
+// splitResponse splits msg into messages of at most max bytes each (an
+// action larger by itself goes alone), in order; msg itself when it fits.
+func splitResponse(msg *rlqsv3.RateLimitQuotaResponse, max int) []*rlqsv3.RateLimitQuotaResponse {
+	if proto.Size(msg) <= max {
+		return []*rlqsv3.RateLimitQuotaResponse{msg}
+	}
+	var parts []*rlqsv3.RateLimitQuotaResponse
+	cur, size := &rlqsv3.RateLimitQuotaResponse{}, 0
+	for _, a := range msg.GetBucketAction() {
+		// An action's bytes in the message: its own, its tag and length.
+		n := proto.Size(a) + 1 + protowire.SizeVarint(uint64(proto.Size(a)))
+		if size+n > max && len(cur.BucketAction) > 0 {
+			parts = append(parts, cur)
+			cur, size = &rlqsv3.RateLimitQuotaResponse{}, 0
+		}
+		cur.BucketAction = append(cur.BucketAction, a)
+		size += n
+	}
+	return append(parts, cur)
 }
 
 // delivered notes that o has left: its grants hand over at the next round.

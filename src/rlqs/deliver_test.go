@@ -130,7 +130,7 @@ func TestAPanicInSendingEndsTheStream(t *testing.T) {
 // the service's bound and granted to nobody, with no close to drop them.
 func TestAReportAfterItsStreamClosedIsDropped(t *testing.T) {
 	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t)})
-	st, err := s.open()
+	st, err := s.open("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func shortGrant(t *testing.T, failRefunds, appliedAnyway bool) (*Service, *rival
 	store := &rivalStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), failRefunds: failRefunds, appliedAnyway: appliedAnyway}
 	s := New(Options{Store: store, Configs: fleet(t), Clock: func() time.Time { return now }})
 	s.o.Logger = quietLogger()
-	st, err := s.open()
+	st, err := s.open("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,11 +201,11 @@ func TestALoweredGrantGivesBackItsExcess(t *testing.T) {
 			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 			s := New(Options{Store: mem, Configs: fleet(t), Clock: func() time.Time { return now }})
 			s.o.Logger = quietLogger()
-			st, err := s.open()
+			st, err := s.open("")
 			if err != nil {
 				t.Fatal(err)
 			}
-			other, err := s.open() // another Envoy, wanting 40 a second throughout
+			other, err := s.open("") // another Envoy, wanting 40 a second throughout
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +287,7 @@ func fleetStream(t *testing.T, clock func() time.Time) (*Service, *stream) {
 	t.Helper()
 	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t), Clock: clock})
 	s.o.Logger = quietLogger()
-	st, err := s.open()
+	st, err := s.open("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func TestReportsLendThroughTheService(t *testing.T) {
 			mem := limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1})
 			s := New(Options{Store: mem, Configs: oneLimit(t, tc.unit, tc.limit), Clock: func() time.Time { return now }})
 			s.o.Logger = quietLogger()
-			st, err := s.open()
+			st, err := s.open("")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,8 +35,8 @@ func newStats() *stats {
 	return &stats{
 		assignments: v("ratelimit_rlqs_assignments_total", "RLQS bucket actions sent, by kind (token_bucket, allow_all, unmatched, shadow, deny_all, abandon).", "kind"),
 		reported:    v("ratelimit_rlqs_reported_requests_total", "Requests Envoys reported through RLQS, by result (allowed, denied).", "result"),
-		anomalies:   v("ratelimit_rlqs_report_anomalies_total", "RLQS reports taken although they break the API's rules, by kind (empty_report, empty_bucket_id, domain_changed), and idle reports of a bucket just abandoned, skipped as stale (report_after_abandon).", "kind"),
-		refused:     v("ratelimit_rlqs_refused_total", "RLQS streams and buckets refused at a bound, by what (streams, buckets, total_buckets, bucket_id_entries, bucket_id_size).", "what"),
+		anomalies:   v("ratelimit_rlqs_report_anomalies_total", "RLQS reports taken although they break the API's rules, by kind (empty_report, empty_bucket_id, domain_changed), idle reports of a bucket just abandoned, skipped as stale (report_after_abandon), and reports past a stream's pace, held for its next (report_held) or dropped past RLQS_MAX_BUCKETS_PER_STREAM usages held (report_dropped).", "kind"),
+		refused:     v("ratelimit_rlqs_refused_total", "RLQS streams and buckets refused at a bound, by what (streams, buckets, total_buckets, bucket_id_entries, bucket_id_size, bucket_id_bytes, total_bucket_id_bytes), and streams ended for reporting more than twice RLQS_MAX_BUCKETS_PER_STREAM bucket usages in a second (report_rate).", "what"),
 		shadow:      c("ratelimit_rlqs_shadow_requests_total", "Requests reported on buckets whose rule is in shadow or quota mode (answered ALLOW_ALL)."),
 		abandoned:   c("ratelimit_rlqs_abandoned_buckets_total", "RLQS buckets abandoned after reporting no requests for RLQS_IDLE_ABANDON."),
 		storeErrors: c("ratelimit_rlqs_store_errors_total", "RLQS reservations the store failed: no grant was renewed for their buckets."),

@@ -15,7 +15,9 @@ type RLQS struct {
 	RLQSIdle     time.Duration `envconfig:"RLQS_IDLE_ABANDON" default:"60s"`
 	RLQSStreams  int           `envconfig:"RLQS_MAX_STREAMS" default:"10000"`
 	RLQSBuckets  int           `envconfig:"RLQS_MAX_BUCKETS_PER_STREAM" default:"10000"`
-	RLQSTotal    int           `envconfig:"RLQS_MAX_BUCKETS" default:"200000"`
+	RLQSTotal    int           `envconfig:"RLQS_MAX_BUCKETS" default:"50000"`
+	RLQSIDBytes  int           `envconfig:"RLQS_MAX_BUCKET_ID_BYTES_PER_STREAM" default:"4194304"`
+	RLQSIDTotal  int           `envconfig:"RLQS_MAX_BUCKET_ID_BYTES" default:"33554432"`
 	RLQSShared   bool          `envconfig:"RLQS_SHARED_COUNTERS" default:"false"`
 }
 
@@ -23,7 +25,7 @@ type RLQS struct {
 // adds the store, the configs and the log.
 func (s Settings) RLQSOptions() rlqs.Options {
 	return rlqs.Options{Push: s.RLQSPush, TTL: s.RLQSTTL, Delivery: s.RLQSDelivery, Idle: s.RLQSIdle,
-		MaxStreams: s.RLQSStreams, MaxBuckets: s.RLQSBuckets, MaxTotalBuckets: s.RLQSTotal}
+		MaxStreams: s.RLQSStreams, MaxBuckets: s.RLQSBuckets, MaxTotalBuckets: s.RLQSTotal, MaxIDBytes: s.RLQSIDBytes, MaxTotalIDBytes: s.RLQSIDTotal}
 }
 
 func (s Settings) validateRLQS(bad complaint) {
@@ -44,7 +46,8 @@ func (s Settings) validateRLQS(bad complaint) {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"RLQS_MAX_STREAMS", s.RLQSStreams}, {"RLQS_MAX_BUCKETS_PER_STREAM", s.RLQSBuckets}, {"RLQS_MAX_BUCKETS", s.RLQSTotal}} {
+	}{{"RLQS_MAX_STREAMS", s.RLQSStreams}, {"RLQS_MAX_BUCKETS_PER_STREAM", s.RLQSBuckets}, {"RLQS_MAX_BUCKETS", s.RLQSTotal},
+		{"RLQS_MAX_BUCKET_ID_BYTES_PER_STREAM", s.RLQSIDBytes}, {"RLQS_MAX_BUCKET_ID_BYTES", s.RLQSIDTotal}} {
 		if n.v < 1 {
 			bad(n.name, "must be at least 1, got %d", n.v)
 		}
