@@ -1,7 +1,9 @@
 package config
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -121,5 +123,40 @@ func TestReadFileRefusesHugeFiles(t *testing.T) {
 	var ce *Error
 	if _, err := ReadFile(path); !errors.As(err, &ce) || ce.File != path {
 		t.Errorf("ReadFile(%d bytes) error = %v, want a *config.Error naming the file", MaxFileBytes+1, err)
+	}
+}
+
+// TestConfigTotalIsBounded: files each under MaxFileBytes that together
+// pass MaxConfigBytes are refused, naming the file that passed it, and
+// the files after it are not read.
+func TestConfigTotalIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	each := MaxFileBytes - 1<<20
+	n := MaxConfigBytes/each + 2 // the last is past the bound
+	var paths []string
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("f%d.yaml", i))
+		body := fmt.Sprintf("domain: d%d\n#", i)
+		if err := os.WriteFile(p, append([]byte(body), bytes.Repeat([]byte("x"), each-len(body))...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	// The last file is not a config at all: were it read, its error
+	// would show.
+	if err := os.WriteFile(paths[n-1], []byte("- not a mapping\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadFiles(paths, Options{})
+	var ce *Error
+	past := paths[MaxConfigBytes/each]
+	if !errors.As(err, &ce) || ce.File != past || !strings.Contains(err.Error(), "total more than") {
+		t.Fatalf("LoadFiles over %d bytes in all: %v, want an error naming %s", MaxConfigBytes, err, past)
+	}
+	if strings.Contains(err.Error(), "mapping") {
+		t.Errorf("a file after the bound was read: %v", err)
+	}
+	if _, err := LoadFiles(paths[:MaxConfigBytes/each], Options{}); err != nil {
+		t.Errorf("files under the bound in all: %v", err)
 	}
 }

@@ -30,7 +30,8 @@ type WatchOptions struct {
 	// Editors and ConfigMap updates produce bursts of events.
 	Debounce time.Duration
 	// MaxWait bounds how long a burst may postpone its reload: a change
-	// applies within it however often files keep changing. 0 means 1s.
+	// applies within it however often files keep changing, unless the
+	// reloads themselves are slow (see Run). 0 means 1s.
 	MaxWait time.Duration
 	// Reload is called after each burst. Its error is only reported through
 	// its own channels: the Watcher goes on watching.
@@ -60,22 +61,32 @@ func NewWatcher(o WatchOptions) (*Watcher, error) {
 	return &Watcher{o: o, w: w, targets: o.arm(w)}, nil
 }
 
+// reloadSpacing is how many times a reload's own duration must pass
+// before the next may start: reloads then take at most a quarter of a
+// core, however often files change. (10,000 files with one rewritten 100
+// times a second took 0.75 of a core, each reload reading every file, and
+// an RLS call's p99 from 1.6 to 49 ms.)
+const reloadSpacing = 3
+
 // Run reloads after each burst of changes until ctx ends, then releases the
 // watches. Every reload re-arms them, because a symlink swap replaces the
 // directories being watched. A burst reloads once events pause for
-// Debounce, and at the latest MaxWait after its first event.
+// Debounce, and at the latest MaxWait after its first event, but never
+// sooner than reloadSpacing times the last reload's duration after it
+// ended.
 func (wt *Watcher) Run(ctx context.Context) {
 	o, w := wt.o, wt.w
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var burst time.Time // the first event of the pending burst; zero when none is pending
+	var burst time.Time     // the first event of the pending burst; zero when none is pending
+	var notBefore time.Time // the earliest the next reload may start
 	schedule := func() {
 		now := time.Now()
 		if burst.IsZero() {
 			burst = now
 		}
-		timer.Reset(min(o.Debounce, burst.Add(o.MaxWait).Sub(now)))
+		timer.Reset(max(min(o.Debounce, burst.Add(o.MaxWait).Sub(now)), notBefore.Sub(now)))
 	}
 	for {
 		select {
@@ -96,8 +107,10 @@ func (wt *Watcher) Run(ctx context.Context) {
 			schedule()
 		case <-timer.C:
 			burst = time.Time{}
+			began := time.Now()
 			wt.targets = o.arm(w)
 			_ = o.Reload()
+			notBefore = time.Now().Add(reloadSpacing * time.Since(began))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -251,4 +252,55 @@ func dump(c *config.Config) string {
 	var b strings.Builder
 	_ = c.WriteDump(&b)
 	return b.String()
+}
+
+// TestSlowReloadsAreSpaced: with a file rewritten every 10 ms and each
+// reload taking 400 ms, the next reload waits reloadSpacing times that
+// after it: reloads keep coming, but take at most a quarter of the time.
+// (Without the spacing they ran back to back, MaxWait passing during each.)
+func TestSlowReloadsAreSpaced(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), limitConfig("a", 1))
+	var mu sync.Mutex
+	var spans [][2]time.Time // each reload's start and end
+	w, err := NewWatcher(WatchOptions{Dir: dir, Debounce: 20 * time.Millisecond, MaxWait: 100 * time.Millisecond,
+		Reload: func() error {
+			began := time.Now()
+			time.Sleep(400 * time.Millisecond) // the reload's work
+			mu.Lock()
+			spans = append(spans, [2]time.Time{began, time.Now()})
+			mu.Unlock()
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 1000; i++ { // 10 s of writes, at most
+		<-tick.C
+		write(t, filepath.Join(dir, "a.yaml"), limitConfig("a", 2+i))
+		mu.Lock()
+		n := len(spans)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(spans) < 3 {
+		t.Fatalf("%d reloads in 10 s of writes, want them to keep coming", len(spans))
+	}
+	for i := 1; i < len(spans); i++ {
+		took := spans[i-1][1].Sub(spans[i-1][0])
+		// The watcher measures the reload a little longer than it ran.
+		if gap := spans[i][0].Sub(spans[i-1][1]); gap < reloadSpacing*took {
+			t.Errorf("reload %d began %v after the one before ended, which took %v: want at least %d times that", i+1, gap, took, reloadSpacing)
+		}
+	}
 }
