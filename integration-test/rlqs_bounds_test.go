@@ -2,10 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
