@@ -17,19 +17,21 @@ import (
 //
 //   - against the request-byte budget (Budget, GRPC_MAX_REQUEST_BYTES_IN_FLIGHT),
 //     which the server's codec then charges for the message while it is
-//     decoded and served: a connection whose bytes would pass it is cut
-//     (GOAWAY ENHANCE_YOUR_CALM) at once, as one that holds what others
-//     need, but its address does not cool down, since the budget may be
-//     full of other addresses' bytes;
+//     decoded and served: a stream whose bytes would pass it is refused
+//     (streams.go: that stream alone, its connection kept, since the
+//     connection may carry others' calls), but its address does not cool
+//     down, since the budget may be full of other addresses' bytes;
 //   - against its address's share of the budget (a quarter of it,
-//     shareOfBudget): while an address is past its share, a connection of
-//     it that holds a message begun slowBody ago or more is cut for abuse,
-//     and its address cools down (see probation.go), so that one address
-//     cannot hold most of the budget with bodies it does not finish. A
-//     client that sends many large requests at once, each finished in
-//     moments, is not cut for it;
+//     shareOfBudget): bytes that would take an address past its share
+//     while the budget is over half full have their stream refused for
+//     abuse (its address cools down, see probation.go), and while an
+//     address is past its share, each of its messages begun slowBody ago
+//     or more is refused so too, so that one address cannot hold most of
+//     the budget with bodies it does not finish. A client that sends many
+//     large requests at once, each finished in moments, is not refused for
+//     it while the budget has room;
 //   - against time: a message still not whole stalledBody after its first
-//     byte cuts its connection for abuse. A client that sends a message
+//     byte has its stream refused for abuse. A client that sends a message
 //     sends it at the speed of its link; Envoy's arrive in one frame.
 //
 // A message that ends in the DATA frame it began in (every request of

@@ -1,9 +1,11 @@
 // Package h2guard guards a gRPC listener against one client taking it away
 // from the others, below grpc-go: it caps connections (in all and per
 // address), watches every connection's HTTP/2 frame headers (plaintext as
-// accepted, TLS after the handshake) to cut rapid resets and connections
-// whose answers are not read, puts an abusing address on probation, and
-// bounds the calls in flight.
+// accepted, TLS after the handshake) to cut rapid resets, connections
+// whose answers are not read and header blocks past their size or time,
+// refuses single streams past the bounds on streams without their request
+// and on request bytes (streams.go, bodies.go), puts an abusing address on
+// probation, and bounds the calls in flight.
 package h2guard
 
 import (
