@@ -136,18 +136,35 @@ func (c *h2) reset(id uint32) error {
 // returns its error code; ok is false if the connection ended without one.
 func goAway(t *testing.T, frames <-chan http2.Frame) (code http2.ErrCode, ok bool) {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
+	code, ok, timedOut := awaitGoAway(frames, 20*time.Second)
+	if timedOut {
+		t.Fatal("no GOAWAY within 20 s")
+	}
+	return code, ok
+}
+
+// waitGoAway is goAway for any goroutine, waiting up to a minute: ok is
+// false if none came.
+func waitGoAway(frames <-chan http2.Frame) (code http2.ErrCode, ok bool) {
+	code, ok, _ = awaitGoAway(frames, time.Minute)
+	return code, ok
+}
+
+// awaitGoAway waits up to limit for the server's GOAWAY or the end of the
+// connection.
+func awaitGoAway(frames <-chan http2.Frame, limit time.Duration) (code http2.ErrCode, ok, timedOut bool) {
+	timeout := time.After(limit)
 	for {
 		select {
 		case f, open := <-frames:
 			if !open {
-				return 0, false
+				return 0, false, false
 			}
 			if g, is := f.(*http2.GoAwayFrame); is {
-				return g.ErrCode, true
+				return g.ErrCode, true, false
 			}
 		case <-timeout:
-			t.Fatal("no GOAWAY within 20 s")
+			return 0, false, true
 		}
 	}
 }

@@ -63,25 +63,6 @@ func settled(t *testing.T, c *h2, frames <-chan http2.Frame) (resets int, cut bo
 	}
 }
 
-// waitGoAway waits, up to a minute, for the server's GOAWAY and returns
-// its code; ok is false if none came.
-func waitGoAway(frames <-chan http2.Frame) (code http2.ErrCode, ok bool) {
-	timeout := time.After(time.Minute)
-	for {
-		select {
-		case f, open := <-frames:
-			if !open {
-				return 0, false
-			}
-			if g, is := f.(*http2.GoAwayFrame); is {
-				return g.ErrCode, true
-			}
-		case <-timeout:
-			return 0, false
-		}
-	}
-}
-
 // caller runs well-behaved calls on a connection of its own from
 // 127.0.0.1 until stop closes (at most n), counting those that fail.
 type caller struct {
@@ -279,18 +260,7 @@ func TestSlowBodiesLeaveEnvoysConnection(t *testing.T) {
 				for time.Now().Before(end) {
 					done := make(chan struct{})
 					body := &slowBody{declared: declared, stop: stop, total: &total, full: func() { full.Add(1); close(done) }}
-					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.grpcAddr+
-						"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", body)
-					req.Header.Set("content-type", "application/grpc")
-					req.Header.Set("te", "trailers")
-					errc := make(chan error, 1)
-					go func() {
-						resp, err := tr.RoundTrip(req)
-						if err == nil {
-							resp.Body.Close()
-						}
-						errc <- err
-					}()
+					errc := sendSlow(ctx, tr, p.grpcAddr, body)
 					select {
 					case <-done:
 						once()

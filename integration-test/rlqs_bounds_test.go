@@ -121,7 +121,14 @@ func TestRLQSMemoryIsBoundedByBytes(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	largest := 0
-	for s := range 9 {
+	// One stream alone first, past its own bound; then eight at once,
+	// which pass all streams' together.
+	first, err := rlqsFill(t, small, 1500, idOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	largest = first
+	for s := 1; s < 9; s++ {
 		wg.Go(func() {
 			n, err := rlqsFill(t, small, 1500, idOf(s))
 			mu.Lock()
@@ -203,6 +210,7 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 	began := time.Now()
 	end := began.Add(5 * time.Second)
 	var sent, ended atomic.Int64
+	var fast atomic.Bool // some stream sent more than 300 reports in a second
 	for s := range 10 {
 		wg.Go(func() {
 			msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
@@ -214,7 +222,7 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 			tick := time.NewTicker(floodEvery)
 			defer tick.Stop()
 			for streams := 0; streams < 100 && time.Now().Before(end); streams++ {
-				if floodStream(t, p, msg, tick, end, &sent) {
+				if floodStream(t, p, msg, tick, end, &sent, &fast) {
 					ended.Add(1)
 				}
 			}
@@ -239,8 +247,15 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 	refused := metricValue(m, `ratelimit_rlqs_refused_total{what="report_rate"}`)
 	t.Logf("%d reports sent in %v, %v held, %v streams ended (%d seen); the service's CPU %v; an RLS caller beside it: %d calls, %d failed, slowest %v",
 		sent.Load(), took, held, refused, ended.Load(), used, during.ok.Load(), during.failed.Load(), time.Duration(during.worst.Load()))
-	if held < 1 || refused < 1 || ended.Load() < 1 {
-		t.Error("no report held past the pace, or no stream ended past 20,000 usages a second")
+	if held < 1 {
+		t.Error("no report held past the pace")
+	}
+	// A client slowed down (the race detector: a few hundred reports a
+	// second in all) may never pass the bound; one that sent more than
+	// 300 reports of 100 buckets on a stream in a second did, whatever
+	// the split of the seconds between its clock and the service's.
+	if fast.Load() && ended.Load() < 1 {
+		t.Error("a stream reported past 20,000 bucket usages in a second and was not ended")
 	}
 	if during.failed.Load() > 0 {
 		t.Errorf("%d RLS calls failed beside the flood", during.failed.Load())
@@ -253,7 +268,8 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 // floodStream opens a stream and sends msg on it at every tick until end
 // or until the service ends it; it reports whether the service ended it
 // with ResourceExhausted.
-func floodStream(t *testing.T, p *proc, msg *rlqsv3.RateLimitQuotaUsageReports, tick *time.Ticker, end time.Time, sent *atomic.Int64) bool {
+func floodStream(t *testing.T, p *proc, msg *rlqsv3.RateLimitQuotaUsageReports, tick *time.Ticker, end time.Time, sent *atomic.Int64,
+	fast *atomic.Bool) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(ctx)
@@ -269,12 +285,20 @@ func floodStream(t *testing.T, p *proc, msg *rlqsv3.RateLimitQuotaUsageReports, 
 			}
 		}
 	}()
+	var second int64
+	inSecond := 0
 	for n := 0; n < 10000 && time.Now().Before(end); n++ {
 		<-tick.C
 		if err := st.Send(msg); err != nil {
 			return grpcstatus.Code(<-status) == codes.ResourceExhausted
 		}
 		sent.Add(1)
+		if s := time.Now().Unix(); s != second {
+			second, inSecond = s, 0
+		}
+		if inSecond++; inSecond > 300 {
+			fast.Store(true)
+		}
 		select {
 		case err := <-status:
 			return grpcstatus.Code(err) == codes.ResourceExhausted

@@ -95,19 +95,7 @@ func TestSlowPartialBodiesAreBounded(t *testing.T) {
 			defer wg.Done()
 			done := make(chan struct{})
 			body := &slowBody{declared: declared, stop: stop, total: &total, full: func() { full.Add(1); close(done) }}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.grpcAddr+
-				"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", body)
-			req.Header.Set("content-type", "application/grpc")
-			req.Header.Set("te", "trailers")
-			errc := make(chan error, 1)
-			go func() {
-				resp, err := tr.RoundTrip(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				errc <- err
-			}()
+			errc := sendSlow(ctx, tr, p.grpcAddr, body)
 			select {
 			case <-done: // held: the server keeps the stream open
 			case <-errc: // cut, or answered before the body was whole
@@ -147,6 +135,25 @@ func TestSlowPartialBodiesAreBounded(t *testing.T) {
 	if peak-base > 200<<10 {
 		t.Errorf("peak RSS rose by %d MB with %d partial bodies held, want under 200 MB", (peak-base)>>10, full.Load())
 	}
+}
+
+// sendSlow sends body as a ShouldRateLimit request over tr to addr, in
+// the background: the channel carries the round trip's error (nil once
+// the server answered, its answer read).
+func sendSlow(ctx context.Context, tr *http.Transport, addr string, body io.Reader) <-chan error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", body)
+	req.Header.Set("content-type", "application/grpc")
+	req.Header.Set("te", "trailers")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	return errc
 }
 
 // latencies times up to n calls of a well-behaved caller, one at a time

@@ -248,8 +248,9 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, repairs *[]repair)
 // refused EXEC comes as the transaction's EXECABORT naming the NOPERM, and
 // a refused MULTI as the EXEC that followed it ("EXEC without MULTI"; the
 // commands between ran on their own, each INCRBY with its PEXPIREAT, and
-// the function counts those hits again: an ACL changed under a running
-// service rejects a little sooner, never admits more).
+// the function counts those hits again, as it does the scripted calls
+// sent with them, run again alone: an ACL changed under a running service
+// rejects a little sooner, never admits more).
 func plainRefused(err error) bool {
 	var reply goredis.Error
 	if !errors.As(err, &reply) {

@@ -231,14 +231,9 @@ func sendPipelined(ctx context.Context, client goredis.UniversalClient, merge, f
 		_, err := client.TxPipelined(ctx, queueAll)
 		plainReplies(plain, counts, at)
 		if len(scripted) > 0 && (goredis.HasErrorPrefix(err, "EXECABORT") || plainRefused(err)) {
-			// Redis refused a command of the transaction as it was queued
-			// (a plain one: an ACL, maxmemory), so nothing of it ran: the
-			// scripted calls run again, alone. Or it refused the MULTI (an
-			// ACL changed under the service), so each command ran on its
-			// own and every reply names the refusal: the scripted calls
-			// run again too, which counts their hits twice, once (rejects
-			// a little sooner, never admits more), where failing them
-			// would answer UNAVAILABLE.
+			// Redis refused a command as it was queued (an ACL, maxmemory):
+			// nothing ran. Or it refused the MULTI (see plainRefused): each
+			// ran alone. Either way the scripted calls run again, alone.
 			sendPipelined(ctx, client, merge, fn, scripted, nil)
 			return
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -119,5 +121,24 @@ func TestReportCounter(t *testing.T) {
 	}
 	if !c.count(at.Add(time.Second), 1000, 1000) {
 		t.Error("the next second's reports refused")
+	}
+}
+
+// TestFloodedAddressesCoolDown: once a stream of an address was ended for
+// its report rate, that address's new streams are refused for
+// floodCooldown on the service's clock, and only that address's.
+func TestFloodedAddressesCoolDown(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := New(Options{Clock: func() time.Time { return now }})
+	s.cool("192.0.2.1", now)
+	if _, err := s.open("192.0.2.1"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a new stream of the flooding address: %v, want ResourceExhausted", err)
+	}
+	if _, err := s.open("192.0.2.2"); err != nil {
+		t.Errorf("another address's stream: %v", err)
+	}
+	now = now.Add(floodCooldown)
+	if _, err := s.open("192.0.2.1"); err != nil {
+		t.Errorf("after the cooldown: %v", err)
 	}
 }

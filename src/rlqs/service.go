@@ -3,20 +3,12 @@ package rlqs
 import (
 	"context"
 	"errors"
-	"io"
 	"math"
-	"net"
 	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
@@ -187,289 +179,12 @@ func (s *Service) Run(ctx context.Context) {
 	}
 }
 
-// stream is one Envoy's stream for one domain.
-type stream struct {
-	id      uint64
-	domain  string
-	buckets map[string]*bucket
-	// abandoned holds, by bucket key, when each bucket was abandoned
-	// (for abandonedFor): see report.
-	abandoned map[string]time.Time
-	out       chan *outgoing
-	// early is when a report of a fall of demand was last answered at
-	// once (see report): at most once a push, so that a client splitting
-	// its reports cannot make a round of each.
-	early time.Time
-	// closed is set when the stream ends: a report its receiver had
-	// already read is then dropped, not taken into buckets nobody drops.
-	closed bool
-	// idBytes is the bytes of its buckets' ids (Options.MaxIDBytes).
-	idBytes int
-}
-
-// abandonedFor is how long an abandoned bucket's key is remembered: past
-// a report interval (Envoy's is 5 s) and its delivery, a report that was
-// on its way when the abandon went out has arrived.
-const abandonedFor = 30 * time.Second
-
-// StreamRateLimitQuotas serves one Envoy: reports in, assignments out.
-func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
-	host := peerHost(gs.Context())
-	st, err := s.open(host)
-	if err != nil {
-		return err
-	}
-	defer s.close(st)
-	ctx, cancel := context.WithCancel(gs.Context())
-	defer cancel()
-	// Reports are read, and sends made, each on a goroutine of its own:
-	// a send blocked past the delivery bound must end the stream, which
-	// only returning from here does (it fails the blocked send).
-	ended := make(chan error, 2)
-	stalled := make(chan struct{}, 1)
-	go func() { ended <- s.safeDeliver(ctx, gs, st, stalled) }()
-	go func() { ended <- s.receive(ctx, gs, st) }()
-	select {
-	case err = <-ended:
-		return err
-	case <-stalled:
-		s.stats.stalled.Inc()
-		return status.Errorf(codes.Unavailable, "rlqs: the Envoy took no assignment for %v (RLQS_DELIVERY_BOUND): stream ended", s.o.Delivery)
-	}
-}
-
-// receive takes st's reports until the Envoy closes its side or a report
-// fails, and answers new buckets at once.
-func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], st *stream) error {
-	pace := reportPacer{tokens: reportBurst, last: s.o.Clock()}
-	var flood reportCounter
-	var h *heldReports // reports past the pace, taken in with the next one
-	for {
-		msg, err := gs.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil // the Envoy closed its side, or went away
-			}
-			return err
-		}
-		now := s.o.Clock()
-		if limit := 2 * max(s.o.MaxBuckets, DefaultMaxBuckets); !flood.count(now, len(msg.GetBucketQuotaUsages()), limit) {
-			s.stats.refused.WithLabelValues("report_rate").Inc()
-			s.cool(peerHost(gs.Context()), now)
-			return status.Errorf(codes.ResourceExhausted,
-				"rlqs: more than %d bucket usages reported in a second on one stream (twice RLQS_MAX_BUCKETS_PER_STREAM, at least its default): stream ended", limit)
-		}
-		if !pace.take(now) {
-			s.stats.anomalies.WithLabelValues("report_held").Inc()
-			h = s.hold(h, msg)
-			continue
-		}
-		if h != nil {
-			msg, h = h.report(s, msg), nil
-		}
-		due, err := s.safeReport(st, msg)
-		if err != nil {
-			return err
-		}
-		if len(due) > 0 {
-			// The initial report is answered at once, and so is a fall
-			// of demand: the share hands its room over a round sooner.
-			// The round runs to its end even if the stream goes
-			// meanwhile: what it reserves is then held for nobody, which
-			// is safe; cut short, it would count as a store error.
-			if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// A stream's reports are taken in at most reportsPerSecond, in bursts of
-// up to reportBurst: Envoy reports once an interval (every 1 s at the
-// shortest) and a gRPC client once a bucket's interval and for each new
-// bucket, far under it, while 10 streams reporting every 1 ms took 14 s of
-// CPU in 15 s and an ordinary call's p99 from 0.9 to 41 ms. A report past
-// the pace is held, merged by bucket, and taken in with the next one (a
-// bucket's reports less than a second apart are summed anyway, see
-// noteUsage): no count is lost while the stream lasts, and nothing of the
-// service is touched for it.
-const (
-	reportsPerSecond = 20
-	reportBurst      = 100
-)
-
-// A stream that reports more than twice MaxBuckets bucket usages (at
-// least twice DefaultMaxBuckets) in a second of the service's clock is
-// ended (ResourceExhausted), and its address's new streams refused for
-// floodCooldown: that is what
-// an Envoy holding the most buckets a stream may, every one of them new,
-// sends in a second at its shortest interval (a report of each new bucket
-// at once, and of all of them). Even held, a report costs its decoding and
-// merging, about 2.7 µs a bucket, almost all of it protobuf's: 10 streams
-// of 100 buckets every millisecond took more than a core that way.
-
-// floodCooldown is how long an address whose stream was ended for its
-// report rate has its new streams refused, before any of their reports is
-// decoded: reopened at once, each stream would cost the same again.
-// maxFlooded bounds the addresses remembered.
-const (
-	floodCooldown = 10 * time.Second
-	maxFlooded    = 10_000
-)
-
-// cool refuses host's new streams for floodCooldown from now.
-func (s *Service) cool(host string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.flooded == nil {
-		s.flooded = map[string]time.Time{}
-	}
-	if len(s.flooded) >= maxFlooded {
-		for h, until := range s.flooded {
-			if !now.Before(until) {
-				delete(s.flooded, h)
-			}
-		}
-		if len(s.flooded) >= maxFlooded {
-			return
-		}
-	}
-	s.flooded[host] = now.Add(floodCooldown)
-}
-
-// peerHost is the client's address without its port ("" when unknown).
-func peerHost(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	if a, ok := p.Addr.(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return p.Addr.String()
-}
-
-// reportCounter counts a stream's bucket usages in the current second of
-// the service's clock.
-type reportCounter struct {
-	second int64
-	n      int
-}
-
-// count counts n usages at now, and reports whether the stream is still
-// within max in this second.
-func (c *reportCounter) count(now time.Time, n, max int) bool {
-	if s := now.Unix(); s != c.second {
-		c.second, c.n = s, 0
-	}
-	c.n += n
-	return c.n <= max
-}
-
-// reportPacer is a stream's pace of reports: a token bucket on the
-// service's clock.
-type reportPacer struct {
-	tokens float64
-	last   time.Time
-}
-
-// take reports whether a report may be taken in at now.
-func (p *reportPacer) take(now time.Time) bool {
-	if d := now.Sub(p.last); d > 0 {
-		p.tokens = min(reportBurst, p.tokens+d.Seconds()*reportsPerSecond)
-	}
-	p.last = now
-	if p.tokens < 1 {
-		return false
-	}
-	p.tokens--
-	return true
-}
-
-// heldReports is a stream's reports past the pace, merged by bucket: each
-// bucket's requests and time summed, as one report of the span.
-type heldReports struct {
-	domain string
-	byKey  map[string]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-	order  []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
-}
-
-// hold merges msg's usages into h (nil: none held yet); past MaxBuckets
-// buckets held, a new bucket's usage is dropped (a client sending that
-// many that fast is not an Envoy).
-func (s *Service) hold(h *heldReports, msg *rlqsv3.RateLimitQuotaUsageReports) *heldReports {
-	if h == nil {
-		h = &heldReports{byKey: map[string]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{}}
-	}
-	if h.domain == "" {
-		h.domain = msg.GetDomain()
-	}
-	for _, u := range msg.GetBucketQuotaUsages() {
-		key := bucketKey(u.GetBucketId().GetBucket())
-		if m := h.byKey[key]; m != nil {
-			m.NumRequestsAllowed += u.GetNumRequestsAllowed()
-			m.NumRequestsDenied += u.GetNumRequestsDenied()
-			m.TimeElapsed = durationpb.New(m.GetTimeElapsed().AsDuration() + u.GetTimeElapsed().AsDuration())
-			continue
-		}
-		if len(h.order) >= s.o.MaxBuckets {
-			s.stats.anomalies.WithLabelValues("report_dropped").Inc()
-			continue
-		}
-		m := proto.CloneOf(u)
-		h.byKey[key] = m
-		h.order = append(h.order, m)
-	}
-	return h
-}
-
-// report is what h holds, with msg merged in, as one message.
-func (h *heldReports) report(s *Service, msg *rlqsv3.RateLimitQuotaUsageReports) *rlqsv3.RateLimitQuotaUsageReports {
-	s.hold(h, msg)
-	return &rlqsv3.RateLimitQuotaUsageReports{Domain: h.domain, BucketQuotaUsages: h.order}
-}
-
 // safeRound is round, a panic in it recovered (see recovered): the locks
 // it holds are released on the way out (round and locked defer them).
 func (s *Service) safeRound(ctx context.Context, only []*bucket) (err error) {
 	defer s.recovered(&err, "a grant round")
 	s.round(ctx, only)
 	return nil
-}
-
-func (s *Service) open(host string) (*stream, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if until, ok := s.flooded[host]; ok {
-		if s.o.Clock().Before(until) {
-			s.stats.refused.WithLabelValues("report_rate").Inc()
-			return nil, status.Errorf(codes.ResourceExhausted, "rlqs: a stream of this address reported too fast; new streams refused until %v",
-				until.UTC().Format(time.RFC3339))
-		}
-		delete(s.flooded, host)
-	}
-	if len(s.streams) >= s.o.MaxStreams {
-		s.stats.refused.WithLabelValues("streams").Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "this service already serves %d RLQS streams (RLQS_MAX_STREAMS)", s.o.MaxStreams)
-	}
-	s.nextID++
-	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
-		out: make(chan *outgoing, 8)}
-	s.streams[st] = struct{}{}
-	return st, nil
-}
-
-// close forgets the stream. What the store holds for its buckets stays
-// held until the windows pass: the Envoy may still enforce what it was
-// sent.
-func (s *Service) close(st *stream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range st.buckets {
-		s.drop(b)
-	}
-	st.closed = true
-	delete(s.streams, st)
 }
 
 func (s *Service) drop(b *bucket) {
@@ -586,31 +301,10 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 		s.stats.refused.WithLabelValues("total_buckets").Inc()
 		return nil
 	}
-	if len(values) > maxEntries {
-		s.stats.refused.WithLabelValues("bucket_id_entries").Inc()
+	size, ok := s.admitID(st, values)
+	if !ok {
 		return nil
 	}
-	size := 0
-	for k, v := range values {
-		if len(k) > maxField || len(v) > maxField {
-			s.stats.refused.WithLabelValues("bucket_id_size").Inc()
-			return nil
-		}
-		size += len(k) + len(v)
-	}
-	switch {
-	case size > maxIDBytes:
-		s.stats.refused.WithLabelValues("bucket_id_size").Inc()
-		return nil
-	case st.idBytes+size > s.o.MaxIDBytes:
-		s.stats.refused.WithLabelValues("bucket_id_bytes").Inc()
-		return nil
-	case s.idBytes+size > s.o.MaxTotalIDBytes:
-		s.stats.refused.WithLabelValues("total_bucket_id_bytes").Inc()
-		return nil
-	}
-	st.idBytes += size
-	s.idBytes += size
 	own := make(map[string]string, len(values))
 	for k, v := range values {
 		own[k] = v

@@ -12,9 +12,9 @@ import (
 //
 // grpc-go starts a handler (a goroutine, the stream's state, its decoded
 // headers) for every stream whose HEADERS arrive, and that handler waits
-// for the request message for as long as the client likes: 100,000
-// streams that sent HEADERS and never a body held 1.15 GB, and no byte
-// budget saw them, since they sent no bytes of a body. So the guard counts
+// for the request message for as long as the client likes, and no byte
+// budget saw such streams, since they send no bytes of a body
+// (docs/operations.md has what they held). So the guard counts
 // every client stream from its HEADERS until its first request message is
 // whole (or its client ends it, or the server does): a pending stream.
 //
