@@ -228,8 +228,8 @@ func TestUnfinishedHeaderBlocksAreCut(t *testing.T) {
 // × 67 streams × 250 KB bodies sent all but their last byte (just under
 // the request-byte budget), beside an "Envoy": one connection carrying
 // 100 callers of small requests and 10 of 20 KB. The attacker's address
-// holds at most its share of the budget while the budget is over half
-// full; its streams past it are refused, its slow ones refused after 10 s,
+// holds at most its share of the budget once the budget is over three
+// quarters full; its streams past it are refused, its slow ones refused after 10 s,
 // and Envoy's connection is never cut: every one of its calls is answered.
 // Before, Envoy's connection was cut whenever the budget was full
 // (request_budget_full), failing every call on it.

@@ -21,20 +21,24 @@ func GuardMetrics(reg *metrics.Registry, log logrus.FieldLogger) func(h2guard.Ev
 	counts := make(map[h2guard.Event]*atomic.Uint64, len(events))
 	for _, e := range events {
 		counts[e] = new(atomic.Uint64)
-		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed, refused or held in line and calls refused by the listener's guards, by event.",
+		reg.CounterFunc("ratelimit_grpc_guard_total", "gRPC connections closed, refused or held in line, and streams and calls refused, by the listener's guards, by event.",
 			prometheus.Labels{"event": string(e)}, func() float64 { return float64(counts[e].Load()) })
 	}
 	logged := map[h2guard.Event]*logthrottle.Throttle{}
 	for _, e := range []h2guard.Event{h2guard.EventRapidReset, h2guard.EventUnreadAnswers, h2guard.EventResetInLine,
-		h2guard.EventRequestBytes, h2guard.EventBudgetFull, h2guard.EventStalledBody} {
+		h2guard.EventRequestBytes, h2guard.EventBudgetFull, h2guard.EventStalledBody, h2guard.EventPendingStreams,
+		h2guard.EventPendingFull, h2guard.EventStalledRequest, h2guard.EventHeaderBlock, h2guard.EventRefusedStreams} {
 		logged[e] = &logthrottle.Throttle{Every: 10 * time.Second}
 	}
 	return func(e h2guard.Event) {
 		counts[e].Add(1)
 		if th := logged[e]; th != nil {
 			if n, ok := th.Due(time.Now()); ok {
-				log.WithField("event", string(e)).WithField("suppressed", n).
-					Warn("closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)")
+				what := "closed a gRPC connection abusing the protocol (counted in ratelimit_grpc_guard_total)"
+				if e.Stream() {
+					what = "refused a gRPC stream past the listener's bounds, its connection kept (counted in ratelimit_grpc_guard_total)"
+				}
+				log.WithField("event", string(e)).WithField("suppressed", n).Warn(what)
 			}
 		}
 	}

@@ -23,7 +23,7 @@ import (
 //     down, since the budget may be full of other addresses' bytes;
 //   - against its address's share of the budget (a quarter of it,
 //     shareOfBudget): bytes that would take an address past its share
-//     while the budget is over half full have their stream refused for
+//     while the budget is over three quarters full have their stream refused for
 //     abuse (its address cools down, see probation.go), and while an
 //     address is past its share, each of its messages begun slowBody ago
 //     or more is refused so too, so that one address cannot hold most of
@@ -307,12 +307,13 @@ func (c *guardedConn) endData() Event {
 
 // admitBytes takes n bytes of an unfinished message from the budget, or
 // returns why its stream is refused: the budget is full, or its address
-// would pass its share while the budget is over half full (an address's
-// burst of large requests, each finished in moments, passes while there
-// is room; the sweeper refuses its slow ones).
+// would pass its share while the budget is over three quarters full (an
+// address's burst of large requests, each finished in moments, passes
+// while there is room; the sweeper refuses its slow ones), so that one
+// address leaves others a quarter of it at least.
 func (c *guardedConn) admitBytes(n int64) Event {
 	budget := c.gl.o.Bytes
-	if c.share != nil && c.share.used.Load()+n > budget.Max()/shareOfBudget && budget.Used()+n > budget.Max()/2 {
+	if c.share != nil && c.share.used.Load()+n > budget.Max()/shareOfBudget && budget.Used()+n > budget.Max()/4*3 {
 		return EventRequestBytes
 	}
 	if !budget.Take(n) {

@@ -137,7 +137,7 @@ func rawFrame(typ, flags byte, stream uint32) []byte {
 // sending many large requests at once); once one is slowBody old, its
 // stream is refused for abuse (its address cools down) at the sweeper's
 // tick, and the connections stay. A message that would take its address
-// past its share while the budget is over half full is refused at once,
+// past its share while the budget is over three quarters full is refused at once,
 // and one that would pass the budget, full of other addresses' bytes, too,
 // without its address cooling down. Every refusal gives its bytes back and
 // queues its stream's resets.
@@ -176,16 +176,17 @@ func TestBodiesPastShare(t *testing.T) {
 		t.Errorf("resets for grpc-go: %v and %v, want [1] and [1 3]", r.c.toServer, other.toServer)
 	}
 
-	// Over half the budget taken (the codec's part): a message that would
-	// take its address past its share is refused at once.
+	// Over three quarters of the budget taken (the codec's part and its
+	// own): a message that would take its address past its share is
+	// refused at once.
 	r = newBodyRig(40000)
-	r.gl.o.Bytes.Take(15000)
+	r.gl.o.Bytes.Take(25000)
 	feedChunks(r.c, dataFrame(1, 0, msg[:6000], -1), 1)
 	feedChunks(r.c, dataFrame(3, 0, msg[:5000], -1), 1)
 	if !slices.Equal(r.eventList(), []Event{EventRequestBytes}) || r.c.cut.Load() {
-		t.Fatalf("past the share with the budget over half full: events %v, cut %v; want stream 3 refused", r.eventList(), r.c.cut.Load())
+		t.Fatalf("past the share with the budget over three quarters full: events %v, cut %v; want stream 3 refused", r.eventList(), r.c.cut.Load())
 	}
-	if got := r.gl.o.Bytes.Used(); got != 15000+6000+messageCost {
+	if got := r.gl.o.Bytes.Used(); got != 25000+6000+messageCost {
 		t.Errorf("budget holds %d, want the codec's and stream 1's", got)
 	}
 

@@ -132,8 +132,8 @@ const (
 	EventResetInLine Event = "reset_in_line"
 	// stream refused: its unfinished request message would take its
 	// address past its share of the request-byte budget while the budget
-	// is over half full, or held it past the share for slowBody (see
-	// bodies.go)
+	// is over three quarters full, or held it past the share for slowBody
+	// (see bodies.go)
 	EventRequestBytes Event = "request_bytes"
 	// stream refused: its unfinished request message would pass the
 	// request-byte budget, full of others' (not held against its address)
@@ -161,6 +161,16 @@ const (
 var Events = []Event{EventConnectionRefused, EventCallRefused, EventRapidReset, EventUnreadAnswers, EventProbationReplaced,
 	EventConnectionHeld, EventResetInLine, EventRequestBytes, EventBudgetFull, EventStalledBody, EventPendingStreams, EventPendingFull,
 	EventStalledRequest, EventHeaderBlock, EventRefusedStreams}
+
+// Stream reports whether e refuses one stream, its connection kept (else
+// it closes, refuses or holds a connection, or refuses a call).
+func (e Event) Stream() bool {
+	switch e {
+	case EventRequestBytes, EventBudgetFull, EventStalledBody, EventPendingStreams, EventPendingFull, EventStalledRequest:
+		return true
+	}
+	return false
+}
 
 // abuse reports whether a connection closed, or a stream refused, for e
 // was abusing the protocol: its address then cools down.
