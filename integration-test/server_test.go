@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -224,5 +225,31 @@ func TestBinaryExplainsItself(t *testing.T) {
 	if m := metricsBody(t, p); !strings.Contains(m, `ratelimit_build_info{goversion="`+fields[len(fields)-1]+`"`) ||
 		!strings.Contains(m, `version="`+fields[1]+`"} 1`) {
 		t.Errorf("/metrics lacks ratelimit_build_info for %q", version)
+	}
+}
+
+// TestHelpAndExampleSayWhatIsRead: -h says that every file of the config
+// directory is read, as the loader does (a file without a .yaml name
+// serves its limits); and the shipped example config, on the embedded
+// store as make run serves it, starts without a warning.
+func TestHelpAndExampleSayWhatIsRead(t *testing.T) {
+	out, err := exec.Command(serverBin, "-h").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "every file in it") || strings.Contains(string(out), "*.yaml") {
+		t.Errorf("-h: %v, %q; want it to say every file of the directory is read", err, out)
+	}
+	p := start(t, writeConfig(t, map[string]string{"limits": basicConfig}))
+	if got := p.should(t, "it", configtest.Desc("user=a")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 2 {
+		t.Errorf("a config file named without .yaml: limit %d, want 2 (it is read)", got)
+	}
+	example, err := os.ReadFile("../examples/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := start(t, writeConfig(t, map[string]string{"ratelimit-config.yaml": string(example)}))
+	q.should(t, "example", configtest.Desc("generic_key=demo"))
+	for _, line := range strings.Split(q.stderr.String(), "\n") {
+		if strings.Contains(line, "level=warn") || strings.Contains(line, "ignored") {
+			t.Errorf("the example config on the embedded store logs: %s", line)
+		}
 	}
 }

@@ -17,7 +17,8 @@ Usage:
 It serves gRPC on GRPC_HOST:GRPC_PORT (0.0.0.0:8081), HTTP (/healthcheck, /json,
 /metrics) on HOST:PORT (0.0.0.0:8080) and its debug port on DEBUG_HOST:DEBUG_PORT
 (127.0.0.1:6070). Descriptor configs are read from
-RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (*.yaml, *.yml), or from xDS
+RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (every file in it, whatever
+its name: keep anything else out of it), or from xDS
 with CONFIG_TYPE=GRPC_XDS_SOTW. Counters are kept in Redis when REDIS_URL is set,
 else in the process (BACKEND_TYPE=memory).
 
