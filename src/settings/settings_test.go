@@ -2,6 +2,7 @@ package settings
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,14 @@ func TestLoad(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("Load() error = %v, want one containing %q", err, tc.wantErr)
+			}
+			// Each fact once: no setting is named twice in one error.
+			if err != nil {
+				for _, name := range Names() {
+					if len(regexp.MustCompile(`(^|[^A-Z_])`+name+`:`).FindAllString(err.Error(), -1)) > 1 {
+						t.Errorf("Load() error = %v: %s is named twice", err, name)
+					}
+				}
 			}
 		})
 	}
