@@ -398,3 +398,28 @@ func TestRedisPlainFixedWindowAsProductionRunsIt(t *testing.T) {
 		t.Errorf("PTTL %d ms, want the window's end, %d ms from Redis's TIME", ms, left)
 	}
 }
+
+// TestHealthFollowsRedisOnlyWhenAsked: with Redis down, /healthcheck
+// answers 200 by default (as the reference's), and 500 with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true (TestRedisKilledThenRestarted),
+// as the README's Redis flow says.
+func TestHealthFollowsRedisOnlyWhenAsked(t *testing.T) {
+	srv := redistest.Start(t)
+	p := start(t, redisEnv(t, map[string]string{"REDIS_URL": srv.Addr, "REDIS_TIMEOUT": "200ms"}))
+	srv.Stop()
+	_, err := p.client().ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: descs(configtest.Desc("k=a"))})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("with Redis down: error = %v, want Unavailable", err)
+	}
+	for range 3 { // the health check's own probes of Redis come and go
+		resp, err := http.Get("http://" + p.httpAddr + "/healthcheck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/healthcheck with Redis down, by default: %d, want 200", resp.StatusCode)
+		}
+		time.Sleep(500 * time.Millisecond) // spread over the health probes' interval
+	}
+}
