@@ -87,7 +87,7 @@ func TestRun(t *testing.T) {
 		{"explain a domain of a later set", append([]string{"-explain", "app", "remote_address=192.0.2.1"}, examplesYAML(t)...), 0,
 			"rule: remote_address (../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml:3)", nil},
 		{"a summary of every set, as the OK line counts", append([]string{"-summary"}, examplesYAML(t)...), 0,
-			"app: 1 rules (0 wildcard), 1 limits, from ../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml", nil},
+			"app: 1 rule (0 wildcard), 1 limit, from ../../examples/kubernetes/sidecar/app.yaml#app-ratelimit-config/app.yaml", nil},
 		{"a ConfigMap's bad entry is an error", []string{badCM}, 1, "", []string{badCM + "#app.yaml:3: descriptors[0]: missing key"}},
 		{"a file like nothing known is checked as a config", []string{neither}, 1, "", []string{neither + `:1: name: unknown field "name"`}},
 		{"flags after the path", []string{"../../examples/ratelimit-config.yaml", "-summary"}, 0, "example", nil},

@@ -55,7 +55,7 @@ func (c *Config) Summary() string {
 				}
 			}
 		})
-		fmt.Fprintf(&b, "%s: %d rules (%d wildcard), %d limits, from %s\n", name, rules, wild, limits, strings.Join(d.Files, ", "))
+		fmt.Fprintf(&b, "%s: %s (%d wildcard), %s, from %s\n", name, count(rules, "rule"), wild, count(limits, "limit"), strings.Join(d.Files, ", "))
 	}
 	return b.String()
 }
@@ -138,4 +138,12 @@ func (l *Limit) nameString() string {
 		s += fmt.Sprintf(", replaces %q", l.Replaces)
 	}
 	return s
+}
+
+// count is n things, singular for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
