@@ -253,3 +253,11 @@ func TestHelpAndExampleSayWhatIsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestNonConfigFilesAreNamedAtStartup: a notes file beside the config
+// stops start-up with an error that says what it is and why it was read,
+// as config-check says it.
+func TestNonConfigFilesAreNamedAtStartup(t *testing.T) {
+	env := writeConfig(t, map[string]string{"it.yaml": basicConfig, "NOTES.txt": "remember to raise the demo limit\n"})
+	exitsSaying(t, env, "NOTES.txt: text, not a descriptor config: the service reads every file of its config directory")
+}

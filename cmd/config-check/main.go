@@ -318,7 +318,7 @@ func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
 // (one set, as the service loads one directory), then each Kubernetes
 // manifest's ConfigMaps (a set each: each is mounted as a directory of its
 // own), their *.yaml/*.yml entries named FILE#ENTRY. A file named on the
-// command line that is plainly not a descriptor config (see notAConfig) is
+// command line that is plainly not a descriptor config (config.Classify) is
 // passed over, named in skipped with what it is. A file of a directory
 // (fromDir) is read as the service reads its config directory: every file
 // a descriptor config, its first YAML document only (a note of what is
@@ -334,12 +334,12 @@ func parseAll(paths []string, fromDir map[string]bool, stderr io.Writer) (sets [
 			errs = append(errs, err)
 			continue
 		}
-		what, cms := notAConfig(data)
+		what, cms := config.Classify(data)
 		if what == "" || fromDir[p] {
 			f, err := config.Parse(p, data)
 			switch {
 			case err != nil && what != "":
-				errs = append(errs, err, fmt.Errorf("%s: %s, not a descriptor config: the service reads every file of its config directory and refuses this one (move it out of the directory)", p, what))
+				errs = append(errs, err, config.NotAConfig(p, what))
 			case err != nil:
 				errs = append(errs, err)
 			default:

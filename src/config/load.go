@@ -114,6 +114,9 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 		f, err := Parse(editedName(p), data)
 		if err != nil {
 			errs = append(errs, err)
+			if what, _ := Classify(data); what != "" {
+				errs = append(errs, NotAConfig(p, what))
+			}
 			continue
 		}
 		if f.Ignored != "" && opts.Noted != nil {

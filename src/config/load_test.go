@@ -160,3 +160,43 @@ func TestConfigTotalIsBounded(t *testing.T) {
 		t.Errorf("files under the bound in all: %v", err)
 	}
 }
+
+// TestFilesPlainlyNotConfigsAreNamed: a file of the config directory that
+// does not parse and is plainly something else (text, JSON, a Grafana
+// dashboard, an Envoy bootstrap, Kubernetes objects) is named as such,
+// with why the service read it; a broken descriptor config is not.
+func TestFilesPlainlyNotConfigsAreNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"NOTES.txt", "remember to raise the demo limit\n", "text, not a descriptor config"},
+		{"dashboard.json", `{"title": "rate limits", "panels": [{"type": "graph"}]}`, "a Grafana dashboard (JSON), not a descriptor config"},
+		{"data.json", `["a", "b"]`, "JSON, not a descriptor config"},
+		{"envoy.yaml", "static_resources:\n  listeners: []\n", "an Envoy bootstrap, not a descriptor config"},
+		{"deploy.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: rl}\n", "Kubernetes objects (Service), not a descriptor config"},
+		{"broken.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", ""},
+	} {
+		dir := t.TempDir()
+		p := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(p, []byte(tc.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadDir(dir, false, Options{})
+		switch {
+		case err == nil:
+			t.Errorf("%s: loaded", tc.name)
+		case tc.want == "" && strings.Contains(err.Error(), "not a descriptor config"):
+			t.Errorf("%s, a broken descriptor config: %v, named as something else", tc.name, err)
+		case tc.want != "" && (!strings.Contains(err.Error(), p+": "+tc.want) || !strings.Contains(err.Error(), "reads every file of its config directory")):
+			t.Errorf("%s: %v\nwant %q and why it was read", tc.name, err, tc.want)
+		}
+	}
+	// A descriptor config written in JSON (it is YAML) is read as one.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "c.json"), []byte(`{"domain": "j", "descriptors": [{"key": "k"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir, false, Options{}); err != nil {
+		t.Errorf("a descriptor config in JSON: %v", err)
+	}
+}

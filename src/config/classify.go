@@ -1,9 +1,10 @@
-package main
+package config
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"regexp"
@@ -13,12 +14,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// What a YAML file in a directory of examples or manifests is, when it is
-// plainly not a descriptor config, so that checking a whole directory names
-// what it passes over instead of failing on it. A file that looks like
-// neither a descriptor config nor one of these is still checked as a config
-// (and its errors reported): a misspelled config must not pass as "not a
-// config".
+// What a file is, when it is plainly not a descriptor config: config-check
+// names what it passes over in a directory of examples or manifests, and
+// the service and config-check both say it of a file of the config
+// directory that does not parse (NotAConfig). A file that looks like
+// neither a descriptor config nor one of these is still parsed as a
+// config (and its errors reported): a misspelled config must not pass as
+// "not a config".
 
 // topKeys lists the keys at the top level of every document of data (lines
 // that start a mapping key at column 0), without decoding it: a 100,000-rule
@@ -35,22 +37,33 @@ func topKeys(data []byte) []string {
 	return keys
 }
 
+// jsonDoc is how a JSON object or array begins.
+var jsonDoc = regexp.MustCompile(`^(\{\s*"|\[)`)
+
 var topKey = regexp.MustCompile(`^["']?([A-Za-z_][A-Za-z0-9_.-]*)["']?[ \t]*:(?:[ \t]|$)`)
 
 // envoyBootstrap are top-level fields of an Envoy bootstrap.
 var envoyBootstrap = []string{"static_resources", "dynamic_resources", "admin", "node", "layered_runtime",
 	"cluster_manager", "overload_manager", "stats_sinks", "tracing"}
 
-// notAConfig says what data plainly is when it is not a descriptor config
-// (an Envoy bootstrap, Kubernetes objects, a Compose file, Prometheus rules),
-// or "" when it may be one. Kubernetes objects are decoded: their
+// Classify says what data plainly is when it is not a descriptor config
+// (an Envoy bootstrap, Kubernetes objects, a Compose file, Prometheus
+// rules, JSON, a Grafana dashboard, text), or "" when it may be one. Kubernetes objects are decoded: their
 // ConfigMaps' *.yaml and *.yml entries are descriptor configs to check,
 // returned in configMaps (entry name → body), unless they are one of these
 // themselves.
-func notAConfig(data []byte) (what string, configMaps map[string]string) {
+func Classify(data []byte) (what string, configMaps map[string]string) {
 	keys := topKeys(data)
 	has := func(k string) bool { return slices.Contains(keys, k) }
+	trimmed := bytes.TrimSpace(data)
 	switch {
+	case jsonDoc.Match(trimmed) && !bytes.Contains(data, []byte(`"domain"`)):
+		// JSON is YAML, and a descriptor config may be written in it: one
+		// that names no domain is not one.
+		if bytes.Contains(data, []byte(`"panels"`)) {
+			return "a Grafana dashboard (JSON)", nil
+		}
+		return "JSON", nil
 	case has("domain") || has("descriptors"):
 		return "", nil
 	case has("apiVersion") && has("kind"):
@@ -61,8 +74,17 @@ func notAConfig(data []byte) (what string, configMaps map[string]string) {
 		return "a Docker Compose file", nil
 	case has("groups"):
 		return "Prometheus rules", nil
+	case len(keys) == 0 && len(trimmed) > 0 && !bytes.HasPrefix(trimmed, []byte("---")) && !bytes.HasPrefix(trimmed, []byte("#")):
+		return "text", nil
 	}
 	return "", nil
+}
+
+// NotAConfig is the error that says a file of the config directory that
+// did not parse is plainly something else.
+func NotAConfig(path, what string) error {
+	return fmt.Errorf("%s: %s, not a descriptor config: the service reads every file of its config directory and refuses this one (move it out of the directory)",
+		path, what)
 }
 
 // kubernetesObjects describes a manifest's objects and returns its
@@ -105,7 +127,7 @@ func kubernetesObjects(data []byte) (what string, configMaps map[string]string) 
 			if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
 				continue
 			}
-			if other, _ := notAConfig([]byte(body)); other != "" {
+			if other, _ := Classify([]byte(body)); other != "" {
 				continue // an Envoy bootstrap mounted beside the configs, say
 			}
 			key := name
