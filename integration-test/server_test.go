@@ -1,11 +1,15 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -260,4 +264,45 @@ func TestHelpAndExampleSayWhatIsRead(t *testing.T) {
 func TestNonConfigFilesAreNamedAtStartup(t *testing.T) {
 	env := writeConfig(t, map[string]string{"it.yaml": basicConfig, "NOTES.txt": "remember to raise the demo limit\n"})
 	exitsSaying(t, env, "NOTES.txt: text, not a descriptor config: the service reads every file of its config directory")
+}
+
+// TestREADMESampleAnswers: the README's sample /json answer to its curl
+// call is what the binary answers to that call on the example config, its
+// JSON compared as values (protojson varies its spacing between builds)
+// and the one figure that moves, durationUntilReset, as present.
+func TestREADMESampleAnswers(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`curl -s -XPOST localhost:8080/json \\\n  -d '([^']+)'`).FindSubmatch(readme)
+	answer := regexp.MustCompile(`(?m)^# (\{"overallCode".*\})$`).FindSubmatch(readme)
+	if body == nil || answer == nil {
+		t.Fatal("the README's curl call or its sample answer is not where this test looks")
+	}
+	example, err := os.ReadFile("../examples/ratelimit-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, writeConfig(t, map[string]string{"ratelimit-config.yaml": string(example)}))
+	resp, err := http.Post("http://"+p.httpAddr+"/json", "application/json", bytes.NewReader(body[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readBody(resp)
+	norm := func(s string) any {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(s), &v); err != nil {
+			t.Fatalf("not JSON: %q: %v", s, err)
+		}
+		for _, st := range v["statuses"].([]any) {
+			if m := st.(map[string]any); m["durationUntilReset"] != nil {
+				m["durationUntilReset"] = "present"
+			}
+		}
+		return v
+	}
+	if want := norm(string(answer[1])); !reflect.DeepEqual(norm(got), want) || resp.StatusCode != http.StatusOK {
+		t.Errorf("the README's call answers %d %s\nwhere the README shows %s", resp.StatusCode, got, answer[1])
+	}
 }
