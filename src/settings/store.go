@@ -309,19 +309,25 @@ func (r Redis) validate(prefix string, bad complaint) {
 	default:
 		bad(prefix+"SOCKET_TYPE", "unknown socket type %q (want tcp or unix)", r.SocketType)
 	}
-	// One fact, said once: the address check below says it again, and for
-	// a sentinel URL better (its form is master-name,host:port,...).
-	said := false
-	if r.SocketType == "tcp" && r.URL != "" && r.Type != "sentinel" {
-		if a := badTCPAddress(r.URL, r.Type); a != "" {
-			bad(prefix+"URL", "%q is not host:port with a port from 1 to 65535 (a Unix socket is a path: /run/redis.sock, or set %sSOCKET_TYPE=unix)", a, prefix)
-			said = true
+	// One fact, said once: the client's own check of the address says it
+	// most precisely (too many colons, a port that is not a number, a
+	// sentinel URL's form), with a hint for a Unix socket; the generic
+	// check only where that one passes.
+	validType := r.Type == "single" || r.Type == "sentinel" || r.Type == "cluster"
+	checked := false
+	if r.URL != "" && validType && (r.SocketType == "tcp" || r.SocketType == "unix") {
+		if err := (redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType}).Check(); err != nil {
+			hint := ""
+			if r.SocketType == "tcp" && !strings.Contains(r.URL, "://") {
+				hint = fmt.Sprintf(" (a Unix socket is a path: /run/redis.sock, or set %sSOCKET_TYPE=unix)", prefix)
+			}
+			bad(prefix+"URL", "%v%s", err, hint)
+			checked = true
 		}
 	}
-	validType := r.Type == "single" || r.Type == "sentinel" || r.Type == "cluster"
-	if r.URL != "" && !said && validType && (r.SocketType == "tcp" || r.SocketType == "unix") {
-		if err := (redis.ClientOptions{URL: r.URL, Type: r.Type, Network: r.SocketType}).Check(); err != nil {
-			bad(prefix+"URL", "%v", err)
+	if r.SocketType == "tcp" && r.URL != "" && !checked {
+		if a := badTCPAddress(r.URL, r.Type); a != "" {
+			bad(prefix+"URL", "%q is not host:port with a port from 1 to 65535 (a Unix socket is a path: /run/redis.sock, or set %sSOCKET_TYPE=unix)", a, prefix)
 		}
 	}
 	switch r.PoolOnEmptyBehavior {
