@@ -3,9 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -230,13 +227,6 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 	}
 	var during caller
 	wg.Go(func() { during.run(t, p, 100000, stop) })
-	if prof := os.Getenv("FLOOD_PROFILE"); prof != "" {
-		resp, err := http.Get("http://" + p.debugAddr + "/debug/pprof/profile?seconds=3")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			_ = os.WriteFile(prof, b, 0o644)
-		}
-	}
 	time.Sleep(time.Until(end))
 	close(stop)
 	wg.Wait()
@@ -308,4 +298,5 @@ func floodStream(t *testing.T, p *proc, msg *rlqsv3.RateLimitQuotaUsageReports, 
 	return false
 }
 
-var floodEvery = time.Millisecond
+// floodEvery is how often each flooding client reports.
+const floodEvery = time.Millisecond
