@@ -178,9 +178,12 @@ type guardedConn struct {
 	// DATA frame being read (see bodies.go).
 	messages map[uint32]*message
 	body     body
-	// awaiting holds the client streams whose first request message is
-	// not whole yet → when their HEADERS came (ns); block is the header
+	// one and awaiting hold the client streams whose first request
+	// message is not whole yet → when their HEADERS came (ns): one of
+	// them in one (0: none), the others in the map; block is the header
 	// block being read (streams.go).
+	one      uint32
+	oneSince int64
 	awaiting map[uint32]int64
 	block    headerBlock
 	// toServer and toClient are the refused streams whose RST_STREAM is

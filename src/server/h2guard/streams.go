@@ -124,10 +124,19 @@ func (c *guardedConn) openPending(stream uint32) Event {
 	case c.gl.awaiting.Load() >= pendingInAll && mine >= pendingFloor:
 		return EventPendingFull
 	}
-	if c.awaiting == nil {
-		c.awaiting = map[uint32]int64{}
+	now := c.gl.now.Load()
+	switch {
+	case c.one == 0:
+		// The usual case, a request whose message follows its HEADERS at
+		// once: no map operation (they were a quarter of the guard's
+		// work for a unary call).
+		c.one, c.oneSince = stream, now
+	default:
+		if c.awaiting == nil {
+			c.awaiting = map[uint32]int64{}
+		}
+		c.awaiting[stream] = now
 	}
-	c.awaiting[stream] = c.gl.now.Load()
 	c.gl.awaiting.Add(1)
 	if c.share != nil {
 		c.share.awaiting.Add(1)
@@ -138,10 +147,14 @@ func (c *guardedConn) openPending(stream uint32) Event {
 // settle ends a stream's pending time: its request is whole, or it ended.
 // The caller holds mu.
 func (c *guardedConn) settle(stream uint32) {
-	if _, ok := c.awaiting[stream]; !ok {
+	switch _, ok := c.awaiting[stream]; {
+	case stream != 0 && stream == c.one:
+		c.one = 0
+	case ok:
+		delete(c.awaiting, stream)
+	default:
 		return
 	}
-	delete(c.awaiting, stream)
 	c.gl.awaiting.Add(-1)
 	if c.share != nil {
 		c.share.awaiting.Add(-1)
@@ -151,6 +164,7 @@ func (c *guardedConn) settle(stream uint32) {
 // settleAll ends every pending stream (the connection closed). The caller
 // holds mu.
 func (c *guardedConn) settleAll() {
+	c.settle(c.one)
 	for stream := range c.awaiting {
 		c.settle(stream)
 	}
@@ -170,6 +184,9 @@ func (c *guardedConn) overdue(now int64) []refusal {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []refusal
+	if c.one != 0 && c.oneSince < now-int64(pendingTimeout) {
+		out = append(out, refusal{c.one, EventStalledRequest})
+	}
 	for stream, since := range c.awaiting {
 		if since < now-int64(pendingTimeout) {
 			out = append(out, refusal{stream, EventStalledRequest})
