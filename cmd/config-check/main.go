@@ -328,11 +328,22 @@ func requestBounds(getenv func(string) string) (config.RequestBounds, error) {
 func parseAll(paths []string, fromDir map[string]bool, stderr io.Writer) (sets [][]*config.File, skipped []string, err error) {
 	var errs []error
 	var plain []*config.File
+	total, inDir := 0, len(fromDir) // a directory's bytes, bounded as the service bounds them (config.MaxConfigBytes)
+	read := 0
 	for _, p := range paths {
+		if fromDir[p] {
+			read++
+		}
 		data, err := config.ReadFile(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if fromDir[p] {
+			if total += len(data); total > config.MaxConfigBytes {
+				errs = append(errs, config.TooLarge(p, read, inDir, total))
+				break
+			}
 		}
 		what, cms := config.Classify(data)
 		if what == "" || fromDir[p] {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/openrls/ratelimit/src/config"
 )
 
 func TestRun(t *testing.T) {
@@ -161,4 +164,23 @@ func examplesYAML(t *testing.T) []string {
 		out = append(out, m...)
 	}
 	return out
+}
+
+// TestDirectoryPastTheTotal: a directory whose files together pass
+// config.MaxConfigBytes is refused by config-check as the service refuses
+// it, naming the file that passed the total.
+func TestDirectoryPastTheTotal(t *testing.T) {
+	dir := t.TempDir()
+	each := config.MaxFileBytes - 1<<20
+	for i := range config.MaxConfigBytes/each + 1 {
+		body := fmt.Sprintf("domain: d%d\n#", i)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), append([]byte(body), bytes.Repeat([]byte("x"), each-len(body))...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	past := filepath.Join(dir, fmt.Sprintf("f%d.yaml", config.MaxConfigBytes/each))
+	if code := run([]string{dir}, func(string) string { return "" }, &out, &errb); code != 1 || !strings.Contains(errb.String(), past+": the config's files total more than") {
+		t.Errorf("config-check on %d bytes in all: exit %d, stderr %q; want 1 and the service's error naming %s", config.MaxConfigBytes, code, errb.String(), past)
+	}
 }

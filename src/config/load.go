@@ -27,6 +27,13 @@ const MaxFileBytes = 16 << 20
 // 64 MiB is some 600,000 rules.
 const MaxConfigBytes = 64 << 20
 
+// TooLarge is the error of the file at which a config's files, read
+// files of all, came to total bytes, past MaxConfigBytes.
+func TooLarge(path string, read, all, total int) error {
+	return &Error{File: path, Msg: fmt.Sprintf("the config's files total more than the %d bytes a config may hold by this one "+
+		"(%d of %d files read, %d bytes); split the limits over several services or move files out", MaxConfigBytes, read, all, total)}
+}
+
 // ErrNotRegular says that a path named like a config file is not a regular
 // file (or a link to one): a FIFO, socket or device.
 var ErrNotRegular = regularfile.ErrNotRegular
@@ -107,8 +114,7 @@ func LoadFiles(paths []string, opts Options) (*Config, error) {
 			continue
 		}
 		if total += len(data); total > MaxConfigBytes {
-			errs = append(errs, &Error{File: p, Msg: fmt.Sprintf("the config's files total more than the %d bytes a config may hold by this one "+
-				"(%d of %d files read, %d bytes); split the limits over several services or move files out", MaxConfigBytes, i+1, len(paths), total)})
+			errs = append(errs, TooLarge(p, i+1, len(paths), total))
 			break
 		}
 		f, err := Parse(editedName(p), data)
