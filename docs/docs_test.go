@@ -16,7 +16,7 @@ import (
 
 // measured matches a figure a comment would copy from a measurement: a
 // time per operation or a rate, or a number after "measured".
-var measured = regexp.MustCompile(`(^|[^\^\d])\d[\d,.]*\s*(µs|ns/op|req/s|decisions/s)\b|(?i)measured[^.]*\d`)
+var measured = regexp.MustCompile(`(^|[^\^\d])\d[\d,.]*\s*(µs|ns/op|req/s|decisions/s)\b|(^|[^\^\d])\d[\d,.]*\s*%|(?i)measured[^.]*\d`)
 
 // TestFiguresLiveInTheDocs: comments in the code point to the benchmark or
 // document that measured something instead of copying its figures, which

@@ -52,6 +52,6 @@ func cgroupLimit(fsys fs.FS) (int64, bool) {
 	return 0, false
 }
 
-// softLimit is the Go memory limit for a cgroup limit: 90%, leaving room
+// softLimit is the Go memory limit for a cgroup limit: nine tenths of it, leaving room
 // for what the Go runtime does not count (stacks of threads, the binary).
 func softLimit(cgroup int64) int64 { return cgroup / 10 * 9 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"net/http"
 	"sort"
+
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // DebugHandler serves the live pools and their shares as JSON: for each
@@ -41,7 +43,7 @@ func (s *Service) DebugHandler() http.Handler {
 					sh.Demand = &d
 				}
 				if m.b.sentKind == kindLimited && m.b.sentF > 0 {
-					_, _, sh.Granted = tokenBucket(m.b.sentQ, m.b.sentF)
+					_, _, sh.Granted = plan.TokenBucket(m.b.sentQ, m.b.sentF)
 				}
 				v.Buckets = append(v.Buckets, sh)
 			}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/openrls/ratelimit/src/limiter"
+
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // TestEnvoyTakesNoGrantForAnother: Envoy 1.40 takes a token bucket whose
@@ -27,7 +29,7 @@ func TestEnvoyTakesNoGrantForAnother(t *testing.T) {
 	}
 	rate := func(h held) float64 { return float64(h.perFill) / math.Floor(h.interval.Seconds()) }
 	sent := func(q uint32, f int64, c uint32) held {
-		perFill, interval, _ := tokenBucket(q, f)
+		perFill, interval, _ := plan.TokenBucket(q, f)
 		return held{c, perFill, interval}
 	}
 	var all []held

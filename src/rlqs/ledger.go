@@ -69,24 +69,6 @@ type sentGrant struct {
 	cap uint64
 }
 
-// capacity is the token-bucket capacity of a grant of q tokens per
-// period. Envoy caps a bucket at its capacity, so with one token a refill
-// that comes due while a token waits is lost (paced traffic at twice the
-// rate used 61% of a limit); two keep the refill for traffic that uses
-// it. But every bucket costs its capacity in every window (the tokens it
-// may carry in), which a limit shared by many buckets cannot spare: a
-// grant of few tokens per period gets one.
-func capacity(q uint32) uint64 {
-	if q >= 8 {
-		return plainCapacity
-	}
-	return 1
-}
-
-// plainCapacity is the most capacity gives; a larger one is a burst (see
-// planBursts).
-const plainCapacity = 2
-
 // seg is a stretch of the envelope at one rate, in tokens per second.
 type seg struct {
 	from, to time.Time

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // envoyBucket is one Envoy bucket as Envoy 1.40 enforces its assignments
@@ -216,16 +218,16 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 			q := uint32(1 + rng.IntN(12))
 			c := uint64(1 + rng.IntN(3))
 			if rng.IntN(4) == 0 { // a burst's capacity (see planBursts), grown and shrunk
-				c = uint64(1 + rng.IntN(maxBurst))
+				c = uint64(1 + rng.IntN(plan.MaxBurst))
 			}
 			if lm.reports && rng.IntN(2) == 0 {
 				// A slow refill and a large capacity: the tokens kept at a
 				// report's cut are then most of what the bucket can admit
 				// after it.
-				q, c = uint32(1+rng.IntN(2)), uint64(4+rng.IntN(maxBurst-3))
+				q, c = uint32(1+rng.IntN(2)), uint64(4+rng.IntN(plan.MaxBurst-3))
 			}
 			f := int64(lm.period / time.Second)
-			perFill, interval, rate := tokenBucket(q*uint32(f), f)
+			perFill, interval, rate := plan.TokenBucket(q*uint32(f), f)
 			lapsed := denied || lapsedSent || !now.Add(modelDelivery).Before(lastSent.Add(modelTTL))
 			l.advance(now)
 			grows := l.grant(c, now, now.Add(modelTTL+modelDelivery))

@@ -3,6 +3,8 @@ package rlqs
 import (
 	"math"
 	"time"
+
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // Lending: what a bucket did not use of a window, its reports give back.
@@ -86,7 +88,7 @@ func (l *ledger) noteReport(now, cut time.Time, allowed uint64) {
 	if l.lent.w != w {
 		l.lent.w, l.lent.used, l.lent.cut = w, 0, time.Time{}
 	}
-	l.lent.used = satAdd(l.lent.used, allowed)
+	l.lent.used = plan.SatAdd(l.lent.used, allowed)
 	l.lent.cut = cut
 }
 
@@ -130,7 +132,7 @@ func (l *ledger) lentNeed(w int64, sum float64, c, resets uint64) (uint64, bool)
 	}
 	after := resets - min(before, resets)
 	tail := math.Max(sum-at.past, 0)
-	return satAdd(lt.used, c+c*after+uint64(math.Floor(tail+1e-6))), true
+	return plan.SatAdd(lt.used, c+c*after+uint64(math.Floor(tail+1e-6))), true
 }
 
 // lend calls f for the present window when the store holds more for this

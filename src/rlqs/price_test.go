@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // TestLightPoissonBucketsCostMoreThanTheirShare is the price of exactness
@@ -28,7 +30,7 @@ import (
 func TestLightPoissonBucketsCostMoreThanTheirShare(t *testing.T) {
 	admits := func(c uint64, q uint32) float64 {
 		rng := rand.New(rand.NewPCG(c, uint64(q)))
-		perFill, interval, _ := tokenBucket(q, 1)
+		perFill, interval, _ := plan.TokenBucket(q, 1)
 		now := time.Unix(1_700_000_000, 0)
 		var e envoyBucket
 		e.install(now, perFill, interval, c, 365*24*time.Hour)
@@ -53,7 +55,7 @@ func TestLightPoissonBucketsCostMoreThanTheirShare(t *testing.T) {
 			}
 		}
 	}
-	heavy := 1 + math.Ceil(0.8*11-extraPerPeriod) // a capacity, and whole tokens past the free 0.9
+	heavy := 1 + math.Ceil(0.8*11-plan.ExtraPerPeriod) // a capacity, and whole tokens past the free 0.9
 	left := 30 - heavy
 	if steady != 3 {
 		t.Errorf("a light bucket admits 0.8 of its requests at a cost of %v a window: docs/rlqs.md says 3", steady)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/openrls/ratelimit/src/limiter"
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // job is one bucket's part of a round.
@@ -164,12 +165,38 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 			}
 		}
 	}
+	if only != nil {
+		live = append(live, lowered(live)...)
+	}
 	for _, b := range live {
 		if j := s.jobFor(b, now); j != nil {
 			jobs = append(jobs, j)
 		}
 	}
 	return jobs
+}
+
+// lowered is the buckets beside those of a round at once (live) whose
+// grant the round's fill lowered: sent now, a lower grant hands its room
+// over to the new or fallen bucket a push sooner than the next round
+// would. A raise still waits for the push (see report).
+func lowered(live []*bucket) []*bucket {
+	in := map[*bucket]bool{}
+	for _, b := range live {
+		in[b] = true
+	}
+	var out []*bucket
+	for _, b := range live {
+		for _, m := range b.members {
+			for o := range m.p.members {
+				if !in[o.b] && !o.b.gone && o.b.kind == kindLimited && (!o.holds || o.target*o.p.rule.Period.Seconds() < o.held()-1e-9) {
+					in[o.b] = true
+					out = append(out, o.b)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // commit records what the store now holds, settles each job and sends.
@@ -267,11 +294,11 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 	case kindLimited:
 		// A rate change rescales what the Envoy holds by new/old
 		// capacity: 1 while the capacity stays, and a capacity that grows
-		// is counted as a reset. fill_interval is fillPeriods of the
+		// is counted as a reset. fill_interval is plan.FillPeriods of the
 		// limit's periods, its nanoseconds naming the period (see
 		// tokenBucket), and tokens_per_fill is always set (1.40 reads an
 		// unset one as 0).
-		perFill, interval, _ := tokenBucket(j.q, j.f)
+		perFill, interval, _ := plan.TokenBucket(j.q, j.f)
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens: uint32(j.capacity), TokensPerFill: wrapperspb.UInt32(perFill), FillInterval: durationpb.New(interval)}}
 	case kindDeny:

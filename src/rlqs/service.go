@@ -13,6 +13,7 @@ import (
 	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/logthrottle"
+	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
 // Configs yields the config in force.
@@ -309,7 +310,7 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 	for k, v := range values {
 		own[k] = v
 	}
-	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, demand: math.Inf(1),
+	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, est: plan.NewDemand(), demand: math.Inf(1),
 		lastReport: now, lastTraffic: now, idBytes: size}
 	st.buckets[bucketKey(own)] = b
 	s.buckets++

@@ -2,47 +2,13 @@ package rlqs
 
 import (
 	"math"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/openrls/ratelimit/src/limiter"
-)
 
-func TestFill(t *testing.T) {
-	inf := math.Inf(1)
-	for _, tc := range []struct {
-		name     string
-		capacity float64
-		demands  []float64
-		want     []float64
-	}{
-		{"demands over capacity: small one met, rest even", 27, []float64{20, 20, 5}, []float64{11, 11, 5}},
-		{"demands under capacity: leftover spread", 30, []float64{5, 5, 5}, []float64{10, 10, 10}},
-		{"unmeasured takes the level", 30, []float64{inf, 4}, []float64{26, 4}},
-		{"all unmeasured share evenly", 30, []float64{inf, inf, inf}, []float64{10, 10, 10}},
-		{"no capacity", 0, []float64{3}, []float64{0}},
-		{"negative demand counts as none", 10, []float64{-1, inf}, []float64{0, 10}},
-		{"nobody", 10, nil, []float64{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := fill(tc.capacity, tc.demands)
-			if len(got) != len(tc.want) {
-				t.Fatalf("fill = %v, want %v", got, tc.want)
-			}
-			sum := 0.0
-			for i := range got {
-				sum += got[i]
-				if math.Abs(got[i]-tc.want[i]) > 1e-9 {
-					t.Fatalf("fill = %v, want %v", got, tc.want)
-				}
-			}
-			if sum > tc.capacity+1e-9 {
-				t.Fatalf("shares %v sum to %v, past capacity %v", got, sum, tc.capacity)
-			}
-		})
-	}
-}
+	"github.com/openrls/ratelimit/src/rlqs/plan"
+)
 
 // TestPoolFillSkewed: one bucket of 40/s beside nine of 1/s on a limit of
 // 30 a second. Each bucket's window-start token is set aside (10), and of
@@ -136,43 +102,6 @@ func TestPoolFillCrowded(t *testing.T) {
 	}
 }
 
-// TestWholeTokens: shares become whole tokens per period that sum to the
-// tokens given; the odd tokens go to the largest remainders, and stay
-// with a member that holds them unless another's remainder is half a
-// token larger (equal Envoys passed the odd token around as their
-// measured demand moved, each pass a lowered grant still reserved and a
-// raised one that did not fit).
-func TestWholeTokens(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		shares []float64 // tokens per second
-		per    float64
-		tokens float64
-		held   []float64
-		want   []float64
-	}{
-		{"largest remainder", []float64{8.30, 8.36, 8.34}, 1, 25, []float64{0, 0, 0}, []float64{8, 9, 8}},
-		{"the odd token stays", []float64{8.30, 8.36, 8.34}, 1, 25, []float64{9, 8, 8}, []float64{9, 8, 8}},
-		{"unless another is half a token ahead", []float64{8.1, 8.7, 8.2}, 1, 25, []float64{9, 8, 8}, []float64{8, 9, 8}},
-		{"per minute", []float64{0.5, 0.5}, 60, 60, []float64{0, 0}, []float64{30, 30}},
-		{"a share of nothing gets nothing", []float64{0, 2.5}, 1, 3, []float64{1, 0}, []float64{0, 3}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := wholeTokens(tc.shares, tc.per, tc.tokens, tc.held)
-			sum := 0.0
-			for i := range got {
-				sum += got[i]
-				if got[i] != tc.want[i] {
-					t.Fatalf("wholeTokens = %v, want %v", got, tc.want)
-				}
-			}
-			if sum > tc.tokens {
-				t.Fatalf("%v sums past %v tokens", got, tc.tokens)
-			}
-		})
-	}
-}
-
 // TestPoolFillGivesTheUnmeasuredAll: a member not yet measured takes the
 // level, the whole pool when it is alone: no share is kept back for
 // Envoys that may come. One kept back (an even share for one more) cost
@@ -243,8 +172,8 @@ func TestPoolFillPlansAGrowth(t *testing.T) {
 	if sum > 30-8+1e-9 {
 		t.Errorf("targets sum to %.2f, past the 22 left beside 8 set aside", sum)
 	}
-	if grower.target*1 < shrinkBelow {
-		t.Fatalf("the growing bucket's target %.2f, below %d", grower.target, shrinkBelow)
+	if grower.target*1 < plan.ShrinkBelow {
+		t.Fatalf("the growing bucket's target %.2f, below %d", grower.target, plan.ShrinkBelow)
 	}
 	s := New(Options{})
 	if j := s.sizedJob(grower.b, now, uint32(grower.target), 1, true); j.capacity != 2 {
@@ -255,7 +184,7 @@ func TestPoolFillPlansAGrowth(t *testing.T) {
 // TestPoolFillRotates: in a crowded pool (30 buckets of 2/s on 30/s: a
 // bucket holding a token bucket sets aside a token a window, one that
 // starts anew two) the shares rotate: a holder keeps its share for
-// about rotateAfter fills, then one that waited takes it, and over many
+// about plan.RotateAfter fills, then one that waited takes it, and over many
 // fills every bucket is served about as often as any other. Held for
 // good, 20 of the 30 got nothing.
 func TestPoolFillRotates(t *testing.T) {
@@ -290,13 +219,13 @@ func TestPoolFillRotates(t *testing.T) {
 	for _, m := range all {
 		least, most = min(least, m.served), max(most, m.served)
 	}
-	if least == 0 || most-least > 2*rotateAfter {
-		t.Errorf("served %d to %d fills of %d, want every bucket a turn and within %d of each other", least, most, fills, 2*rotateAfter)
+	if least == 0 || most-least > 2*plan.RotateAfter {
+		t.Errorf("served %d to %d fills of %d, want every bucket a turn and within %d of each other", least, most, fills, 2*plan.RotateAfter)
 	}
 	// Each change of holder is two changes (one out, one in); a holder
-	// that kept its share for rotateAfter fills changes about 2×30×fills /
-	// (3×rotateAfter) times in all.
-	if limit := 2 * len(all) * fills / rotateAfter; changes > limit {
+	// that kept its share for plan.RotateAfter fills changes about 2×30×fills /
+	// (3×plan.RotateAfter) times in all.
+	if limit := 2 * len(all) * fills / plan.RotateAfter; changes > limit {
 		t.Errorf("%d changes of holder in %d fills, want at most %d: shares must not flap", changes, fills, limit)
 	}
 }
@@ -342,38 +271,6 @@ func TestAPassedOverHolderIsDeniedAtOnce(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// keepHeld keeps a grant in force that covers what its member wants
-// rather than raise or lower it for nothing, and lowers it where another
-// member needs the room.
-func TestKeepHeld(t *testing.T) {
-	for _, tc := range []struct {
-		name                      string
-		units, held, wants, wantQ []float64
-		tokens                    float64
-	}{
-		{"a raise it does not need", []float64{8, 8}, []float64{6, 8}, []float64{5, 5}, []float64{6, 8}, 16},
-		{"a fall for nothing: the room is there", []float64{6, 8}, []float64{8, 8}, []float64{5, 5}, []float64{8, 8}, 16},
-		{"a fall another needs", []float64{6, 10}, []float64{8, 8}, []float64{5, 12}, []float64{6, 10}, 16},
-		{"a grant short of its want is raised", []float64{6, 8}, []float64{4, 8}, []float64{5, 5}, []float64{6, 8}, 16},
-		{"none held", []float64{8, 8}, []float64{0, 0}, []float64{5, 5}, []float64{8, 8}, 16},
-		{"unmeasured", []float64{8, 8}, []float64{6, 6}, []float64{math.Inf(1), 5}, []float64{8, 6}, 16},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := keepHeld(slices.Clone(tc.units), tc.held, tc.wants, 1, tc.tokens)
-			if !slices.Equal(got, tc.wantQ) {
-				t.Errorf("keepHeld(%v, held %v, wants %v) = %v, want %v", tc.units, tc.held, tc.wants, got, tc.wantQ)
-			}
-			sum := 0.0
-			for _, u := range got {
-				sum += u
-			}
-			if sum > tc.tokens {
-				t.Errorf("grants sum to %v, past the %v tokens", sum, tc.tokens)
-			}
-		})
-	}
-}
-
 // TestPoolFillPlansBursts: 3 buckets of 5/s (Poisson's bursts) on a limit
 // of 30 a second, each with a capacity of 2, leave room to spare: the fill
 // grows one bucket's capacity a round, each alike, as far as half the
@@ -385,10 +282,10 @@ func TestPoolFillPlansBursts(t *testing.T) {
 	p, ms := burstPool(30, time.Second, 3, 5, 8)
 	bursts := func() (n int) {
 		for _, m := range ms {
-			if m.nextBurst > plainCapacity {
+			if m.nextBurst > plan.PlainCapacity {
 				n++
-				if m.nextBurst > burstFor(m) {
-					t.Errorf("a burst of %d, past burstFor's %d", m.nextBurst, burstFor(m))
+				if m.nextBurst > plan.BurstFor(m.b.demand, m.p.rule.Period.Seconds()) {
+					t.Errorf("a burst of %d, past burstFor's %d", m.nextBurst, plan.BurstFor(m.b.demand, m.p.rule.Period.Seconds()))
 				}
 			}
 		}
@@ -401,7 +298,7 @@ func TestPoolFillPlansBursts(t *testing.T) {
 		}
 		// The grown bucket's token bucket now holds its burst.
 		for _, m := range ms {
-			if m.nextBurst > plainCapacity {
+			if m.nextBurst > plan.PlainCapacity {
 				m.l.burst, m.b.sentCap = m.nextBurst, m.nextBurst
 			}
 		}
@@ -423,47 +320,9 @@ func TestPoolFillPlansBursts(t *testing.T) {
 	}
 	p.fill() // the ended bursts are in force from this fill
 	for _, m := range ms {
-		if c := capacityFor(m.b, 8, 1, false, true); m.b.sentCap > plainCapacity && c > plainCapacity {
+		if c := plan.CapacityFor(m.b.sentCap, 8, startCapacity(m.b, 1), false, true); m.b.sentCap > plan.PlainCapacity && c > plan.PlainCapacity {
 			t.Errorf("a burst no longer paid for keeps capacity %d", c)
 		}
-	}
-}
-
-// TestBurstsScaleAlike: where bursts do not all fit, each one's excess
-// over the capacity its grant calls for is scaled alike, growing and
-// shrinking, so none is left without one while another has all it
-// wants.
-func TestBurstsScaleAlike(t *testing.T) {
-	p := &pool{rule: limiter.Rule{Limit: 300, Period: time.Second}}
-	mk := func(demand float64, burst uint64) *member {
-		return &member{b: &bucket{demand: demand}, p: p, nextBurst: burst}
-	}
-	units := []float64{20, 20} // a capacity of 2 each, plain
-	for _, tc := range []struct {
-		name    string
-		demands []float64 // burstFor: 9 at 64, 5 at 16
-		avail   float64
-		want    []uint64
-	}{
-		{"all fit", []float64{64, 16}, 10, []uint64{9, 5}},
-		{"half fits", []float64{64, 16}, 5, []uint64{2 + 3, 2 + 1}},
-		{"nothing fits", []float64{64, 16}, 0, []uint64{2, 2}},
-	} {
-		busy := []*member{mk(tc.demands[0], 0), mk(tc.demands[1], 0)}
-		got := burstTargets(busy, units, tc.avail)
-		if got[0] != tc.want[0] || got[1] != tc.want[1] {
-			t.Errorf("%s: targets %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	busy := []*member{mk(64, 10), mk(16, 6)}
-	waiting := mk(64, 9) // busy, but holding no share (a crowded pool rotates them)
-	members := map[*member]struct{}{busy[0]: {}, busy[1]: {}, waiting: {}}
-	shrinkBursts(members, busy, units, 0.5)
-	if busy[0].nextBurst != 2+4 || busy[1].nextBurst != 2+2 {
-		t.Errorf("bursts of 10 and 6 shrunk by half to %d and %d, want 6 and 4", busy[0].nextBurst, busy[1].nextBurst)
-	}
-	if waiting.nextBurst != 0 {
-		t.Errorf("a member holding no share kept a burst of %d", waiting.nextBurst)
 	}
 }
 
@@ -478,7 +337,7 @@ func TestBurstsSpendTheHeadroom(t *testing.T) {
 	for range 5 {
 		p.fill()
 		for _, m := range ms {
-			if m.nextBurst > plainCapacity {
+			if m.nextBurst > plan.PlainCapacity {
 				m.l.burst, m.b.sentCap = m.nextBurst, m.nextBurst
 			}
 		}

@@ -63,7 +63,7 @@ func syncGRPCHealth(h *Health, hs *health.Server, stop <-chan struct{}) {
 
 // streamWorkers is how many goroutines serve RPCs and stay between them.
 // grpc-go otherwise starts a goroutine per RPC, which grows its stack on
-// every call: stack copying was about 10% of the service's CPU under load.
+// every call: stack copying showed in CPU profiles under load.
 // Pooled workers keep their grown stacks. RPCs beyond this many at once
 // still get a goroutine each, so this is no limit on concurrency.
 const streamWorkers = 128

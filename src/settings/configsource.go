@@ -54,7 +54,7 @@ type ConfigSource struct {
 	// "k1:v1,k2:v2".
 	XDSAdditionalHeaders string `envconfig:"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"`
 	// The xDS stream's reconnect backoff: the first wait, the most, the
-	// random share of each wait (0.5: +/-50%), and whether to randomise.
+	// random share of each wait (0.5: up to half either way), and whether to randomise.
 	XDSBackoffInitial      time.Duration `envconfig:"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL" default:"10s"`
 	XDSBackoffMax          time.Duration `envconfig:"XDS_CLIENT_BACKOFF_MAX_INTERVAL" default:"60s"`
 	XDSBackoffRandomFactor float64       `envconfig:"XDS_CLIENT_BACKOFF_RANDOM_FACTOR" default:"0.5"`

@@ -30,7 +30,7 @@ type Listeners struct {
 	GRPCClientTLSCACert string `envconfig:"GRPC_CLIENT_TLS_CACERT"`
 	GRPCClientTLSSAN    string `envconfig:"GRPC_CLIENT_TLS_SAN"`
 	// GRPCMaxConnectionAge closes client connections after this age (with
-	// GOAWAY, grpc-go adding +/-10% jitter) so that clients re-resolve and
+	// GOAWAY, grpc-go adding up to a tenth either way as jitter) so that clients re-resolve and
 	// spread over new replicas; the grace is how long calls in flight then
 	// get. 0 means never.
 	GRPCMaxConnectionAge      time.Duration `envconfig:"GRPC_MAX_CONNECTION_AGE" default:"24h"`

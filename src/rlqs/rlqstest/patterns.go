@@ -3,7 +3,6 @@ package rlqstest
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -60,6 +59,9 @@ func Patterns() []Pattern {
 		{Name: "per minute: 5 equal, Poisson", Demands: same(5, 2), PerMinute: true, Poisson: true},
 		{Name: "per minute: 1 heavy (8/s) + 4 light (0.5/s)", Demands: append([]float64{8}, same(4, 0.5)...), PerMinute: true},
 		{Name: "per minute: below the limit, Poisson (4 x 1/s)", Demands: same(4, 1), PerMinute: true, Poisson: true},
+		{Name: "per minute: 2 x 4/s + 8 x 1/s, Poisson", Demands: append(same(2, 4), same(8, 1)...), PerMinute: true, Poisson: true},
+		{Name: "per minute: 2 x 4/s + 8 x 0.25/s, Poisson", Demands: append(same(2, 4), same(8, 0.25)...), PerMinute: true, Poisson: true},
+		{Name: "1 heavy (20/s) + 4 light (2/s), Poisson", Demands: append([]float64{20}, same(4, 2)...), Poisson: true},
 		// Envoys 0 and 1 on the first replica, 2 on the second, which must
 		// take a third of the limit, not half.
 		{Name: "two replicas, 2 + 1 Envoys (20/s each)", Demands: same(3, 20), Replicas: 2},
@@ -95,6 +97,18 @@ type Fleet struct {
 	Run, Settle, Minutes time.Duration
 	// OnMessage, when set, hears of every report and response of Envoy i.
 	OnMessage func(i int, m proto.Message, at time.Time)
+	// Reports, when set, is the report interval of each Envoy in turn
+	// (Envoy i reports every Reports[i mod len]); unset, every Envoy
+	// reports every 5 s, as Envoy 1.40 does.
+	Reports []time.Duration
+}
+
+// report is Envoy i's report interval (see Fleet.Reports).
+func (f Fleet) report(i int) time.Duration {
+	if len(f.Reports) == 0 {
+		return 0
+	}
+	return f.Reports[i%len(f.Reports)]
 }
 
 // Result is what a fleet admitted under a pattern.
@@ -139,7 +153,7 @@ func (p Pattern) Run(f Fleet) *Result {
 		if f.OnMessage != nil {
 			onMessage = func(m proto.Message, at time.Time) { f.OnMessage(i, m, at) }
 		}
-		e := Start(Options{Conn: f.Conns[i*len(f.Conns)/len(p.Demands)], Domain: f.Domain, NoAssignment: Deny, OnMessage: onMessage,
+		e := Start(Options{Conn: f.Conns[i*len(f.Conns)/len(p.Demands)], Domain: f.Domain, NoAssignment: Deny, OnMessage: onMessage, Report: f.report(i),
 			OnAdmit: func(_ string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -284,74 +298,6 @@ func (r *Result) Ratio(i int, perEnvoy float64) float64 {
 		return math.NaN()
 	}
 	return float64(r.Mine[i]) / r.span() / share
-}
-
-// Recovery is how long after a change of demand (a move, an Envoy
-// leaving or joining) the windows took to admit 90% of what is left (the
-// limit less a token for each Envoy with demand, or the demand when it is
-// below that), counted to the end of the first window that did; Back is
-// false when none did before the next change or the end, and Took is then
-// the time to that.
-type Recovery struct {
-	At, Took time.Duration
-	Back     bool
-}
-
-// Recoveries are the recoveries from each change of demand from 10 s
-// into the run (a per-second pattern's).
-func (r *Result) Recoveries() []Recovery {
-	p := r.Pattern
-	var changes []time.Duration
-	switch {
-	case p.Moves > 0:
-		for c := p.Moves; r.Begin.Add(c).Before(r.End); c += p.Moves {
-			changes = append(changes, c)
-		}
-	case p.Spans != nil:
-		for _, sp := range p.Spans {
-			for _, c := range sp {
-				if c > 0 && r.Begin.Add(c).Before(r.End) {
-					changes = append(changes, c)
-				}
-			}
-		}
-		slices.Sort(changes)
-	}
-	var out []Recovery
-	for k, c := range changes {
-		if c < 10*time.Second {
-			continue
-		}
-		until := r.End
-		if k+1 < len(changes) {
-			until = r.Begin.Add(changes[k+1])
-		}
-		out = append(out, r.recovery(c, until))
-	}
-	return out
-}
-
-// recovery is the recovery from the change at c into the run, looked for
-// until until.
-func (r *Result) recovery(c time.Duration, until time.Time) Recovery {
-	p := r.Pattern
-	limit, _ := p.Window()
-	at := r.Begin.Add(c)
-	for w := at.Truncate(time.Second); !w.Add(time.Second).After(until); w = w.Add(time.Second) {
-		if w.Before(at) {
-			continue
-		}
-		want, left := 0.0, limit
-		for i, d := range p.Demands {
-			if p.Active(i, r.Begin, w) {
-				want, left = want+d, left-1
-			}
-		}
-		if float64(r.Per[w.Unix()]) >= 0.9*math.Min(want, left) {
-			return Recovery{At: c, Took: w.Add(time.Second).Sub(at), Back: true}
-		}
-	}
-	return Recovery{At: c, Took: until.Sub(at)}
 }
 
 // Active reports whether Envoy i has demand at t, in a run begun at begin.

@@ -1,0 +1,242 @@
+package plan
+
+import (
+	"math"
+	"time"
+)
+
+// Demand estimates one bucket's demand, in requests per second, from its
+// reports: what it counted over each interval between them. Every
+// estimate is stated in time, not in reports, so a bucket reporting every
+// second and one reporting every 10 s are read alike: demand is the rate
+// over up to SteadySpan of reports since it last changed past chance, and
+// a swing back within BurstSpan (or three of the bucket's own intervals,
+// where that is longer) is a burst.
+type Demand struct {
+	rate     float64 // +Inf until measured
+	interval float64 // the bucket's reporting interval, seconds, as learned; 0 until one is seen
+	steady   steady
+	swings   swings
+}
+
+// NewDemand is the demand of a bucket not yet measured.
+func NewDemand() Demand { return Demand{rate: math.Inf(1)} }
+
+// Rate is the demand, requests per second: +Inf until known, 0 idle.
+func (d *Demand) Rate() float64 { return d.rate }
+
+// Noise is one standard deviation of Rate, requests per second: what
+// chance alone moves it by, read as Poisson counts over the intervals it
+// was read from (at least one request's worth); 0 until known.
+func (d *Demand) Noise() float64 {
+	r := d.steady.rate()
+	if r.secs <= 0 {
+		return 0
+	}
+	return math.Sqrt(math.Max(float64(r.n), 1)) / r.secs
+}
+
+// Interval is the bucket's reporting interval as its reports show it, 0
+// until one is seen.
+func (d *Demand) Interval() time.Duration {
+	return time.Duration(d.interval * float64(time.Second))
+}
+
+// MinInterval is the shortest interval Observe reads: counts reported
+// closer together than that (a reconnect's report beside the timer's) are
+// carried into the next interval by the caller. Half of the shortest
+// interval Envoy offers (1 s), so that a 1 s timer that fires a little
+// early is still read on its own.
+const MinInterval = 500 * time.Millisecond
+
+// Observe takes n requests counted over dt (at least MinInterval) and
+// reports whether the demand was measured for the first time or fell past
+// chance (see trend): its share then frees room, worth a round at once.
+func (d *Demand) Observe(n uint64, dt time.Duration) (changed bool) {
+	secs := dt.Seconds()
+	if d.interval == 0 {
+		d.interval = secs
+	} else {
+		d.interval += (secs - d.interval) / 4
+	}
+	r := rate{n: n, secs: secs}
+	est, dir := trend(d.steady.rate(), r)
+	if dir != 0 {
+		d.steady = steady{}
+	}
+	d.steady.add(r)
+	if dir == 0 {
+		est = d.steady.rate().perSecond()
+	}
+	est = d.swings.note(dir, r.perSecond(), secs, d.burstSpan(), est)
+	changed = dir < 0 || math.IsInf(d.rate, 1)
+	d.rate = est
+	return changed
+}
+
+// burstSpan is how soon a swing back must come for demand to be taken as
+// bursting: BurstSpan, or three of the bucket's intervals where that is
+// longer.
+func (d *Demand) burstSpan() float64 {
+	return math.Max(BurstSpan.Seconds(), 3*d.interval)
+}
+
+// swings tells bursts from moves. Demand that turns on and off about as
+// often as a bucket reports shows in each report as the phase before it,
+// so shares that follow reports are always the wrong way round. A bucket
+// whose demand changed past chance one way, then the other, then back,
+// each within the burst span of the last, is taken as bursting: for a
+// burst span after, its demand is the highest rate it reported in the
+// span before, so it keeps a share through its lulls. Demand that comes
+// and goes once (it moved to the bucket, then away) is followed at once
+// (see trend): one turn back is not a burst.
+type swings struct {
+	lastDir int8    // the last change's direction: +1, -1, 0 for none yet
+	since   float64 // seconds since that change
+	turns   int     // changes in a row that turned back
+	left    float64 // seconds left of bursting
+	peaks   peaks   // the highest rates reported lately
+}
+
+// BurstSpan is the least span, in time, that a swing back must come in for
+// a bucket to be taken as bursting, and how long it then stays so: three
+// of Envoy 1.40's 5 s intervals, where bursts of 5 s on and 5 s off turn
+// back within the span. A bucket that reports less often is given three
+// of its own intervals. Pinned by TestBurstsAreToldFromMoves and the
+// bursty fleet pattern (TestFleetPatterns).
+const BurstSpan = 15 * time.Second
+
+// note takes one interval's change of direction dir (see trend), its rate
+// r over secs seconds, the burst span and the demand d trend made of it,
+// and returns the demand.
+func (sw *swings) note(dir int8, r, secs, span, d float64) float64 {
+	sw.peaks.add(r, secs, span)
+	sw.since += secs
+	sw.left = math.Max(sw.left-secs, 0)
+	if dir != 0 {
+		if sw.lastDir == -dir && sw.since <= span+1e-9 {
+			sw.turns++
+		} else {
+			sw.turns = 0
+		}
+		if sw.turns >= 2 {
+			sw.left = span
+		}
+		sw.lastDir, sw.since = dir, 0
+	}
+	if sw.left == 0 {
+		return d
+	}
+	return math.Max(d, sw.peaks.max())
+}
+
+// peaks is the highest rate of each of the last few stretches of time,
+// newest first: an interval is merged into the newest slot while that
+// slot is shorter than a sixth of the span, so a span is covered by at
+// most seven slots whatever the interval.
+type peaks struct {
+	slots [spanSlots + 1]peak
+	n     int
+}
+
+type peak struct{ rate, secs float64 }
+
+// spanSlots is how many slots a span is cut into.
+const spanSlots = 6
+
+func (p *peaks) add(r, secs, span float64) {
+	if p.n > 0 && p.slots[0].secs < span/spanSlots-1e-9 {
+		p.slots[0].rate, p.slots[0].secs = math.Max(p.slots[0].rate, r), p.slots[0].secs+secs
+	} else {
+		copy(p.slots[1:], p.slots[:])
+		p.slots[0] = peak{r, secs}
+		p.n = min(p.n+1, len(p.slots))
+	}
+	// Keep the newest slots that cover the span, no more.
+	sum := 0.0
+	for i := range p.n {
+		sum += p.slots[i].secs
+		if sum >= span-1e-9 {
+			p.n = i + 1
+			break
+		}
+	}
+}
+
+func (p *peaks) max() float64 {
+	m := 0.0
+	for _, s := range p.slots[:p.n] {
+		m = math.Max(m, s.rate)
+	}
+	return m
+}
+
+// steady is a bucket's report intervals since its demand last changed past
+// chance, up to SteadySpan of them: demand is their rate, not the last
+// one's alone. Read from one report, a paced light bucket of 0.5 a second
+// reported 2 and 3 requests in turn, and its grant swung with it, each
+// change costing its Envoy the fraction of a token Envoy floors away on a
+// replacement; set against several, a change is told from chance sooner,
+// too. Intervals are merged into slots as peaks's are, so a bucket
+// reporting every second keeps as much time as one reporting every 5 s in
+// as little room.
+type steady struct {
+	slots [spanSlots + 1]rate // newest first
+	n     int
+}
+
+// SteadySpan bounds how far back demand is read, in time: a drift below
+// chance is followed within it, and a light bucket's demand is read over
+// enough requests that a quiet second is not taken for idleness (a bucket
+// of 0.25 a second reports nothing in most seconds). Four of Envoy 1.40's
+// 5 s intervals. Pinned by TestDemandFollowsAChangeAtOnce and
+// TestDemandIsReadInTime.
+const SteadySpan = 20 * time.Second
+
+func (s *steady) add(r rate) {
+	span := SteadySpan.Seconds()
+	if s.n > 0 && s.slots[0].secs < span/spanSlots-1e-9 {
+		s.slots[0] = rate{n: satAdd(s.slots[0].n, r.n), secs: s.slots[0].secs + r.secs}
+	} else {
+		copy(s.slots[1:], s.slots[:])
+		s.slots[0] = r
+		s.n = min(s.n+1, len(s.slots))
+	}
+	sum := 0.0
+	for i := range s.n {
+		sum += s.slots[i].secs
+		if sum >= span-1e-9 {
+			s.n = i + 1
+			break
+		}
+	}
+}
+
+// rate is the intervals' requests over their time (zero time when none).
+func (s *steady) rate() rate {
+	var sum rate
+	for _, r := range s.slots[:s.n] {
+		sum.n, sum.secs = satAdd(sum.n, r.n), sum.secs+r.secs
+	}
+	return sum
+}
+
+// rate is requests counted over an interval.
+type rate struct {
+	n    uint64
+	secs float64 // 0: none measured
+}
+
+func (r rate) perSecond() float64 { return float64(r.n) / r.secs }
+
+// satAdd is a+b, or the largest uint64 where that wraps.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// SatAdd is a+b, or the largest uint64 where that wraps: a client may
+// report counts near 2^64.
+func SatAdd(a, b uint64) uint64 { return satAdd(a, b) }
