@@ -21,8 +21,10 @@ type Options struct {
 	Prefix string
 	// LocalCacheBytes sizes the local over-limit cache; 0 turns it off.
 	LocalCacheBytes int
-	// Clock is used for the local cache when a Batch has no Now; nil means
-	// time.Now.
+	// Clock is the local time: the local over-limit cache's when a Batch
+	// has no Now, and the leases' (when each lease is renewed, and when an
+	// idle one is given back); nil means time.Now. Without a Batch.Now,
+	// windows are named by Redis's clock (TIME), not this one.
 	Clock func() time.Time
 	// Timeout bounds one Apply, all round trips included (REDIS_TIMEOUT);
 	// 0 means only the caller's context bounds it.

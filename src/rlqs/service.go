@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"context"
-	"errors"
 	"math"
 	"sync"
 	"time"
@@ -114,18 +113,6 @@ func (o Options) withDefaults() Options {
 		o.Logger = logrus.New()
 	}
 	return o
-}
-
-// Check reports settings that cannot work.
-func (o Options) Check() error {
-	o = o.withDefaults()
-	if o.TTL < time.Second {
-		return errors.New("RLQS_ASSIGNMENT_TTL must be at least 1s: Envoy reads whole seconds, and 0 expires at once")
-	}
-	if o.TTL <= o.Push+o.Delivery {
-		return errors.New("RLQS_ASSIGNMENT_TTL must exceed RLQS_PUSH_INTERVAL plus RLQS_DELIVERY_BOUND, or assignments lapse between renewals")
-	}
-	return nil
 }
 
 // Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
