@@ -1,6 +1,8 @@
 package examples
 
 import (
+	"time"
+
 	"testing"
 
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
@@ -50,6 +52,10 @@ func TestEnvoyRLQSExample(t *testing.T) {
 	}
 	if err := settings.ValidateAll(); err != nil {
 		t.Fatalf("the bucket settings fail Envoy's validation: %v", err)
+	}
+	// docs/rlqs.md shows this example at the shortest interval Envoy offers.
+	if got := settings.GetReportingInterval().AsDuration(); got != time.Second {
+		t.Errorf("the bucket settings report every %v, want 1s (docs/rlqs.md)", got)
 	}
 	deny := typev3.RateLimitStrategy_DENY_ALL
 	if settings.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != deny ||

@@ -30,8 +30,8 @@ const rlqsMinuteConfig = `
 `
 
 // BenchmarkRLQSPatterns measures how much of one limit (30 a second, or 300
-// a minute) a fleet of fake Envoys (Envoy 1.40's client, reports every 5 s,
-// DENY_ALL before a first assignment) uses under each demand pattern,
+// a minute) a fleet of fake Envoys (Envoy 1.40's client, DENY_ALL before a
+// first assignment, reporting at each interval of -rlqs.reports) uses under each demand pattern,
 // through the binary on the embedded store and on Redis: the worst window
 // against the limit, the share of the limit used once settled (per second:
 // from 12 s to -rlqs.phase; per minute: the whole minutes after the first,
@@ -50,24 +50,48 @@ var rlqsPatternOnly = flag.String("rlqs.pattern", "", "BenchmarkRLQSPatterns: ru
 // response, per Envoy: where a pattern loses, and why.
 var rlqsTrace = flag.Bool("rlqs.trace", false, "BenchmarkRLQSPatterns: print every window's admissions and every report and response, per Envoy")
 
+// rlqsReports is each fleet's report intervals, one fleet per column: a
+// fleet of several intervals (5s+1s) has its Envoys report at each in
+// turn, as a fleet mid-upgrade does.
+var rlqsReports = flag.String("rlqs.reports", "5s,1s", "BenchmarkRLQSPatterns: the fleets' report intervals, comma-separated; a fleet of mixed intervals joins them with + (5s+1s)")
+
+// reportFleets parses -rlqs.reports.
+func reportFleets(b *testing.B) (names []string, fleets [][]time.Duration) {
+	for _, name := range strings.Split(*rlqsReports, ",") {
+		var fleet []time.Duration
+		for _, part := range strings.Split(name, "+") {
+			d, err := time.ParseDuration(strings.TrimSpace(part))
+			if err != nil || d < time.Second {
+				b.Fatalf("-rlqs.reports: %q is not an interval of a second or more", part)
+			}
+			fleet = append(fleet, d)
+		}
+		names, fleets = append(names, name), append(fleets, fleet)
+	}
+	return names, fleets
+}
+
 func BenchmarkRLQSPatterns(b *testing.B) {
 	only := regexp.MustCompile(*rlqsPatternOnly)
+	names, fleets := reportFleets(b)
 	for _, store := range []string{"memory", "redis"} {
-		b.Run(store, func(b *testing.B) {
-			rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | used of what is left | ... furthest from its share of it | back to 90% of what is left after each change |", "|---|---|---|---|---|---|---|---|"}
-			for _, pt := range rlqstest.Patterns() {
-				if !only.MatchString(pt.Name) {
-					continue
+		for k, reports := range fleets {
+			b.Run(store+"/reports "+names[k], func(b *testing.B) {
+				rows := []string{"| pattern | worst window | used (settled) | demand admitted | furthest from fair share | used of what is left | ... furthest from its share of it | back to 90% of what is left after each change |", "|---|---|---|---|---|---|---|---|"}
+				for _, pt := range rlqstest.Patterns() {
+					if !only.MatchString(pt.Name) {
+						continue
+					}
+					rows = append(rows, rlqsPatternRow(b, store, pt, reports))
+					b.Log(rows[len(rows)-1])
 				}
-				rows = append(rows, rlqsPatternRow(b, store, pt))
-				b.Log(rows[len(rows)-1])
-			}
-			fmt.Println("RLQS patterns on " + store + ", limit 30/s or 300/min:\n" + strings.Join(rows, "\n"))
-		})
+				fmt.Printf("RLQS patterns on %s, reports every %s, limit 30/s or 300/min:\n%s\n", store, names[k], strings.Join(rows, "\n"))
+			})
+		}
 	}
 }
 
-func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern) string {
+func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern, reports []time.Duration) string {
 	if pt.Replicas > 1 && store != "redis" {
 		return fmt.Sprintf("| %s | replicas share Redis only | | | | | | |", pt.Name)
 	}
@@ -77,7 +101,7 @@ func rlqsPatternRow(b *testing.B, store string, pt rlqstest.Pattern) string {
 		env["REDIS_URL"], env["BACKEND_TYPE"] = redistest.Start(b).Addr, "redis"
 	}
 	f := rlqstest.Fleet{Domain: "quota", Second: map[string]string{"tenant": "acme"}, Minute: map[string]string{"tenant": "minute"},
-		Run: *rlqsPhase, Settle: 12 * time.Second, Minutes: *rlqsMinutes}
+		Run: *rlqsPhase, Settle: 12 * time.Second, Minutes: *rlqsMinutes, Reports: reports}
 	for range max(pt.Replicas, 1) {
 		p := start(b, env)
 		defer p.stop(b)
