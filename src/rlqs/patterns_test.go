@@ -37,13 +37,25 @@ const patternConfig = fleetConfig + `
 // an idle machine and a busy one, and 3 virtual minutes take a moment.
 // The run starts start into the bubble's clock, which is at a minute's start.
 func runPattern(t *testing.T, pt rlqstest.Pattern, start time.Duration, reports ...time.Duration) *rlqstest.Result {
+	return runFleet(t, pt, start, fleetOf{reports: reports})
+}
+
+// fleetOf is the clients of a fleet: each Envoy reports at reports[i mod
+// len] and plays profiles[i mod len] (unset: every 5 s, Envoy 1.40).
+type fleetOf struct {
+	reports  []time.Duration
+	profiles []rlqstest.Profile
+}
+
+// runFleet is runPattern with the fleet's clients given.
+func runFleet(t *testing.T, pt rlqstest.Pattern, start time.Duration, fl fleetOf) *rlqstest.Result {
 	var r *rlqstest.Result
 	synctest.Test(t, func(t *testing.T) {
 		time.Sleep(start)
 		store := limiter.NewMemoryStore(limiter.MemoryOptions{})
 		defer store.Close()
 		f := rlqstest.Fleet{Domain: "fleet", Second: map[string]string{"tenant": "a"}, Minute: map[string]string{"tenant": "minute"},
-			Run: 30 * time.Second, Settle: 12 * time.Second, Minutes: 3 * time.Minute, Reports: reports}
+			Run: 30 * time.Second, Settle: 12 * time.Second, Minutes: 3 * time.Minute, Reports: fl.reports, Profiles: fl.profiles}
 		cfg := load(t, patternConfig)
 		for range max(pt.Replicas, 1) {
 			conn, stop := serveInMemory(t, rlqs.Options{Store: store, Configs: cfg})
@@ -155,16 +167,20 @@ const patternStarts = 6
 
 // intervals are the fleets TestFleetPatterns runs every pattern with: every
 // Envoy reporting every 5 s (Envoy 1.40, and 1.41's default), every 2 s,
-// every second (1.41's reporting_interval at its shortest), and a fleet
-// mid-upgrade, every other Envoy at 5 s and at 1 s.
+// every second (1.41's reporting_interval at its shortest), a fleet
+// mid-upgrade, every other Envoy at 5 s and at 1 s, gRPC clients (gRFC
+// A77: each bucket on its own timer) at 1 s, and all three in turn.
 var intervals = []struct {
-	name    string
-	reports []time.Duration
+	name  string
+	fleet fleetOf
 }{
-	{"5s", []time.Duration{5 * time.Second}},
-	{"2s", []time.Duration{2 * time.Second}},
-	{"1s", []time.Duration{time.Second}},
-	{"mixed 5s and 1s", []time.Duration{5 * time.Second, time.Second}},
+	{"5s", fleetOf{}},
+	{"2s", fleetOf{reports: []time.Duration{2 * time.Second}}},
+	{"1s", fleetOf{reports: []time.Duration{time.Second}}},
+	{"mixed 5s and 1s", fleetOf{reports: []time.Duration{5 * time.Second, time.Second}}},
+	{"gRPC at 1s", fleetOf{reports: []time.Duration{time.Second}, profiles: []rlqstest.Profile{rlqstest.GRPC}}},
+	{"Envoy 1.40, Envoy at 1s and gRPC at 1s", fleetOf{reports: []time.Duration{5 * time.Second, time.Second, time.Second},
+		profiles: []rlqstest.Profile{rlqstest.Envoy140, rlqstest.Envoy140, rlqstest.GRPC}}},
 }
 
 // shorterSlack is how far below its use at 5 s a pattern may fall at a
@@ -196,7 +212,7 @@ func TestFleetPatterns(t *testing.T) {
 			t.Parallel()
 			at5 := 0.0
 			for _, iv := range intervals {
-				used := checkPattern(t, pt, g, iv.name, iv.reports)
+				used := checkPattern(t, pt, g, iv.name, iv.fleet)
 				switch {
 				case iv.name == "5s":
 					at5 = used
@@ -208,16 +224,15 @@ func TestFleetPatterns(t *testing.T) {
 	}
 }
 
-// checkPattern runs pt at patternStarts starts with the report intervals
-// given, holds it to g, and returns what it used on average.
-func checkPattern(t *testing.T, pt rlqstest.Pattern, g patternGoal, name string, reports []time.Duration) float64 {
+// checkPattern runs pt at patternStarts starts with the fleet's clients, holds it to g, and returns what it used on average.
+func checkPattern(t *testing.T, pt rlqstest.Pattern, g patternGoal, name string, fl fleetOf) float64 {
 	t.Helper()
 	var used, least, most, lo, hi float64
 	what := ""
 	for k := range patternStarts {
 		_, window := pt.Window()
 		start := time.Duration(k) * window / patternStarts
-		r := runPattern(t, pt, start, reports...)
+		r := runFleet(t, pt, start, fl)
 		u, l, m, w := measurePattern(t, r, start)
 		if name == "5s" {
 			checkRecoveries(t, r, g.recovers, start)

@@ -33,6 +33,11 @@ const (
 	// API follows the API's text: the domain on the first message only,
 	// exact time_elapsed, an unset TTL never expiring.
 	API
+	// GRPC is gRPC's RLQS client as gRFC A77 describes it: the API's
+	// reading, but each bucket reported on a timer of its own, started when
+	// the bucket is made (at Options.Bucket's interval for it), in a
+	// message of its own.
+	GRPC
 )
 
 // Options configure a fake Envoy.
@@ -42,6 +47,9 @@ type Options struct {
 	Profile Profile
 	// Report is the report interval; 0 means Envoy's fixed 5 s.
 	Report time.Duration
+	// Bucket, when set, is each bucket's own report interval (GRPC only;
+	// Report where it returns 0).
+	Bucket func(id map[string]string) time.Duration
 	// NoAssignment is the no_assignment_behavior: nil means ALLOW_ALL
 	// (Envoy's default).
 	NoAssignment *typev3.RateLimitStrategy
@@ -94,6 +102,9 @@ type bucket struct {
 	refilled         time.Time
 	expiry, fallback *time.Timer
 	epoch            int
+	// GRPC: the bucket's own report timer, and its last report.
+	ticker *time.Ticker
+	last   time.Time
 }
 
 // Start runs a fake Envoy until Stop. Like Envoy it opens its stream on
@@ -114,6 +125,7 @@ func (e *Envoy) Stop() {
 	defer e.mu.Unlock()
 	for _, b := range e.buckets {
 		b.stopTimers()
+		b.stopReports()
 	}
 }
 
@@ -125,54 +137,12 @@ func (b *bucket) stopTimers() {
 	}
 }
 
-// Streams is how many streams the fake has opened.
-func (e *Envoy) Streams() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.streams
-}
-
-// Skipped is how many actions the fake ignored as Envoy does: for an
-// empty bucket id or one it does not hold.
-func (e *Envoy) Skipped() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.skipped
-}
-
-// Actions returns every bucket action received so far.
-func (e *Envoy) Actions() []*rlqsv3.RateLimitQuotaResponse_BucketAction {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]*rlqsv3.RateLimitQuotaResponse_BucketAction(nil), e.actions...)
-}
-
-// Sent returns every report sent so far.
-func (e *Envoy) Sent() []*rlqsv3.RateLimitQuotaUsageReports {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]*rlqsv3.RateLimitQuotaUsageReports(nil), e.sent...)
-}
-
-// Expiries is how many assignments expired (to the fallback, or to the
-// default).
-func (e *Envoy) Expiries() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.expiries
-}
-
-// Strategy is what bucket id enforces now: its assignment, its fallback
-// after one expired, or nil for the default (no assignment); held
-// reports whether the Envoy holds the bucket at all.
-func (e *Envoy) Strategy(id map[string]string) (s *typev3.RateLimitStrategy, held bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	b := e.buckets[keyOf(id)]
-	if b == nil {
-		return nil, false
+// stopReports ends a GRPC bucket's own report timer.
+func (b *bucket) stopReports() {
+	if b.ticker != nil {
+		b.ticker.Stop()
+		b.ticker = nil
 	}
-	return b.action, true
 }
 
 // Break ends the current stream as a broken connection would; like
@@ -207,6 +177,9 @@ func (e *Envoy) Request(id map[string]string) bool {
 	}
 	if first {
 		e.startLocked()
+		if e.o.Profile == GRPC {
+			e.startBucketReports(b, now)
+		}
 		if e.stream != nil { // Envoy drops the initial report when the stream is down
 			u := e.usage(b, 0)
 			e.send(&rlqsv3.RateLimitQuotaUsageReports{Domain: e.o.Domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{u}})
@@ -257,7 +230,7 @@ func (e *Envoy) usage(b *bucket, elapsed time.Duration) *rlqsv3.RateLimitQuotaUs
 }
 
 func (e *Envoy) send(m *rlqsv3.RateLimitQuotaUsageReports) {
-	if e.o.Profile == API && e.sentOne {
+	if e.o.Profile != Envoy140 && e.sentOne {
 		m.Domain = ""
 	}
 	if err := e.stream.Send(m); err != nil {
@@ -278,7 +251,9 @@ func (e *Envoy) startLocked() {
 	}
 	e.open()
 	e.last = time.Now()
-	go e.reportLoop()
+	if e.o.Profile != GRPC {
+		go e.reportLoop()
+	}
 }
 
 func (e *Envoy) open() {
@@ -291,33 +266,6 @@ func (e *Envoy) open() {
 	}
 	e.stream, e.end, e.sentOne = st, end, false
 	go e.recvLoop(st)
-}
-
-// reportLoop sends every bucket each interval, reopening a broken stream
-// first; when that fails, the counts are dropped, as Envoy drops them.
-func (e *Envoy) reportLoop() {
-	t := time.NewTicker(e.o.Report)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case now := <-t.C:
-			e.mu.Lock()
-			if e.stream == nil {
-				e.open()
-			}
-			m := &rlqsv3.RateLimitQuotaUsageReports{Domain: e.o.Domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{}}
-			for _, b := range e.buckets {
-				m.BucketQuotaUsages = append(m.BucketQuotaUsages, e.usage(b, now.Sub(e.last)))
-			}
-			e.last = now
-			if e.stream != nil {
-				e.send(m)
-			}
-			e.mu.Unlock()
-		}
-	}
 }
 
 func (e *Envoy) recvLoop(st grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) {
@@ -355,6 +303,7 @@ func (e *Envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Ti
 	}
 	if a.GetAbandonAction() != nil {
 		b.stopTimers()
+		b.stopReports()
 		delete(e.buckets, keyOf(id))
 		return
 	}

@@ -101,6 +101,17 @@ type Fleet struct {
 	// (Envoy i reports every Reports[i mod len]); unset, every Envoy
 	// reports every 5 s, as Envoy 1.40 does.
 	Reports []time.Duration
+	// Profiles, when set, is the client each Envoy plays in turn (see
+	// Reports); unset, every one is Envoy 1.40's.
+	Profiles []Profile
+}
+
+// profile is Envoy i's client (see Fleet.Profiles).
+func (f Fleet) profile(i int) Profile {
+	if len(f.Profiles) == 0 {
+		return Envoy140
+	}
+	return f.Profiles[i%len(f.Profiles)]
 }
 
 // report is Envoy i's report interval (see Fleet.Reports).
@@ -153,7 +164,7 @@ func (p Pattern) Run(f Fleet) *Result {
 		if f.OnMessage != nil {
 			onMessage = func(m proto.Message, at time.Time) { f.OnMessage(i, m, at) }
 		}
-		e := Start(Options{Conn: f.Conns[i*len(f.Conns)/len(p.Demands)], Domain: f.Domain, NoAssignment: Deny, OnMessage: onMessage, Report: f.report(i),
+		e := Start(Options{Conn: f.Conns[i*len(f.Conns)/len(p.Demands)], Domain: f.Domain, NoAssignment: Deny, OnMessage: onMessage, Report: f.report(i), Profile: f.profile(i),
 			OnAdmit: func(_ string, at time.Time) {
 				mu.Lock()
 				defer mu.Unlock()
