@@ -310,3 +310,36 @@ func checkRecoveries(t *testing.T, r *rlqstest.Result, recovers []time.Duration,
 		}
 	}
 }
+
+// The fake gRPC client reports as gRFC A77 describes: each bucket on a
+// timer of its own, from when it was made, in a message of its own (the
+// domain on the stream's first only), so the fleet tests' gRPC columns
+// are a client unlike Envoy's.
+func TestFakeGRPCClientReportsEachBucketAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limiter.NewMemoryStore(limiter.MemoryOptions{})
+		defer store.Close()
+		conn, stop := serveInMemory(t, rlqs.Options{Store: store, Configs: load(t, patternConfig)})
+		defer stop()
+		e := rlqstest.Start(rlqstest.Options{Conn: conn, Domain: "fleet", Profile: rlqstest.GRPC, Report: 2 * time.Second, NoAssignment: rlqstest.Deny})
+		defer e.Stop()
+		e.Request(map[string]string{"tenant": "a"})
+		time.Sleep(500 * time.Millisecond)
+		e.Request(map[string]string{"tenant": "minute"})
+		time.Sleep(4100 * time.Millisecond)
+		synctest.Wait()
+		sent := e.Sent()
+		// Two initial reports, then each bucket's own at 2 s and 4 s.
+		if len(sent) != 6 {
+			t.Fatalf("%d reports sent, want 6 (two initial, two a bucket on its own timer)", len(sent))
+		}
+		for i, m := range sent {
+			if n := len(m.GetBucketQuotaUsages()); n != 1 {
+				t.Errorf("report %d holds %d buckets, want 1", i, n)
+			}
+			if (m.GetDomain() != "") != (i == 0) {
+				t.Errorf("report %d has domain %q; want it on the first report only", i, m.GetDomain())
+			}
+		}
+	})
+}
