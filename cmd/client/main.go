@@ -10,8 +10,11 @@
 // -dial_string is accepted for -addr, so scripts written for
 // envoyproxy/ratelimit's client keep working.
 //
-// It prints the overall code and one line per descriptor, and exits 0 for
-// OK, 2 for OVER_LIMIT and 1 for an error.
+// It prints the overall code and one line per descriptor: the limit that
+// decided it, or, for one answered OK without a limit, why (unknown
+// domain, unlimited, no rule matches: the answer does not say, so the
+// client asks the debug port's /explain, briefly). It exits 0 for OK, 2
+// for OVER_LIMIT and 1 for an error.
 package main
 
 import (
@@ -84,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	refund := fs.Bool("refund", false, "give -hits back instead of counting them (is_negative_hits), as a usage report after the fact does")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
 	explain := fs.Bool("explain", false, "print how the service's config decides the request, counting nothing (asks the debug port)")
-	debugAddr := fs.String("debug_addr", "localhost:6070", "debug port address of the service, for -explain")
+	debugAddr := fs.String("debug_addr", "localhost:6070", "debug port address of the service, for -explain and to say why an answer had no limit")
 	var descs descriptorsFlag
 	fs.Var(&descs, "descriptors", "one descriptor as key=value[,key=value...]; repeat for several")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -118,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "client:", err)
 		return 1
 	}
-	printResponse(stdout, descs, resp)
+	printResponse(stdout, descs, resp, whyNoLimit(*debugAddr, *domain, descs, resp, *timeout))
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		return 2
 	}
@@ -154,17 +157,71 @@ func ask(addr string, req *rlsv3.RateLimitRequest, timeout time.Duration) (*rlsv
 }
 
 // printResponse prints the overall code, then each descriptor's status
-// and the limit that decided it.
-func printResponse(w io.Writer, descs []*rlv3.RateLimitDescriptor, resp *rlsv3.RateLimitResponse) {
+// and the limit that decided it, or, where none did, why (why, by
+// descriptor: see whyNoLimit).
+func printResponse(w io.Writer, descs []*rlv3.RateLimitDescriptor, resp *rlsv3.RateLimitResponse, why []string) {
 	fmt.Fprintln(w, resp.GetOverallCode())
 	for i, st := range resp.GetStatuses() {
 		fmt.Fprintf(w, "  %s: %s", entriesString(descs[i]), st.GetCode())
 		if l := st.GetCurrentLimit(); l != nil {
 			fmt.Fprintf(w, ", limit %d/%s, remaining %d, reset in %v", l.GetRequestsPerUnit(),
 				strings.ToLower(l.GetUnit().String()), st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+		} else if i < len(why) && why[i] != "" {
+			fmt.Fprintf(w, " (%s)", why[i])
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// whyNoLimit says, for each descriptor answered OK without a limit, why:
+// an unknown domain, no rule, an unlimited rule, or no limit at its
+// depth. The answer does not say, so the service's /explain is asked,
+// briefly; where it does not answer, every such descriptor says that no
+// limit applied and how to learn why.
+func whyNoLimit(debugAddr, domain string, descs []*rlv3.RateLimitDescriptor, resp *rlsv3.RateLimitResponse, timeout time.Duration) []string {
+	why := make([]string, len(resp.GetStatuses()))
+	need := false
+	for i, st := range resp.GetStatuses() {
+		need = need || st.GetCurrentLimit() == nil && st.GetCode() == rlsv3.RateLimitResponse_OK && i < len(descs)
+	}
+	if !need {
+		return why
+	}
+	var out, errb strings.Builder
+	if explainRemote(debugAddr, domain, descs, min(timeout, time.Second), &out, &errb) != 0 {
+		for i := range why {
+			why[i] = "no limit applies: an unknown domain, no rule or an unlimited one; -explain says which"
+		}
+		return why
+	}
+	return explainReasons(out.String(), len(why))
+}
+
+// explainReasons reads config.Explain's text for n descriptors: for each,
+// the reason it was answered without a limit, or "" where a limit applies.
+func explainReasons(text string, n int) []string {
+	why := make([]string, n)
+	if strings.Contains(text, "not in the config: every descriptor is answered OK without a limit") {
+		for i := range why {
+			why[i] = "unknown domain"
+		}
+		return why
+	}
+	i := -1
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "descriptors["):
+			i++
+		case i < 0 || i >= n:
+		case strings.HasPrefix(line, "  rule: none"):
+			why[i] = "no rule matches"
+		case line == "  limit: unlimited":
+			why[i] = "unlimited"
+		case strings.HasPrefix(line, "  limit: none at this depth"):
+			why[i] = "the rule has no limit at this depth"
+		}
+	}
+	return why
 }
 
 func entriesString(d *rlv3.RateLimitDescriptor) string {

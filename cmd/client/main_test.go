@@ -105,3 +105,60 @@ func TestExplainAsksTheDebugPort(t *testing.T) {
 		t.Errorf("query = %v", got)
 	}
 }
+
+// explainServer serves /explain from the example config as the service's
+// debug port does (config.Explain), and counts its calls.
+func explainServer(t *testing.T, calls *int) string {
+	t.Helper()
+	cfg, err := config.LoadFiles([]string{"../../examples/ratelimit-config.yaml"}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		*calls++
+		req, err := config.ParseRequest(r.URL.Query().Get("domain"), r.URL.Query()["descriptor"])
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "# config version test\n")
+		_ = cfg.Explain(w, req.Domain, req.Descriptors)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// An answer without a limit says why: an unknown domain, an unlimited
+// rule and no rule read differently, from the service's /explain; a
+// decided descriptor asks nothing; with the debug port away, the line
+// says that no limit applied and how to learn why.
+func TestClientSaysWhyNoLimitApplied(t *testing.T) {
+	addr := startService(t)
+	calls := 0
+	debug := explainServer(t, &calls)
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want      string
+		explained bool
+	}{
+		{"unknown domain", []string{"-domain", "nosuch", "-descriptors", "a=b"}, "  a=b: OK (unknown domain)\n", true},
+		{"unlimited", []string{"-domain", "example", "-descriptors", "remote_address=127.0.0.1"}, "  remote_address=127.0.0.1: OK (unlimited)\n", true},
+		{"no rule", []string{"-domain", "example", "-descriptors", "nope=1"}, "  nope=1: OK (no rule matches)\n", true},
+		{"a limit: nothing asked", []string{"-domain", "example", "-descriptors", "remote_address=192.0.2.9"}, "OK, limit 10/second", false},
+		{"the debug port away", []string{"-domain", "nosuch", "-descriptors", "a=b", "-debug_addr", "127.0.0.1:1"},
+			"  a=b: OK (no limit applies: an unknown domain, no rule or an unlimited one; -explain says which)\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := calls
+			args := append([]string{"-addr", addr, "-debug_addr", debug}, tc.args...)
+			var out, errb bytes.Buffer
+			if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("run = %d, %q (stderr %q); want 0 and %q", code, out.String(), errb.String(), tc.want)
+			}
+			if asked := calls > before; asked != tc.explained {
+				t.Errorf("asked /explain: %v, want %v", asked, tc.explained)
+			}
+		})
+	}
+}
