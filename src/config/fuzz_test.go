@@ -111,7 +111,7 @@ func FuzzKey(f *testing.F) {
 		}
 		for i, w := range want {
 			exp := ":" + w
-			if len(w) > MaxRawField {
+			if len(w) > maxRawField {
 				sum := sha256.Sum256([]byte(w))
 				exp = "#" + hex.EncodeToString(sum[:16])
 			}

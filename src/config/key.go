@@ -15,7 +15,7 @@ import (
 //
 //	':' the value itself
 //	'#' the first 128 bits of the value's SHA-256, in hex, for values longer
-//	    than MaxRawField bytes, so keys stay bounded, and for every value
+//	    than maxRawField bytes, so keys stay bounded, and for every value
 //	    under CACHE_KEY_HASH_VALUES or hash_value, so personal data (IPs,
 //	    user ids, API keys) never appears in Redis
 //	'*' a shared wildcard pattern (share_threshold): every value matching it
@@ -27,13 +27,13 @@ import (
 // period in seconds), not its amount, so raising requests_per_unit keeps the
 // count. Stores prepend their own prefix and format version.
 
-// MaxRawField is the longest field written as itself in a key; longer ones are
+// maxRawField is the longest field written as itself in a key; longer ones are
 // hashed.
-const MaxRawField = 128
+const maxRawField = 128
 
 func appendField(b []byte, s string, raw, hashed byte, forceHash bool) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
-	if len(s) <= MaxRawField && !forceHash {
+	if len(s) <= maxRawField && !forceHash {
 		b = append(b, raw)
 		return append(b, s...)
 	}

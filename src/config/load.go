@@ -36,7 +36,7 @@ func TooLarge(path string, read, all, total int) error {
 
 // ErrNotRegular says that a path named like a config file is not a regular
 // file (or a link to one): a FIFO, socket or device.
-var ErrNotRegular = regularfile.ErrNotRegular
+var errNotRegular = regularfile.ErrNotRegular
 
 // ReadFile reads one config file. It never blocks on a FIFO, a socket or a
 // device: it opens without waiting for a writer, checks what it opened, and
@@ -86,7 +86,7 @@ func FindFiles(dir string, ignoreDotfiles bool) (files []string, skipped map[str
 				skipped = map[string]error{}
 			}
 			if err == nil {
-				err = fmt.Errorf("%w (%s)", ErrNotRegular, regularfile.Kind(fi.Mode()))
+				err = fmt.Errorf("%w (%s)", errNotRegular, regularfile.Kind(fi.Mode()))
 			}
 			skipped[path] = err
 			return nil

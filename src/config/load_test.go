@@ -86,13 +86,13 @@ func TestOnlyRegularFilesAreConfig(t *testing.T) {
 			t.Errorf("FindFiles did not skip %s (skipped: %v)", name, skipped)
 		}
 	}
-	if !errors.Is(skipped[filepath.Join(dir, "fifo.yaml")], ErrNotRegular) {
+	if !errors.Is(skipped[filepath.Join(dir, "fifo.yaml")], errNotRegular) {
 		t.Errorf("skipped FIFO reason = %v, want ErrNotRegular", skipped[filepath.Join(dir, "fifo.yaml")])
 	}
 
 	// A FIFO that turns up between listing and reading is refused at once.
 	for _, name := range []string{"fifo.yaml", "zero.yaml"} {
-		if _, err := ReadFile(filepath.Join(dir, name)); !errors.Is(err, ErrNotRegular) {
+		if _, err := ReadFile(filepath.Join(dir, name)); !errors.Is(err, errNotRegular) {
 			t.Errorf("ReadFile(%s) error = %v, want ErrNotRegular", name, err)
 		}
 	}

@@ -205,7 +205,7 @@ func TestPlanKeys(t *testing.T) {
 	if got, want := key("remote_address=1"), "{4:shop14:remote_address1:1}:fw1"; got != want {
 		t.Errorf("key = %q, want %q", got, want)
 	}
-	long := strings.Repeat("v", MaxRawField+1)
+	long := strings.Repeat("v", maxRawField+1)
 	if got := key("remote_address=" + long); len(got) > 100 || !strings.Contains(got, "129#") {
 		t.Errorf("key for a %d-byte value = %q, want it hashed and short", len(long), got)
 	}
@@ -344,7 +344,7 @@ descriptors:
       - key: method
         rate_limit: {unit: minute, requests_per_unit: 1}
 `)
-	long := strings.Repeat("x", MaxRawField+1)
+	long := strings.Repeat("x", maxRawField+1)
 	hash := func(s string) string { return "#" + string(appendHash(nil, s)) }
 	for _, tc := range []struct {
 		entries []string

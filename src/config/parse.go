@@ -338,7 +338,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 func (d *decoder) rate(f map[string]*yaml.Node, l *Limit, path string) {
 	if n := f["unit"]; n == nil {
 		d.errAt(l.Line, path, "missing unit")
-	} else if u, err := ParseUnit(d.str(n, path, "unit")); err != nil {
+	} else if u, err := parseUnit(d.str(n, path, "unit")); err != nil {
 		d.errf(n, path+".unit", "%v", err)
 	} else {
 		l.Unit = u

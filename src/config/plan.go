@@ -234,7 +234,7 @@ func (l *Limit) Window() time.Duration { return l.Rule.Period }
 // to MaxRawField bytes, else as '#' and the first 128 bits of its SHA-256 in
 // hex, as counter keys do, so that no series name grows with the request.
 func appendMetricValue(b []byte, v string) []byte {
-	if len(v) <= MaxRawField {
+	if len(v) <= maxRawField {
 		return append(b, v...)
 	}
 	return appendHash(append(b, '#'), v)

@@ -52,8 +52,8 @@ func (u Unit) Duration() time.Duration { return unitInfo[u].d }
 // Proto is the unit as the RLS response carries it.
 func (u Unit) Proto() rlsv3.RateLimitResponse_RateLimit_Unit { return unitInfo[u].proto }
 
-// ParseUnit maps a config unit name (any case) to a Unit.
-func ParseUnit(s string) (Unit, error) {
+// parseUnit maps a config unit name (any case) to a Unit.
+func parseUnit(s string) (Unit, error) {
 	for i := 1; i < len(unitInfo); i++ {
 		if strings.EqualFold(unitInfo[i].name, s) {
 			return Unit(i), nil

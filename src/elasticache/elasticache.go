@@ -22,9 +22,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 )
 
-// TokenLifetime is how long a token may be used to authenticate: the
+// tokenLifetime is how long a token may be used to authenticate: the
 // most ElastiCache accepts.
-const TokenLifetime = 15 * time.Minute
+const tokenLifetime = 15 * time.Minute
 
 // MaxConnAge is how long a connection may be kept: under the 12 hours
 // after which ElastiCache closes connections authenticated by IAM.
@@ -90,7 +90,7 @@ func (s *Signer) Token(ctx context.Context) (string, error) {
 	if s.Serverless {
 		q.Set("ResourceType", "ServerlessCache")
 	}
-	q.Set("X-Amz-Expires", fmt.Sprint(int(TokenLifetime/time.Second)))
+	q.Set("X-Amz-Expires", fmt.Sprint(int(tokenLifetime/time.Second)))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.CacheName+"/?"+q.Encode(), nil)
 	if err != nil {
 		return "", fmt.Errorf("elasticache IAM: cache name %q: %w", s.CacheName, err)

@@ -28,7 +28,7 @@ type Address struct {
 const defaultPort = "6379"
 
 // ParseAddress reads one address. A plain address is taken as it is
-// written (its network decides what it must look like, see CheckAddress);
+// written (its network decides what it must look like, see checkAddress);
 // a URL that cannot be read is an error naming what is wrong, never with
 // its password.
 func ParseAddress(s string) (Address, error) {
@@ -91,10 +91,10 @@ func WantsTLS(list string) bool {
 	return false
 }
 
-// CheckAddress checks a plain address for its network: host:port with a
+// checkAddress checks a plain address for its network: host:port with a
 // port number for tcp, a non-empty path for unix. An address that can
 // never be dialed is a settings error, not a Redis that is not up yet.
-func CheckAddress(a Address, network string) error {
+func checkAddress(a Address, network string) error {
 	if network == "unix" {
 		if a.URL {
 			return fmt.Errorf("%s is a TCP address (a URL), but the socket type is unix", a.Addr)

@@ -66,7 +66,7 @@ func TestCheckAddress(t *testing.T) {
 		{"h:1", "unix", true, "the socket type is unix"},
 	}
 	for _, tt := range tests {
-		err := CheckAddress(Address{Addr: tt.addr, URL: tt.url}, tt.network)
+		err := checkAddress(Address{Addr: tt.addr, URL: tt.url}, tt.network)
 		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("CheckAddress(%q, %s) = %v, want %q", tt.addr, tt.network, err, tt.wantErr)
 		}

@@ -84,7 +84,7 @@ func (o ClientOptions) deployment() (deployment, error) {
 	for i, s := range list {
 		a, err := ParseAddress(s)
 		if err == nil {
-			err = CheckAddress(a, network)
+			err = checkAddress(a, network)
 		}
 		if err != nil {
 			return d, err

@@ -70,7 +70,7 @@ func (r *Reloader) Install(build func() (*config.Config, error)) error {
 // report rather than logged.
 func (r *Reloader) WatchFiles(ctx context.Context, wo WatchOptions, load func() (*config.Config, error), firstStops bool) error {
 	wo.Reload = func() error { return r.Install(load) }
-	w, err := NewWatcher(wo)
+	w, err := newWatcher(wo)
 	if err != nil {
 		return err
 	}

@@ -38,16 +38,16 @@ type WatchOptions struct {
 	Reload func() error
 }
 
-// Watcher reloads the config when its files change.
-type Watcher struct {
+// watcher reloads the config when its files change.
+type watcher struct {
 	o       WatchOptions
 	w       *fsnotify.Watcher
 	targets map[string]bool // link targets outside Dir, as of the last arm
 }
 
-// NewWatcher starts watching at once: a change made after it returns is seen
+// newWatcher starts watching at once: a change made after it returns is seen
 // by Run, even one made before Run starts.
-func NewWatcher(o WatchOptions) (*Watcher, error) {
+func newWatcher(o WatchOptions) (*watcher, error) {
 	if o.Debounce == 0 {
 		o.Debounce = 100 * time.Millisecond
 	}
@@ -58,7 +58,7 @@ func NewWatcher(o WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config watch: %w", err)
 	}
-	return &Watcher{o: o, w: w, targets: o.arm(w)}, nil
+	return &watcher{o: o, w: w, targets: o.arm(w)}, nil
 }
 
 // reloadSpacing is how many times a reload's own duration must pass
@@ -74,7 +74,7 @@ const reloadSpacing = 3
 // Debounce, and at the latest MaxWait after its first event, but never
 // sooner than reloadSpacing times the last reload's duration after it
 // ended.
-func (wt *Watcher) Run(ctx context.Context) {
+func (wt *watcher) Run(ctx context.Context) {
 	o, w := wt.o, wt.w
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)

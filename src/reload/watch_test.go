@@ -131,7 +131,7 @@ func TestWatchReloads(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-loaded
-			w, err := NewWatcher(WatchOptions{Dir: dir, Root: root, WatchRoot: tc.watchRoot, Debounce: 20 * time.Millisecond, Reload: reload})
+			w, err := newWatcher(WatchOptions{Dir: dir, Root: root, WatchRoot: tc.watchRoot, Debounce: 20 * time.Millisecond, Reload: reload})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func TestWatchBoundsTheWait(t *testing.T) {
 			dir := t.TempDir()
 			write(t, filepath.Join(dir, "a.yaml"), limitConfig("a", 1))
 			reloads := make(chan struct{}, 64)
-			w, err := NewWatcher(WatchOptions{Dir: dir, Debounce: 50 * time.Millisecond, MaxWait: tc.maxWait,
+			w, err := newWatcher(WatchOptions{Dir: dir, Debounce: 50 * time.Millisecond, MaxWait: tc.maxWait,
 				Reload: func() error { reloads <- struct{}{}; return nil }})
 			if err != nil {
 				t.Fatal(err)
@@ -263,7 +263,7 @@ func TestSlowReloadsAreSpaced(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), limitConfig("a", 1))
 	var mu sync.Mutex
 	var spans [][2]time.Time // each reload's start and end
-	w, err := NewWatcher(WatchOptions{Dir: dir, Debounce: 20 * time.Millisecond, MaxWait: 100 * time.Millisecond,
+	w, err := newWatcher(WatchOptions{Dir: dir, Debounce: 20 * time.Millisecond, MaxWait: 100 * time.Millisecond,
 		Reload: func() error {
 			began := time.Now()
 			time.Sleep(400 * time.Millisecond) // the reload's work

@@ -29,17 +29,6 @@ const patternConfig = fleetConfig + `
     rate_limit: {unit: minute, requests_per_unit: 300}
 `
 
-// runPattern runs pt in a synctest bubble: its replicas are Services on
-// one embedded store, each with the settings' defaults, served over an
-// in-memory gRPC connection (BenchmarkRLQSPatterns runs the same patterns
-// through the binary, as cmd/server wires it), and its fake Envoys are
-// Envoy 1.40's client. Time in the bubble is virtual, so the run is the same on
-// an idle machine and a busy one, and 3 virtual minutes take a moment.
-// The run starts start into the bubble's clock, which is at a minute's start.
-func runPattern(t *testing.T, pt rlqstest.Pattern, start time.Duration, reports ...time.Duration) *rlqstest.Result {
-	return runFleet(t, pt, start, fleetOf{reports: reports})
-}
-
 // fleetOf is the clients of a fleet: each Envoy reports at reports[i mod
 // len] and plays profiles[i mod len] (unset: every 5 s, Envoy 1.40).
 type fleetOf struct {
@@ -47,7 +36,13 @@ type fleetOf struct {
 	profiles []rlqstest.Profile
 }
 
-// runFleet is runPattern with the fleet's clients given.
+// runFleet runs pt with the fleet's clients fl in a synctest bubble: its replicas are Services on
+// one embedded store, each with the settings' defaults, served over an
+// in-memory gRPC connection (BenchmarkRLQSPatterns runs the same patterns
+// through the binary, as cmd/server wires it), and its fake Envoys
+// are fl's clients. Time in the bubble is virtual, so the run is the same on
+// an idle machine and a busy one, and 3 virtual minutes take a moment.
+// The run starts start into the bubble's clock, which is at a minute's start.
 func runFleet(t *testing.T, pt rlqstest.Pattern, start time.Duration, fl fleetOf) *rlqstest.Result {
 	var r *rlqstest.Result
 	synctest.Test(t, func(t *testing.T) {

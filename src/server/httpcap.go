@@ -13,21 +13,21 @@ import (
 // HTTPLimits caps the connections of each HTTP listener (the HTTP port,
 // the debug port and PROMETHEUS_ADDR, each on its own): in total
 // (HTTP_MAX_CONNECTIONS) and per client address
-// (HTTP_MAX_CONNECTIONS_PER_ADDRESS). Zero fields take DefaultHTTPLimits'.
+// (HTTP_MAX_CONNECTIONS_PER_ADDRESS). Zero fields take defaultHTTPLimits'.
 type HTTPLimits struct {
 	MaxConnections, MaxConnectionsPerAddress int
 }
 
-// DefaultHTTPLimits fit probes, scrapes and /json clients; an idle
+// defaultHTTPLimits fit probes, scrapes and /json clients; an idle
 // keep-alive connection gives way to a new one anyway (see capListener).
-var DefaultHTTPLimits = HTTPLimits{MaxConnections: 1024, MaxConnectionsPerAddress: 256}
+var defaultHTTPLimits = HTTPLimits{MaxConnections: 1024, MaxConnectionsPerAddress: 256}
 
 func (l HTTPLimits) withDefaults() HTTPLimits {
 	if l.MaxConnections <= 0 {
-		l.MaxConnections = DefaultHTTPLimits.MaxConnections
+		l.MaxConnections = defaultHTTPLimits.MaxConnections
 	}
 	if l.MaxConnectionsPerAddress <= 0 {
-		l.MaxConnectionsPerAddress = DefaultHTTPLimits.MaxConnectionsPerAddress
+		l.MaxConnectionsPerAddress = defaultHTTPLimits.MaxConnectionsPerAddress
 	}
 	return l
 }

@@ -130,9 +130,9 @@ type Timeouts struct {
 	ReadHeader, Read, Write, Idle time.Duration
 }
 
-// DefaultTimeouts are the service's: generous for any real client on a
+// defaultTimeouts are the service's: generous for any real client on a
 // loaded machine, short enough that silent connections do not pile up.
-var DefaultTimeouts = Timeouts{
+var defaultTimeouts = Timeouts{
 	Handshake:        10 * time.Second,
 	KeepaliveTime:    time.Minute,
 	KeepaliveTimeout: 20 * time.Second,
@@ -147,9 +147,9 @@ func (t Timeouts) withDefaults() Timeouts {
 		v *time.Duration
 		d time.Duration
 	}{
-		{&t.Handshake, DefaultTimeouts.Handshake}, {&t.KeepaliveTime, DefaultTimeouts.KeepaliveTime},
-		{&t.KeepaliveTimeout, DefaultTimeouts.KeepaliveTimeout}, {&t.ReadHeader, DefaultTimeouts.ReadHeader},
-		{&t.Read, DefaultTimeouts.Read}, {&t.Write, DefaultTimeouts.Write}, {&t.Idle, DefaultTimeouts.Idle},
+		{&t.Handshake, defaultTimeouts.Handshake}, {&t.KeepaliveTime, defaultTimeouts.KeepaliveTime},
+		{&t.KeepaliveTimeout, defaultTimeouts.KeepaliveTimeout}, {&t.ReadHeader, defaultTimeouts.ReadHeader},
+		{&t.Read, defaultTimeouts.Read}, {&t.Write, defaultTimeouts.Write}, {&t.Idle, defaultTimeouts.Idle},
 	} {
 		if *f.v <= 0 {
 			*f.v = f.d

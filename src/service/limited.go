@@ -15,8 +15,8 @@ import (
 	"github.com/openrls/ratelimit/src/topk"
 )
 
-// LimitedEntry is one row of who is limited most.
-type LimitedEntry struct {
+// limitedEntry is one row of who is limited most.
+type limitedEntry struct {
 	Domain string `json:"domain"`
 	Rule   string `json:"rule"`
 	// Values are the descriptor's entries as its counter key holds them
@@ -28,16 +28,16 @@ type LimitedEntry struct {
 	Error uint64 `json:"error"`
 }
 
-// TopLimited returns the n descriptors answered OVER_LIMIT most in sketch's
+// topLimited returns the n descriptors answered OVER_LIMIT most in sketch's
 // windows.
-func TopLimited(sketch *topk.Sketch, n int) []LimitedEntry {
-	var out []LimitedEntry
+func topLimited(sketch *topk.Sketch, n int) []limitedEntry {
+	var out []limitedEntry
 	for _, it := range sketch.Top(n) {
 		d, r, v, ok := splitLimitedKey(it.Key)
 		if !ok {
 			continue
 		}
-		out = append(out, LimitedEntry{Domain: d, Rule: r, Values: v, Count: it.Count, Error: it.Error})
+		out = append(out, limitedEntry{Domain: d, Rule: r, Values: v, Count: it.Count, Error: it.Error})
 	}
 	return out
 }
@@ -55,7 +55,7 @@ func LimitedHandler(sketch *topk.Sketch, window time.Duration) http.Handler {
 			}
 			n = min(v, 1000)
 		}
-		rows := TopLimited(sketch, n)
+		rows := topLimited(sketch, n)
 		if r.URL.Query().Get("format") == "table" {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			fmt.Fprintf(w, "answered OVER_LIMIT most in the last %v to %v\n", window, 2*window)
@@ -70,7 +70,7 @@ func LimitedHandler(sketch *topk.Sketch, window time.Duration) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(struct {
 			Window  string         `json:"window"`
-			Limited []LimitedEntry `json:"limited"`
+			Limited []limitedEntry `json:"limited"`
 		}{window.String(), rows})
 	})
 }

@@ -196,7 +196,7 @@ func session(ctx context.Context, conn *grpc.ClientConn, node *corev3.Node, o Op
 		}
 		rejected = nil
 		err = o.Install(func() (*config.Config, error) {
-			files, err := Files(resp.Resources)
+			files, err := decodeFiles(resp.Resources)
 			if err != nil {
 				return nil, err
 			}
@@ -222,9 +222,9 @@ func sameResources(a, b []*anypb.Any) bool {
 	return slices.EqualFunc(a, b, func(x, y *anypb.Any) bool { return proto.Equal(x, y) })
 }
 
-// Files converts RateLimitConfig resources into parsed config files, named
+// decodeFiles converts RateLimitConfig resources into parsed config files, named
 // "xds:<resource name>". Problems in every resource are reported together.
-func Files(resources []*anypb.Any) ([]*config.File, error) {
+func decodeFiles(resources []*anypb.Any) ([]*config.File, error) {
 	var files []*config.File
 	var errs []error
 	for _, a := range resources {

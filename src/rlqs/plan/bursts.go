@@ -30,7 +30,7 @@ func planBursts(ms []Member, out []Share, busy []int, units, wants []float64, pe
 		// Read against demand, not want: the want's tenth of headroom is
 		// room too, and noise in the wants would otherwise take the room
 		// from the bursts every few rounds.
-		plain := float64(Capacity(uint32(units[k])))
+		plain := float64(capacity(uint32(units[k])))
 		need := math.Ceil(math.Max(ms[i].Demand*per-ExtraPerPeriod, 0) - 1e-9)
 		room -= need - max(float64(ms[i].MaxCap)-plain, 0)
 		extra += max(float64(out[i].NextBurst)-plain, 0)
@@ -42,7 +42,7 @@ func planBursts(ms []Member, out []Share, busy []int, units, wants []float64, pe
 	targets := burstTargets(ms, busy, units, room/2, per)
 	grow, gap := -1, uint64(0)
 	for k, i := range busy {
-		now := max(out[i].NextBurst, Capacity(uint32(units[k])))
+		now := max(out[i].NextBurst, capacity(uint32(units[k])))
 		if t := targets[k]; t > now && t-now > gap && float64(2*t-now) <= room-extra {
 			grow, gap = k, t-now
 		}
@@ -59,13 +59,13 @@ func burstTargets(ms []Member, busy []int, units []float64, avail, per float64) 
 	targets := make([]uint64, len(busy))
 	sum := 0.0
 	for k, i := range busy {
-		plain := Capacity(uint32(units[k]))
+		plain := capacity(uint32(units[k]))
 		targets[k] = max(BurstFor(ms[i].Demand, per), plain)
 		sum += float64(targets[k] - plain)
 	}
 	if sum > avail {
 		for k := range targets {
-			plain := Capacity(uint32(units[k]))
+			plain := capacity(uint32(units[k]))
 			targets[k] = plain + uint64(math.Floor(float64(targets[k]-plain)*avail/sum))
 		}
 	}
@@ -87,7 +87,7 @@ func shrinkBursts(out []Share, busy []int, units []float64, scale float64) {
 		}
 	}
 	for k, i := range busy {
-		if plain := Capacity(uint32(units[k])); out[i].NextBurst > plain {
+		if plain := capacity(uint32(units[k])); out[i].NextBurst > plain {
 			out[i].NextBurst = plain + uint64(math.Floor(float64(out[i].NextBurst-plain)*scale))
 		}
 	}

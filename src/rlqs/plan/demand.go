@@ -9,8 +9,8 @@ import (
 // reports: what it counted over each interval between them. Every
 // estimate is stated in time, not in reports, so a bucket reporting every
 // second and one reporting every 10 s are read alike: demand is the rate
-// over up to SteadySpan of reports since it last changed past chance, and
-// a swing back within BurstSpan (or three of the bucket's own intervals,
+// over up to steadySpan of reports since it last changed past chance, and
+// a swing back within burstSpan (or three of the bucket's own intervals,
 // where that is longer) is a burst.
 type Demand struct {
 	rate     float64 // +Inf until measured
@@ -75,10 +75,10 @@ func (d *Demand) Observe(n uint64, dt time.Duration) (changed bool) {
 }
 
 // burstSpan is how soon a swing back must come for demand to be taken as
-// bursting: BurstSpan, or three of the bucket's intervals where that is
+// bursting: burstSpan, or three of the bucket's intervals where that is
 // longer.
 func (d *Demand) burstSpan() float64 {
-	return math.Max(BurstSpan.Seconds(), 3*d.interval)
+	return math.Max(burstSpan.Seconds(), 3*d.interval)
 }
 
 // swings tells bursts from moves. Demand that turns on and off about as
@@ -98,13 +98,13 @@ type swings struct {
 	peaks   peaks   // the highest rates reported lately
 }
 
-// BurstSpan is the least span, in time, that a swing back must come in for
+// burstSpan is the least span, in time, that a swing back must come in for
 // a bucket to be taken as bursting, and how long it then stays so: three
 // of Envoy 1.40's 5 s intervals, where bursts of 5 s on and 5 s off turn
 // back within the span. A bucket that reports less often is given three
 // of its own intervals. Pinned by TestBurstsAreToldFromMoves and the
 // bursty fleet pattern (TestFleetPatterns).
-const BurstSpan = 15 * time.Second
+const burstSpan = 15 * time.Second
 
 // note takes one interval's change of direction dir (see trend), its rate
 // r over secs seconds, the burst span and the demand d trend made of it,
@@ -172,7 +172,7 @@ func (p *peaks) max() float64 {
 }
 
 // steady is a bucket's report intervals since its demand last changed past
-// chance, up to SteadySpan of them: demand is their rate, not the last
+// chance, up to steadySpan of them: demand is their rate, not the last
 // one's alone. Read from one report, a paced light bucket of 0.5 a second
 // reported 2 and 3 requests in turn, and its grant swung with it, each
 // change costing its Envoy the fraction of a token Envoy floors away on a
@@ -185,16 +185,16 @@ type steady struct {
 	n     int
 }
 
-// SteadySpan bounds how far back demand is read, in time: a drift below
+// steadySpan bounds how far back demand is read, in time: a drift below
 // chance is followed within it, and a light bucket's demand is read over
 // enough requests that a quiet second is not taken for idleness (a bucket
 // of 0.25 a second reports nothing in most seconds). Four of Envoy 1.40's
 // 5 s intervals. Pinned by TestDemandFollowsAChangeAtOnce and
 // TestDemandIsReadInTime.
-const SteadySpan = 20 * time.Second
+const steadySpan = 20 * time.Second
 
 func (s *steady) add(r rate) {
-	span := SteadySpan.Seconds()
+	span := steadySpan.Seconds()
 	if s.n > 0 && s.slots[0].secs < span/spanSlots-1e-9 {
 		s.slots[0] = rate{n: satAdd(s.slots[0].n, r.n), secs: s.slots[0].secs + r.secs}
 	} else {

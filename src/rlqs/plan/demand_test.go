@@ -132,7 +132,7 @@ func observeFor(d *Demand, rate float64, interval, span, settle time.Duration, e
 	}
 }
 
-// A light bucket's demand is read over SteadySpan of its reports, however
+// A light bucket's demand is read over steadySpan of its reports, however
 // often it reports: a bucket of one request every 8 s reads as about that,
 // never as idle, whether it reports every 1, 2, 5 or 10 s. Read over four
 // reports, as before, a bucket reporting every second read as idle in
@@ -142,7 +142,7 @@ func TestDemandIsReadInTime(t *testing.T) {
 		t.Run(interval.String(), func(t *testing.T) {
 			d := NewDemand()
 			lo, hi := math.Inf(1), 0.0
-			observeFor(&d, 0.125, interval, 3*time.Minute, SteadySpan, func(r float64) {
+			observeFor(&d, 0.125, interval, 3*time.Minute, steadySpan, func(r float64) {
 				lo, hi = math.Min(lo, r), math.Max(hi, r)
 			})
 			if lo < 0.05 || hi > 0.25 {
@@ -175,7 +175,7 @@ func TestBurstsAreToldFromMoves(t *testing.T) {
 			if got := d.Rate(); got < 19 {
 				t.Errorf("bursting, in a lull: demand %.1f, want the peak, 20", got)
 			}
-			step(0, BurstSpan+5*time.Second)
+			step(0, burstSpan+5*time.Second)
 			if got := d.Rate(); got != 0 {
 				t.Errorf("a burst span after the last burst: demand %.1f, want 0", got)
 			}

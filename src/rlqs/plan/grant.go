@@ -5,41 +5,41 @@ import (
 	"time"
 )
 
-// Capacity is the token-bucket capacity of a grant of q tokens per
+// capacity is the token-bucket capacity of a grant of q tokens per
 // period. Envoy caps a bucket at its capacity, so with one token a refill
 // that comes due while a token waits is lost; two keep the refill for
 // traffic that uses it. But every bucket costs its capacity in every
 // window (the tokens it may carry in), which a limit shared by many
 // buckets cannot spare: a grant of few tokens per period gets one.
-func Capacity(q uint32) uint64 {
+func capacity(q uint32) uint64 {
 	if q >= 8 {
 		return PlainCapacity
 	}
 	return 1
 }
 
-// PlainCapacity is the most Capacity gives; a larger one is a burst (see
+// PlainCapacity is the most capacity gives; a larger one is a burst (see
 // planBursts).
 const PlainCapacity = 2
 
 // ShrinkBelow is the grant, in tokens per period, below which a capacity
-// of 2 shrinks to 1: half of where Capacity gives 2, so that it does not
+// of 2 shrinks to 1: half of where capacity gives 2, so that it does not
 // flap.
 const ShrinkBelow = 4
 
 // StartCapacity is the capacity a demand (requests per second) calls for
-// on a period of f seconds: Capacity of what it asks (all it can get while
+// on a period of f seconds: capacity of what it asks (all it can get while
 // unmeasured), or burst, the capacity its pools pay for, where that is
 // more.
 func StartCapacity(demand float64, f int64, burst uint64) uint64 {
-	return max(Capacity(uint32(min(demand*float64(f), math.MaxUint32))), burst)
+	return max(capacity(uint32(min(demand*float64(f), math.MaxUint32))), burst)
 }
 
 // CapacityFor is the capacity of a bucket's next grant of q tokens per
 // period, given the capacity it was last sent (sentCap, 0 for none) and
 // StartCapacity's (start). A token bucket that starts full anyway
 // (startsFull: a first one, or one after DENY_ALL or a lapse) takes
-// Capacity(q), or on the round's first try (mayGrow) start. Otherwise a
+// capacity(q), or on the round's first try (mayGrow) start. Otherwise a
 // capacity that grows costs a reset in its window (the Envoy rescales the
 // tokens it holds), which a full pool cannot spare unless its fill set the
 // growth aside: so the capacity grows only where mayGrow (cut's smaller
@@ -49,15 +49,15 @@ func StartCapacity(demand float64, f int64, burst uint64) uint64 {
 func CapacityFor(sentCap uint64, q uint32, start uint64, startsFull, mayGrow bool) uint64 {
 	switch {
 	case (startsFull || sentCap == 0) && mayGrow:
-		return max(Capacity(q), start)
+		return max(capacity(q), start)
 	case startsFull || sentCap == 0:
-		return Capacity(q)
-	case sentCap > PlainCapacity && sentCap > max(Capacity(q), start):
-		return max(Capacity(q), start)
+		return capacity(q)
+	case sentCap > PlainCapacity && sentCap > max(capacity(q), start):
+		return max(capacity(q), start)
 	case q < ShrinkBelow:
 		return 1
 	case mayGrow:
-		return max(sentCap, Capacity(q), start)
+		return max(sentCap, capacity(q), start)
 	}
 	return sentCap
 }

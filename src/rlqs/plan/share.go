@@ -111,8 +111,8 @@ func wantPast(m *Member, per float64) float64 {
 
 // steadyWant is wantPast, or the grant the member holds where the two
 // differ by less than a change is worth: by less than chance moves the
-// demand (Noise, with the want's tenth), or by less than ChurnTokens over
-// ChurnSpan. A want read from noise moves every report, and every move of
+// demand (Noise, with the want's tenth), or by less than churnTokens over
+// churnSpan. A want read from noise moves every report, and every move of
 // a grant costs the Envoy the part-token it was refilling; held still,
 // a bucket's want that is truly higher shows as denials, which its
 // reports count, and moves past the band.
@@ -121,7 +121,7 @@ func steadyWant(m *Member, per float64) float64 {
 	if m.Held <= 0 || math.IsInf(w, 1) {
 		return w
 	}
-	band := math.Max(1.1*m.Noise*per, ChurnTokens*per/ChurnSpan.Seconds())
+	band := math.Max(1.1*m.Noise*per, churnTokens*per/churnSpan.Seconds())
 	if math.Abs(w*per-m.Held) <= band {
 		return m.Held / per
 	}
@@ -277,7 +277,7 @@ func wholeTokens(shares []float64, per, tokens float64, held []float64) []float6
 // fill's new one (units) would change it for nothing, or for less than it
 // costs: a member whose grant covers what it wants (wants, a rate), or
 // whose new grant differs from it by less than a change is worth (see
-// ChurnTokens), keeps it rather than be raised, and rather than be lowered
+// churnTokens), keeps it rather than be raised, and rather than be lowered
 // while the grants kept still fit tokens (each member then gets at least
 // its new grant, or all it wants). Every new token bucket costs the Envoy
 // what it floors away of the tokens it holds, so grants that follow every
@@ -287,7 +287,7 @@ func wholeTokens(shares []float64, per, tokens float64, held []float64) []float6
 func keepHeld(units, held, wants []float64, per, tokens float64) []float64 {
 	covers := func(i int, q float64) bool { return q > 0 && q >= wants[i]*per-1e-9 }
 	small := func(i int) bool {
-		return held[i] > 0 && math.Abs(units[i]-held[i])*ChurnSpan.Seconds()/per < ChurnTokens
+		return held[i] > 0 && math.Abs(units[i]-held[i])*churnSpan.Seconds()/per < churnTokens
 	}
 	sum := 0.0
 	for i := range units {
@@ -305,16 +305,16 @@ func keepHeld(units, held, wants []float64, per, tokens float64) []float64 {
 	return units
 }
 
-// A change of grant is worth sending when what it changes over ChurnSpan
-// comes to ChurnTokens or more: a change costs the Envoy up to a token
+// A change of grant is worth sending when what it changes over churnSpan
+// comes to churnTokens or more: a change costs the Envoy up to a token
 // (the fraction it floors away as it takes the new token bucket), and a
 // grant is expected to last about as long as demand is read over
-// (SteadySpan). So a per-second grant follows every whole token of its
+// (steadySpan). So a per-second grant follows every whole token of its
 // share, and a per-minute one moves by 3 tokens a minute or more: reports
 // every second moved a light bucket's per-minute share by a token or two
 // every round, and each move floored away the part-token it was
 // refilling, so it never held a whole one.
 const (
-	ChurnSpan   = SteadySpan
-	ChurnTokens = 1.0
+	churnSpan   = steadySpan
+	churnTokens = 1.0
 )

@@ -146,7 +146,7 @@ func TestBurstsScaleAlike(t *testing.T) {
 }
 
 // A member's want within chance of what it holds, or within a change's
-// worth of it (ChurnTokens over ChurnSpan), is what it holds: a light
+// worth of it (churnTokens over churnSpan), is what it holds: a light
 // per-minute bucket's noisy estimate does not move its grant every
 // round, and a per-second grant still follows a whole token.
 func TestSteadyWant(t *testing.T) {
