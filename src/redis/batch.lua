@@ -266,80 +266,93 @@ local function hit_pos(pos, i)
   return pos + HIT_BYTES * (i - 1)
 end
 
--- apply_all runs one decision in mode 1 or 2: nothing is written until
--- every hit is decided, so a key that appears twice sees its first hit
--- through latest. What is written mirrors limiter.Decide and
--- Commit.Writes: commit 0 all, 1 only overdraft hits, refunds and rejected
--- count-rejected hits, 2 none.
-local function apply_all(keys, now, mode, k, n, blob, pos, results)
-  local stored, latest, out, writes, sks = {}, {}, {}, {}, {}
-  local held = {} -- key -> {w, hc, hp, g}, what its slices hold as of the pending writes
-  -- held_of is what key's slices hold; found: its counter's state exists
-  -- (a new counter's slices start from none, whatever KEY|h says).
-  local function held_of(key, found)
-    if held[key] == nil then
+-- decide_one decides hit i of a mode 1 or 2 decision (key is its key, its
+-- hits in blob from pos on) into d (see decide_all), through the hits
+-- before it: what it would write is pending in d, not written.
+local function decide_one(d, key, i, now, mode, blob, pos)
+  local alg, limit, p, burst, cost, f = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
+  local advisory, refund, overdraft, countrej, lease = flags(f)
+  local sk = key -- where the state is: a fixed window's is per window
+  local sw = state_window(now, p, refund, lease)
+  if alg == FIXED_WINDOW then
+    sk = win_key(key, sw)
+  end
+  d.sks[i] = sk
+  if d.stored[sk] == nil then
+    d.stored[sk] = {load(key, alg, sw)} -- {s1, s2, s3, found}
+  end
+  local st = d.latest[sk] or d.stored[sk]
+  -- h: what the key's slices hold after this hit, if it changes
+  local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, d.stored[sk][4], d.held_of, alg, st[1], st[2], st[3], now,
+    limit, p, cost, burst, refund, overdraft, countrej, lease)
+  local extra = 0
+  if ok and write and lease > 0 and not refund and mode == MODE_ALL_OR_NOTHING then
+    n2, rem, extra = lease_grant(n2, rem, lease)
+    if extra > 0 then
+      reset, retry = exp - now, n1
+      h = held_grant(alg, d.held_of(key, d.stored[sk][4]), n1, extra, now)
+    end
+  end
+  d.out[i] = {ok and 1 + extra or 0, rem, reset, retry, h and h[4] or 0}
+  if write then
+    d.latest[sk] = {n1, n2, n3}
+    if h then
+      d.held[key] = h
+    end
+    -- always: written under commit 1 too (overdraft, refunds, rejected
+    -- count-rejected hits); held: the key's slices after it, if they
+    -- change; gives_back: a give-back, which keeps the held record's TTL.
+    d.writes[#d.writes + 1] = {i = i, key = key, alg = alg, n1 = n1, n2 = n2, n3 = n3, exp = exp,
+      always = refund or overdraft or countrej and not ok, held = h, gives_back = lease > 0 and refund}
+  end
+  if not ok and not advisory and d.commit < 2 then
+    if overdraft or countrej then
+      d.commit = 1
+    else
+      d.commit = 2
+    end
+  end
+end
+
+-- decide_all decides every hit of a mode 1 or 2 decision in order, a key
+-- that appears twice seeing its first hit through latest, and returns
+-- what it found: stored (each state key's state as loaded), latest (as of
+-- the pending writes), held (each key's slices, likewise), out (each
+-- hit's answer), writes (pending, in order), sks (each hit's state key)
+-- and commit (what may be written: 0 all, 1 only overdraft hits, refunds
+-- and rejected count-rejected hits, 2 none), as limiter.Decide and
+-- Commit.Writes do.
+local function decide_all(keys, now, mode, k, n, blob, pos)
+  local d = {stored = {}, latest = {}, held = {}, out = {}, writes = {}, sks = {}, commit = 0}
+  if mode == MODE_DRY_RUN then
+    d.commit = 2
+  end
+  -- held_of is what key's slices hold as of the pending writes; found:
+  -- its counter's state exists (a new counter's slices start from none,
+  -- whatever KEY|h says).
+  d.held_of = function(key, found)
+    if d.held[key] == nil then
       if found then
-        held[key] = load_held(key)
+        d.held[key] = load_held(key)
       else
-        held[key] = {0, 0, 0, 0}
+        d.held[key] = {0, 0, 0, 0}
       end
     end
-    return held[key]
-  end
-  local commit = 0
-  if mode == MODE_DRY_RUN then
-    commit = 2
+    return d.held[key]
   end
   for i = 1, n do
-    local key = keys[k + i]
-    local alg, limit, p, burst, cost, f = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
-    local advisory, refund, overdraft, countrej, lease = flags(f)
-    local sk = key -- where the state is: a fixed window's is per window
-    local sw = state_window(now, p, refund, lease)
-    if alg == FIXED_WINDOW then
-      sk = key .. '|' .. int_str(sw)
-    end
-    sks[i] = sk
-    if stored[sk] == nil then
-      stored[sk] = {load(key, alg, sw)} -- {s1, s2, s3, found}
-    end
-    local st = latest[sk] or stored[sk]
-    -- h: what the key's slices hold after this hit, if it changes
-    local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, stored[sk][4], held_of, alg, st[1], st[2], st[3], now,
-      limit, p, cost, burst, refund, overdraft, countrej, lease)
-    local extra = 0
-    if ok and write and lease > 0 and not refund and mode == MODE_ALL_OR_NOTHING then
-      n2, rem, extra = lease_grant(n2, rem, lease)
-      if extra > 0 then
-        reset, retry = exp - now, n1
-        h = held_grant(alg, held_of(key, stored[sk][4]), n1, extra, now)
-      end
-    end
-    out[i] = {ok and 1 + extra or 0, rem, reset, retry, h and h[4] or 0}
-    if write then
-      latest[sk] = {n1, n2, n3}
-      if h then
-        held[key] = h
-      end
-      -- always: written under commit 1 too (overdraft, refunds, rejected
-      -- count-rejected hits); held: the key's slices after it, if they
-      -- change; gives_back: a give-back, which keeps the held record's TTL.
-      writes[#writes + 1] = {i = i, key = key, alg = alg, n1 = n1, n2 = n2, n3 = n3, exp = exp,
-        always = refund or overdraft or countrej and not ok, held = h, gives_back = lease > 0 and refund}
-    end
-    if not ok and not advisory and commit < 2 then
-      if overdraft or countrej then
-        commit = 1
-      else
-        commit = 2
-      end
-    end
+    decide_one(d, keys[k + i], i, now, mode, blob, pos)
   end
+  return d
+end
 
+-- write_all writes the pending writes of d that its commit allows, and
+-- returns which hits were written.
+local function write_all(d, now)
   local written = {}
-  for _, w in ipairs(writes) do
-    if commit == 0 or commit == 1 and w.always then
-      local st = stored[sks[w.i]]
+  for _, w in ipairs(d.writes) do
+    if d.commit == 0 or d.commit == 1 and w.always then
+      local st = d.stored[d.sks[w.i]]
       store(w.key, w.alg, st[4], st[1], st[2], w.n1, w.n2, w.n3, w.exp, now)
       local h = w.held
       if h then
@@ -352,13 +365,22 @@ local function apply_all(keys, now, mode, k, n, blob, pos, results)
       written[w.i] = true
     end
   end
-  for _, w in ipairs(writes) do
+  return written
+end
+
+-- apply_all runs one decision in mode 1 or 2: nothing is written until
+-- every hit is decided (decide_all), then what the commit allows is
+-- (write_all); a hit not counted reports what a cost of 0 sees, with its
+-- own decision (and retry), and no slice.
+local function apply_all(keys, now, mode, k, n, blob, pos, results)
+  local d = decide_all(keys, now, mode, k, n, blob, pos)
+  local written = write_all(d, now)
+  local out = d.out
+  for _, w in ipairs(d.writes) do
     local i = w.i
     if not written[i] then
-      -- Not counted: report what a cost of 0 sees, with the hit's own
-      -- decision (and retry), and no slice.
       local alg, limit, p, burst = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
-      local st = stored[sks[i]]
+      local st = d.stored[d.sks[i]]
       local _, _, _, _, rem, reset = step(alg, st[1], st[2], st[3], now, limit, p, 0, burst, false, false)
       local retry = out[i][4]
       if out[i][1] > 0 then
