@@ -113,6 +113,10 @@ const nofile = "\x00nofile"
 // the one built for the tests (a benchmark comparing builds).
 const binaryKey = "\x00binary"
 
+// cpusKey, as a key in a test's env, runs the server on those CPUs only
+// (taskset -c): a benchmark that gives the service a core of its own.
+const cpusKey = "\x00cpus"
+
 // command prepares the binary with env on free loopback ports.
 func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 	t.Helper()
@@ -136,6 +140,10 @@ func command(t testing.TB, env map[string]string) (*exec.Cmd, *proc) {
 		bin = b
 	}
 	cmd := exec.Command(bin)
+	if cpus, ok := base[cpusKey]; ok {
+		delete(base, cpusKey)
+		cmd = exec.Command("taskset", "-c", cpus, bin)
+	}
 	if n, ok := base[nofile]; ok {
 		delete(base, nofile)
 		cmd = exec.Command("sh", "-c", "ulimit -n "+n+" && exec \"$0\"", bin)

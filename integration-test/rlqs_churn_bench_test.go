@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,15 +26,19 @@ import (
 // closed after 0.3 to 1.5 s and opened again with new buckets, for
 // -load.duration, beside one caller at 200 calls a second in a process
 // and on a connection of its own (each churning client has a connection of
-// its own too, as Envoys do). Reported: the caller's p50 and p99 quiet
-// and during the churn, beside those of an idle Redis it pings after each
-// call (the machine's floor: the service, the churning clients and the
-// caller share two cores), its failed calls, the service's CPU (cores
-// busy on average), its peak resident memory and the RLQS refusals. On
-// the embedded store and on Redis. Loopback only; every loop ends with
-// -load.duration.
+// its own too, as Envoys do). With -rlqs.pin (the default, on a machine
+// of two CPUs or more) the service runs on CPU 0 alone (a sidecar with a
+// one-CPU limit: Go sizes GOMAXPROCS to it) and this process, its
+// churning clients and the caller's process on the others, quiet and
+// churning alike, so that what the caller waits for is the service.
+// Reported: the caller's p50 and p99 quiet and during the churn, beside
+// those of an idle Redis it pings after each call (the machine's floor),
+// its failed calls, the service's CPU (cores busy on average) and its CPU
+// and allocations per churned bucket, its peak resident memory and the
+// RLQS refusals. On the embedded store and on Redis. Loopback only; every
+// loop ends with -load.duration.
 //
-//	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR]
+//	go test ./integration-test -run '^$' -bench RLQSChurn -benchtime 1x -args -load.duration=20s [-load.pprof DIR] [-rlqs.pin=false]
 func BenchmarkRLQSChurn(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { rlqsChurn(b, false) })
 	b.Run("redis", func(b *testing.B) { rlqsChurn(b, true) })
@@ -50,6 +55,11 @@ descriptors:
 	if redis {
 		srv := redistest.Start(b)
 		env["REDIS_URL"], env["BACKEND_TYPE"] = srv.Addr, "redis"
+	}
+	if *rlqsPin && runtime.NumCPU() >= 2 {
+		env[cpusKey] = "0"
+		restore := pinSelf(b, fmt.Sprintf("1-%d", runtime.NumCPU()-1))
+		defer restore()
 	}
 	p := start(b, env)
 	defer p.stop(b)
@@ -96,8 +106,10 @@ descriptors:
 	name := "rlqs-churn-" + map[bool]string{true: "redis", false: "memory"}[redis]
 	profiled := saveProfile(b, p.debugAddr, name, *loadDuration)
 	before, cpuBefore := metricsBody(b, p), processCPU(p.cmd.Process.Pid)
+	bucketsBefore := buckets.Load()
 	c := ordinary(*loadDuration)
 	cpu := processCPU(p.cmd.Process.Pid) - cpuBefore
+	churned := buckets.Load() - bucketsBefore
 	during, failed := c.Latencies, c.Failed
 	// The handler's own time (the service's histogram, whose only
 	// ShouldRateLimit caller is this one) against the caller's: what the
@@ -116,6 +128,11 @@ descriptors:
 	b.ReportMetric(float64(failed), "churn-failed")
 	b.ReportMetric(cpu.Seconds()/loadDuration.Seconds(), "churn-service-cores")
 	b.ReportMetric(float64(memKB(b, p, "VmHWM"))/1024, "peak-RSS-MiB")
+	if churned > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(churned), "service-CPU-us/churned-bucket")
+		allocs := metricValue(m, "go_memstats_mallocs_total") - metricValue(before, "go_memstats_mallocs_total")
+		b.ReportMetric(allocs/float64(churned), "service-allocs/churned-bucket-at-most")
+	}
 	b.Logf("ordinary p50/p99: quiet %v/%v (%d calls, %d failed); churn %v/%v (%d calls, %d failed); an idle Redis beside, pinged by the caller: quiet %v/%v, churn %v/%v; %d streams and %d buckets opened; refused %v",
 		quantile(quiet, 0.5), quantile(quiet, 0.99), len(quiet), quietFailed, quantile(during, 0.5), quantile(during, 0.99), len(during), failed,
 		quantile(q.Bystander, 0.5), quantile(q.Bystander, 0.99), quantile(c.Bystander, 0.5), quantile(c.Bystander, 0.99),
