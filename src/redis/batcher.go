@@ -92,25 +92,25 @@ const heavyKeys = 32
 // errQueueTimeout answers a call that spent its timeout waiting in the queue.
 var errQueueTimeout = fmt.Errorf("timed out waiting for a batch: %w", context.DeadlineExceeded)
 
-// send sends one call, alone or in a batch, and returns its reply. If
+// send sends one call, alone or in a batch, and sets its answer. If
 // ctx ends while the call still waits in the queue, it leaves the queue and
 // is never sent. deadline (zero: none) bounds the call too: a batch is sent
 // with its leader's deadline, and a queued call found past its deadline
 // when the queue is promoted is answered errQueueTimeout, unsent. (So a
 // queued call can learn of its timeout up to one batch late; ctx, which
 // carries Envoy's deadline, still ends the wait at once.)
-func (b *batcher) send(ctx context.Context, deadline time.Time, c *call) (any, error) {
+func (b *batcher) send(ctx context.Context, deadline time.Time, c *call) {
 	c.deadline, c.done = deadline, make(chan struct{}, 1)
 	if len(c.keys) > heavyKeys {
 		b.sendBatch(ctx, []*call{c})
-		return c.reply, c.err
+		return
 	}
 	b.mu.Lock()
 	if b.leaders < b.maxLeaders {
 		b.leaders++
 		b.mu.Unlock()
 		b.lead(ctx, []*call{c})
-		return c.reply, c.err
+		return
 	}
 	c.queued = true
 	b.queue = append(b.queue, c)
@@ -123,7 +123,8 @@ func (b *batcher) send(ctx context.Context, deadline time.Time, c *call) (any, e
 		if c.queued {
 			b.queue = slices.DeleteFunc(b.queue, func(q *call) bool { return q == c })
 			b.mu.Unlock()
-			return nil, ctx.Err()
+			c.err = ctx.Err()
+			return
 		}
 		b.mu.Unlock()
 		// Already taken into a batch: its reply, or the duty to lead it, is
@@ -133,12 +134,12 @@ func (b *batcher) send(ctx context.Context, deadline time.Time, c *call) (any, e
 		if c.lead {
 			b.lead(context.Background(), b.take(c))
 		}
-		return nil, ctx.Err()
+		c.err = ctx.Err()
+		return
 	}
 	if c.lead {
 		b.lead(ctx, b.take(c))
 	}
-	return c.reply, c.err
 }
 
 // take is the batch a promoted leader sends: itself and what is queued

@@ -53,12 +53,13 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	reply, err := b.send(ctx, time.Time{}, &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0)})
-	if err != nil {
+	c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0))
+	b.send(ctx, time.Time{}, c)
+	if err := c.failure(); err != nil {
 		res <- batchResult{err: err}
 		return
 	}
-	outs, err := parseOutcomes(reply, 1, nil)
+	outs, err := parseOutcomes(c.route.(*scriptRoute).reply, 1, nil)
 	if err != nil {
 		res <- batchResult{err: err}
 		return
@@ -318,7 +319,9 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		return &call{keys: []string{keyVersion + key}, arg: scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0), done: make(chan struct{}, 1)}
+		c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0))
+		c.done = make(chan struct{}, 1)
+		return c
 	}
 	leader, follower := mk("{cancel}:leader"), mk("{cancel}:follower")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -328,10 +331,10 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	b.mu.Unlock()
 	b.lead(ctx, []*call{leader, follower})
 	<-follower.done
-	if follower.err != nil {
-		t.Fatalf("follower in a cancelled leader's batch failed: %v", follower.err)
+	if err := follower.failure(); err != nil {
+		t.Fatalf("follower in a cancelled leader's batch failed: %v", err)
 	}
-	outs, err := parseOutcomes(follower.reply, 1, nil)
+	outs, err := parseOutcomes(follower.route.(*scriptRoute).reply, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,8 +365,9 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.send(ctx, time.Time{}, &call{keys: keys, arg: scriptArg(redisTime, modeEach, hits, nil, 0)})
-		done <- err
+		c := scriptCall(keys, scriptArg(redisTime, modeEach, hits, nil, 0))
+		b.send(ctx, time.Time{}, c)
+		done <- c.failure()
 	}()
 	for {
 		select {

@@ -2,10 +2,8 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,13 +75,6 @@ const clockEvery = 5 * time.Second
 // take to be kept: a slower one says too little of when TIME ran. (An
 // estimate that is off only sends more hits to the function: see above.)
 const clockMaxRTT = 100 * time.Millisecond
-
-// plainReply is a plain call's reply: each hit's count, and Redis's TIME
-// (µs) in the transaction that made them.
-type plainReply struct {
-	counts []int64
-	at     int64
-}
 
 // redisClock estimates Redis's clock: a TIME reading and the local
 // monotonic instant half way through its round trip.
@@ -210,24 +201,105 @@ func windowKey(key string, w int64) string {
 	return key + "|" + strconv.FormatInt(w, 10)
 }
 
-// plainOutcomes answers g's hits from a plain call's counts as
-// fixed_count does in batch.lua, each where its window is the one Redis's
-// TIME fell in when they were counted; it returns the hits (as a group)
-// that are not, to be decided by the function, or nil. It adds to repairs
-// the counts the call took past limiter.MaxCount.
-func plainOutcomes(c *call, g *group, outs []limiter.Outcome, repairs *[]repair) (*group, error) {
-	r, ok := c.reply.(*plainReply)
-	if !ok || len(r.counts) != len(g.hits) {
-		return nil, fmt.Errorf("redis: unexpected reply %T to %d plain hits", c.reply, len(g.hits))
+// plainRoute is a decision's hits as plain commands: INCRBY wkeys[i] by
+// costs[i], each key expiring at expireAt[i] (PEXPIREAT ... NX), in the
+// round trip's transaction, whose TIME dates the counts.
+type plainRoute struct {
+	wkeys    []string
+	costs    []int64
+	windows  []int64 // each hit's window number, by the estimate of Redis's clock
+	expireAt []int64 // ms since the Unix epoch: when each hit's window ends
+	incrs    []*goredis.IntCmd
+	// Once sent: each hit's count after it, and Redis's TIME (µs) in
+	// the transaction that made them; or why not.
+	counts []int64
+	at     int64
+	err    error
+}
+
+// newPlainRoute is g's plain route, its windows picked by est, an estimate
+// of Redis's clock (µs), each key's TTL jitter ms past its window's end.
+func newPlainRoute(g *group, est, jitter int64) *plainRoute {
+	n := len(g.hits)
+	p := &plainRoute{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n)}
+	for i, h := range g.hits {
+		period := int64(h.Rule.Period / time.Microsecond)
+		w := est / period
+		p.wkeys[i] = windowKey(g.keys[i], w)
+		p.costs[i] = int64(h.Cost)
+		p.windows[i] = w
+		p.expireAt[i] = ((w+1)*period+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
+	}
+	return p
+}
+
+func (p *plainRoute) transactional() bool     { return true }
+func (p *plainRoute) scripts() []*scriptRoute { return nil }
+func (p *plainRoute) failure() error          { return p.err }
+
+// refusedForGood: see plainRefused.
+func (p *plainRoute) refusedForGood(err error) bool { return plainRefused(err) }
+
+// queue queues, per hit, INCRBY of its window's key and PEXPIREAT of it
+// at the window's end, NX (a key that has its TTL keeps it; see above for
+// why it is never left out).
+func (p *plainRoute) queue(ctx context.Context, pl goredis.Pipeliner, _ bool) {
+	p.incrs = make([]*goredis.IntCmd, len(p.wkeys))
+	for j, k := range p.wkeys {
+		p.incrs[j] = pl.IncrBy(ctx, k, p.costs[j])
+		pl.Do(ctx, "PEXPIREAT", k, p.expireAt[j], "NX")
+	}
+}
+
+// read takes the counts and the transaction's TIME (or its error). A
+// command Redis refused as it was queued (an ACL) fails the transaction
+// (EXECABORT): its own error says why.
+func (p *plainRoute) read(_ context.Context, _ goredis.UniversalClient, _ bool, t *trip) {
+	if t.at == nil {
+		p.err = fmt.Errorf("redis: plain commands sent outside a transaction")
+		return
+	}
+	at, err := t.at.Result()
+	p.err = err
+	for _, cmd := range p.incrs {
+		if err := cmd.Err(); plainRefused(err) {
+			p.err = err
+		}
+	}
+	if p.err != nil {
+		return
+	}
+	p.counts = make([]int64, len(p.incrs))
+	for j, cmd := range p.incrs {
+		if p.counts[j], p.err = cmd.Result(); p.err != nil {
+			return
+		}
+	}
+	p.at = at.UnixMicro()
+}
+
+// sendAlone: a plain route is never sent outside a transaction, which
+// roundTrip makes for it (with its TIME).
+func (p *plainRoute) sendAlone(ctx context.Context, client goredis.UniversalClient, fn bool) {
+	roundTrip(ctx, client, fn, []route{p})
+}
+
+// answer answers g's hits from the counts as fixed_count does in
+// batch.lua, each where its window is the one Redis's TIME fell in when
+// they were counted; it returns the hits (as a group) that are not, to be
+// decided by the function, or nil. It adds to repairs the counts it took
+// past limiter.MaxCount.
+func (p *plainRoute) answer(g *group, outs []limiter.Outcome, repairs *[]repair) (*group, error) {
+	if len(p.counts) != len(g.hits) {
+		return nil, fmt.Errorf("redis: %d counts for %d plain hits", len(p.counts), len(g.hits))
 	}
 	var again *group
 	for j, h := range g.hits {
 		period := int64(h.Rule.Period / time.Microsecond)
-		w := c.plain.windows[j]
-		if r.counts[j] > limiter.MaxCount {
-			*repairs = append(*repairs, repair{key: c.plain.wkeys[j]})
+		if p.counts[j] > limiter.MaxCount {
+			*repairs = append(*repairs, repair{key: p.wkeys[j]})
 		}
-		if r.at/period != w {
+		if p.at/period != p.windows[j] {
 			if again == nil {
 				again = &group{}
 			}
@@ -236,69 +308,10 @@ func plainOutcomes(c *call, g *group, outs []limiter.Outcome, repairs *[]repair)
 		}
 		// The count before this hit decides it, by the arithmetic every
 		// Go store shares (limiter's fixed step).
-		before := uint64(min(max(r.counts[j]-c.plain.costs[j], 0), limiter.MaxCount))
-		_, outs[g.idx[j]], _ = limiter.EvalFixed(before, time.UnixMicro(r.at), h.Rule, h.Cost, false)
+		before := uint64(min(max(p.counts[j]-p.costs[j], 0), limiter.MaxCount))
+		_, outs[g.idx[j]], _ = limiter.EvalFixed(before, time.UnixMicro(p.at), h.Rule, h.Cost, false)
 	}
 	return again, nil
-}
-
-// plainRefused reports an error that says Redis will never run a plain
-// call's commands for this user (an ACL without them) or does not know
-// them: the function, which the ACL allowed, serves from then on. A
-// refused EXEC comes as the transaction's EXECABORT naming the NOPERM, and
-// a refused MULTI as the EXEC that followed it ("EXEC without MULTI"; the
-// commands between ran on their own, each INCRBY with its PEXPIREAT, and
-// the function counts those hits again, as it does the scripted calls
-// sent with them, run again alone: an ACL changed under a running service
-// rejects a little sooner, never admits more).
-func plainRefused(err error) bool {
-	var reply goredis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	msg := strings.ToLower(reply.Error())
-	return strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "because of: noperm") ||
-		strings.Contains(msg, "unknown command") || strings.Contains(msg, "exec without multi")
-}
-
-// queuePlain queues c's commands on p: per hit, INCRBY of its window's key
-// and PEXPIREAT of it at the window's end, NX (a key that has its TTL
-// keeps it; see above for why it is never left out).
-func queuePlain(ctx context.Context, p goredis.Pipeliner, c *call) []*goredis.IntCmd {
-	counts := make([]*goredis.IntCmd, len(c.plain.wkeys))
-	for j, k := range c.plain.wkeys {
-		counts[j] = p.IncrBy(ctx, k, c.plain.costs[j])
-		p.Do(ctx, "PEXPIREAT", k, c.plain.expireAt[j], "NX")
-	}
-	return counts
-}
-
-// plainReplies sets each plain call's reply from its counts and the
-// transaction's TIME (or its error).
-func plainReplies(plain []*call, counts [][]*goredis.IntCmd, at *goredis.TimeCmd) {
-	t, terr := at.Result()
-	for i, c := range plain {
-		c.reply, c.err = nil, terr
-		// A command Redis refused as it was queued (an ACL) fails the
-		// transaction (EXECABORT): its own error says why.
-		for _, cmd := range counts[i] {
-			if err := cmd.Err(); plainRefused(err) {
-				c.err = err
-			}
-		}
-		if c.err != nil {
-			continue
-		}
-		n := make([]int64, len(counts[i]))
-		for j, cmd := range counts[i] {
-			if n[j], c.err = cmd.Result(); c.err != nil {
-				break
-			}
-		}
-		if c.err == nil {
-			c.reply = &plainReply{counts: n, at: t.UnixMicro()}
-		}
-	}
 }
 
 // repair is what a plain call's counts left to mend, in the background

@@ -168,10 +168,16 @@ func TestPlainNeedsRedisClock(t *testing.T) {
 	}
 	r := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 10, Period: time.Hour, CountRejected: true}
 	g := &group{idx: []int{0}, keys: []string{keyVersion + "{c}:k"}, hits: []*limiter.Hit{{Key: "{c}:k", Rule: r, Cost: 1}}}
-	if got := s.newCall(context.Background(), redisTime, modeEach, g); got.plain != nil || got.arg == nil {
+	if got := s.route(context.Background(), redisTime, modeEach, g, true); !isScript(got.route) {
 		t.Errorf("call without Redis's clock = %+v, want the function's", got)
 	}
 	if _, ok := s.rclock.now(context.Background()); ok {
 		t.Error("an estimate of the clock of a Redis that does not answer")
 	}
+}
+
+// isScript reports whether rt is batch.lua's route.
+func isScript(rt route) bool {
+	_, ok := rt.(*scriptRoute)
+	return ok
 }

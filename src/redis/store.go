@@ -273,8 +273,28 @@ func (s *Store) applyAcrossSlots(ctx context.Context, deadline time.Time, now in
 func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, mode scriptMode, groups []*group, outs []limiter.Outcome) error {
 	calls := make([]*call, len(groups))
 	for i, g := range groups {
-		calls[i] = s.newCall(ctx, now, mode, g)
+		calls[i] = s.route(ctx, now, mode, g, true)
 	}
+	again, err := s.sendAndAnswer(ctx, deadline, calls, groups, outs)
+	if len(again) == 0 || err != nil {
+		return err
+	}
+	// The function decides them on Redis's clock; the estimate that
+	// picked their windows is read again.
+	s.rclock.stale()
+	calls = calls[:0]
+	for _, g := range again {
+		calls = append(calls, s.route(ctx, now, mode, g, false))
+	}
+	_, err = s.sendAndAnswer(ctx, deadline, calls, again, outs)
+	return err
+}
+
+// sendAndAnswer sends calls (one per group) and puts their answers into
+// outs; it returns the groups to decide again by the function: hits a
+// plain call could not answer, and those of a plain call Redis refused
+// for good (the plain path is then off).
+func (s *Store) sendAndAnswer(ctx context.Context, deadline time.Time, calls []*call, groups []*group, outs []limiter.Outcome) ([]*group, error) {
 	s.send(ctx, deadline, calls)
 	var again []*group
 	var repairs []repair
@@ -282,19 +302,17 @@ func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, 
 	for i, g := range groups {
 		c := calls[i]
 		var err error
-		switch {
-		case c.plain != nil && c.err != nil && plainRefused(c.err):
+		switch failed := c.failure(); {
+		case failed != nil && c.route.refusedForGood(failed):
 			s.plainOff.Store(true)
 			again = append(again, g)
-		case c.err != nil:
-			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), c.err)
-		case c.plain != nil:
+		case failed != nil:
+			err = fmt.Errorf("redis: apply %d hits: %w", len(g.hits), failed)
+		default:
 			var late *group
-			if late, err = plainOutcomes(c, g, outs, &repairs); late != nil {
+			if late, err = c.route.answer(g, outs, &repairs); late != nil {
 				again = append(again, late)
 			}
-		default:
-			err = s.fill(c, g, outs)
 		}
 		if first == nil {
 			first = err
@@ -303,30 +321,11 @@ func (s *Store) applyGroups(ctx context.Context, deadline time.Time, now int64, 
 	if len(repairs) > 0 {
 		sendRepairs(s.client, repairs)
 	}
-	if len(again) == 0 || first != nil {
-		return first
-	}
-	// The function decides them on Redis's clock; the estimate that
-	// picked their windows is read again.
-	s.rclock.stale()
-	calls = calls[:0]
-	for _, g := range again {
-		calls = append(calls, &call{keys: g.keys, arg: scriptArg(now, mode, g.hits, g.wants, s.jitter())})
-	}
-	s.send(ctx, deadline, calls)
-	for i, g := range again {
-		if err := calls[i].err; err != nil {
-			return fmt.Errorf("redis: apply %d hits: %w", len(g.hits), err)
-		}
-		if err := s.fill(calls[i], g, outs); err != nil {
-			return err
-		}
-	}
-	return nil
+	return again, first
 }
 
 // send sends the calls, through the batcher when batching is on, and sets
-// each call's reply and err.
+// each call's answer.
 func (s *Store) send(ctx context.Context, deadline time.Time, calls []*call) {
 	if s.batch != nil {
 		s.sendBatched(ctx, deadline, calls)
@@ -336,11 +335,10 @@ func (s *Store) send(ctx context.Context, deadline time.Time, calls []*call) {
 }
 
 // sendBatched hands the calls to the batcher, which pipelines them with
-// other decisions' calls, and sets each call's reply and err.
+// other decisions' calls, and sets each call's answer.
 func (s *Store) sendBatched(ctx context.Context, deadline time.Time, calls []*call) {
 	if len(calls) == 1 {
-		c := calls[0]
-		c.reply, c.err = s.batch.send(ctx, deadline, c)
+		s.batch.send(ctx, deadline, calls[0])
 		return
 	}
 	var wg sync.WaitGroup
@@ -348,23 +346,10 @@ func (s *Store) sendBatched(ctx context.Context, deadline time.Time, calls []*ca
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.reply, c.err = s.batch.send(ctx, deadline, c)
+			s.batch.send(ctx, deadline, c)
 		}()
 	}
 	wg.Wait()
-}
-
-// fill puts the answers of c, a call of the function, to g's hits into
-// outs.
-func (s *Store) fill(c *call, g *group, outs []limiter.Outcome) error {
-	got, err := parseOutcomes(c.reply, len(g.hits), g.grants)
-	if err != nil {
-		return err
-	}
-	for j, i := range g.idx {
-		outs[i] = got[j]
-	}
-	return nil
 }
 
 // remember puts fresh rejections into the local cache.

@@ -522,15 +522,19 @@ func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, &call{keys: keys, arg: scriptArg(bt.Now.UnixMicro(), mode, hits, nil, 0)})
+		calls = append(calls, scriptCall(keys, scriptArg(bt.Now.UnixMicro(), mode, hits, nil, 0)))
 	}
-	sendScripted(context.Background(), c, true, false, calls) // merged: one script call
+	routes := make([]route, len(calls))
+	for i, cl := range calls {
+		routes[i] = cl.route
+	}
+	roundTrip(context.Background(), c, false, mergeScripts(routes, true)) // merged: one script call
 	for i, bt := range batches {
 		r := calls[i]
-		if r.err != nil {
-			t.Fatalf("decision %d: %v", i, r.err)
+		if err := r.failure(); err != nil {
+			t.Fatalf("decision %d: %v", i, err)
 		}
-		got, err := parseOutcomes(r.reply, len(bt.Hits), nil)
+		got, err := parseOutcomes(r.route.(*scriptRoute).reply, len(bt.Hits), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
