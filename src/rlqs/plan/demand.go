@@ -68,7 +68,7 @@ func (d *Demand) Observe(n uint64, dt time.Duration) (changed bool) {
 	if dir == 0 {
 		est = d.steady.rate().perSecond()
 	}
-	est = d.swings.note(dir, r.perSecond(), secs, d.burstSpan(), est)
+	est = d.swings.note(dir, r, d.burstSpan(), est)
 	changed = dir < 0 || math.IsInf(d.rate, 1)
 	d.rate = est
 	return changed
@@ -95,7 +95,7 @@ type swings struct {
 	since   float64 // seconds since that change
 	turns   int     // changes in a row that turned back
 	left    float64 // seconds left of bursting
-	peaks   peaks   // the highest rates reported lately
+	peaks   span    // the intervals reported lately, for their highest rate
 }
 
 // burstSpan is the least span, in time, that a swing back must come in for
@@ -106,21 +106,21 @@ type swings struct {
 // bursty fleet pattern (TestFleetPatterns).
 const burstSpan = 15 * time.Second
 
-// note takes one interval's change of direction dir (see trend), its rate
-// r over secs seconds, the burst span and the demand d trend made of it,
-// and returns the demand.
-func (sw *swings) note(dir int8, r, secs, span, d float64) float64 {
-	sw.peaks.add(r, secs, span)
-	sw.since += secs
-	sw.left = math.Max(sw.left-secs, 0)
+// note takes one interval's change of direction dir (see trend), its
+// count r, the burst span (seconds) and the demand d trend made of it, and
+// returns the demand.
+func (sw *swings) note(dir int8, r rate, within, d float64) float64 {
+	sw.peaks.add(r, within)
+	sw.since += r.secs
+	sw.left = math.Max(sw.left-r.secs, 0)
 	if dir != 0 {
-		if sw.lastDir == -dir && sw.since <= span+1e-9 {
+		if sw.lastDir == -dir && sw.since <= within+1e-9 {
 			sw.turns++
 		} else {
 			sw.turns = 0
 		}
 		if sw.turns >= 2 {
-			sw.left = span
+			sw.left = within
 		}
 		sw.lastDir, sw.since = dir, 0
 	}
@@ -130,43 +130,59 @@ func (sw *swings) note(dir int8, r, secs, span, d float64) float64 {
 	return math.Max(d, sw.peaks.max())
 }
 
-// peaks is the highest rate of each of the last few stretches of time,
-// newest first: an interval is merged into the newest slot while that
+// span is a bucket's last report intervals, newest first, as far back as
+// they cover a span of time (and no further): each slot's requests, time
+// and highest rate. An interval is merged into the newest slot while that
 // slot is shorter than a sixth of the span, so a span is covered by at
-// most seven slots whatever the interval.
-type peaks struct {
-	slots [spanSlots + 1]peak
+// most seven slots whatever the interval: a bucket reporting every second
+// keeps as much time as one reporting every 5 s in as little room.
+type span struct {
+	slots [spanSlots + 1]slot
 	n     int
 }
 
-type peak struct{ rate, secs float64 }
+type slot struct {
+	rate
+	peak float64
+}
 
 // spanSlots is how many slots a span is cut into.
 const spanSlots = 6
 
-func (p *peaks) add(r, secs, span float64) {
-	if p.n > 0 && p.slots[0].secs < span/spanSlots-1e-9 {
-		p.slots[0].rate, p.slots[0].secs = math.Max(p.slots[0].rate, r), p.slots[0].secs+secs
+// add adds an interval of r to a span of secs seconds.
+func (sp *span) add(r rate, secs float64) {
+	if sp.n > 0 && sp.slots[0].secs < secs/spanSlots-1e-9 {
+		s := &sp.slots[0]
+		s.n, s.secs, s.peak = satAdd(s.n, r.n), s.secs+r.secs, math.Max(s.peak, r.perSecond())
 	} else {
-		copy(p.slots[1:], p.slots[:])
-		p.slots[0] = peak{r, secs}
-		p.n = min(p.n+1, len(p.slots))
+		copy(sp.slots[1:], sp.slots[:])
+		sp.slots[0] = slot{rate: r, peak: r.perSecond()}
+		sp.n = min(sp.n+1, len(sp.slots))
 	}
-	// Keep the newest slots that cover the span, no more.
 	sum := 0.0
-	for i := range p.n {
-		sum += p.slots[i].secs
-		if sum >= span-1e-9 {
-			p.n = i + 1
+	for i := range sp.n {
+		sum += sp.slots[i].secs
+		if sum >= secs-1e-9 {
+			sp.n = i + 1
 			break
 		}
 	}
 }
 
-func (p *peaks) max() float64 {
+// rate is the slots' requests over their time (zero time when none).
+func (sp *span) rate() rate {
+	var sum rate
+	for _, s := range sp.slots[:sp.n] {
+		sum.n, sum.secs = satAdd(sum.n, s.n), sum.secs+s.secs
+	}
+	return sum
+}
+
+// max is the highest rate of any interval in the span.
+func (sp *span) max() float64 {
 	m := 0.0
-	for _, s := range p.slots[:p.n] {
-		m = math.Max(m, s.rate)
+	for _, s := range sp.slots[:sp.n] {
+		m = math.Max(m, s.peak)
 	}
 	return m
 }
@@ -177,13 +193,10 @@ func (p *peaks) max() float64 {
 // reported 2 and 3 requests in turn, and its grant swung with it, each
 // change costing its Envoy the fraction of a token Envoy floors away on a
 // replacement; set against several, a change is told from chance sooner,
-// too. Intervals are merged into slots as peaks's are, so a bucket
-// reporting every second keeps as much time as one reporting every 5 s in
-// as little room.
-type steady struct {
-	slots [spanSlots + 1]rate // newest first
-	n     int
-}
+// too.
+type steady struct{ span }
+
+func (s *steady) add(r rate) { s.span.add(r, steadySpan.Seconds()) }
 
 // steadySpan bounds how far back demand is read, in time: a drift below
 // chance is followed within it, and a light bucket's demand is read over
@@ -192,34 +205,6 @@ type steady struct {
 // 5 s intervals. Pinned by TestDemandFollowsAChangeAtOnce and
 // TestDemandIsReadInTime.
 const steadySpan = 20 * time.Second
-
-func (s *steady) add(r rate) {
-	span := steadySpan.Seconds()
-	if s.n > 0 && s.slots[0].secs < span/spanSlots-1e-9 {
-		s.slots[0] = rate{n: satAdd(s.slots[0].n, r.n), secs: s.slots[0].secs + r.secs}
-	} else {
-		copy(s.slots[1:], s.slots[:])
-		s.slots[0] = r
-		s.n = min(s.n+1, len(s.slots))
-	}
-	sum := 0.0
-	for i := range s.n {
-		sum += s.slots[i].secs
-		if sum >= span-1e-9 {
-			s.n = i + 1
-			break
-		}
-	}
-}
-
-// rate is the intervals' requests over their time (zero time when none).
-func (s *steady) rate() rate {
-	var sum rate
-	for _, r := range s.slots[:s.n] {
-		sum.n, sum.secs = satAdd(sum.n, r.n), sum.secs+r.secs
-	}
-	return sum
-}
 
 // rate is requests counted over an interval.
 type rate struct {
