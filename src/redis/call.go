@@ -43,7 +43,13 @@ func (c *call) failure() error {
 func (s *Store) route(ctx context.Context, now int64, mode scriptMode, g *group, plainOK bool) *call {
 	if plainOK && now == redisTime && !s.cluster && !s.plainOff.Load() && plainEligible(mode, g) && s.runner.ready.Load() && s.plainAllowed() {
 		if est, ok := s.rclock.now(ctx); ok {
-			return &call{keys: g.keys, route: newPlainRoute(g, est, s.jitter())}
+			both := &struct {
+				call
+				plainRoute
+			}{call: call{keys: g.keys}}
+			both.plainRoute.init(g, est, s.jitter())
+			both.route = &both.plainRoute
+			return &both.call
 		}
 	}
 	return scriptCall(g.keys, scriptArg(now, mode, g.hits, g.wants, s.jitter()))

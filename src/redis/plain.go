@@ -217,11 +217,11 @@ type plainRoute struct {
 	err    error
 }
 
-// newPlainRoute is g's plain route, its windows picked by est, an estimate
-// of Redis's clock (µs), each key's TTL jitter ms past its window's end.
-func newPlainRoute(g *group, est, jitter int64) *plainRoute {
+// init makes p g's plain route, its windows picked by est, an estimate of
+// Redis's clock (µs), each key's TTL jitter ms past its window's end.
+func (p *plainRoute) init(g *group, est, jitter int64) {
 	n := len(g.hits)
-	p := &plainRoute{wkeys: make([]string, n), costs: make([]int64, n), windows: make([]int64, n), expireAt: make([]int64, n)}
+	p.wkeys, p.costs, p.windows, p.expireAt = make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, h := range g.hits {
 		period := int64(h.Rule.Period / time.Microsecond)
 		w := est / period
@@ -230,7 +230,6 @@ func newPlainRoute(g *group, est, jitter int64) *plainRoute {
 		p.windows[i] = w
 		p.expireAt[i] = ((w+1)*period+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
 	}
-	return p
 }
 
 func (p *plainRoute) transactional() bool     { return true }

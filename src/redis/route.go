@@ -156,20 +156,23 @@ type mergedScripts struct {
 // mergeScripts is routes with, when merge, their calls of batch.lua
 // merged into one (where there are several).
 func mergeScripts(routes []route, merge bool) []route {
-	if !merge {
+	n := 0
+	for _, rt := range routes {
+		if _, ok := rt.(*scriptRoute); ok {
+			n++
+		}
+	}
+	if !merge || n < 2 {
 		return routes
 	}
-	var parts []*scriptRoute
-	out := routes[:0:0]
+	parts := make([]*scriptRoute, 0, n)
+	out := make([]route, 0, len(routes)-n+1)
 	for _, rt := range routes {
 		if s, ok := rt.(*scriptRoute); ok {
 			parts = append(parts, s)
 		} else {
 			out = append(out, rt)
 		}
-	}
-	if len(parts) < 2 {
-		return routes
 	}
 	m := &mergedScripts{parts: parts}
 	for _, s := range parts {
@@ -256,7 +259,13 @@ func sendOne(ctx context.Context, client goredis.UniversalClient, fn bool, keys 
 	return batchScript.Run(ctx, client, keys, arg)
 }
 
-// scriptCall is a call of batch.lua on keys with arg, by itself.
+// scriptCall is a call of batch.lua on keys with arg, by itself; the call
+// and its route are one allocation (every decision makes one).
 func scriptCall(keys []string, arg []byte) *call {
-	return &call{keys: keys, route: &scriptRoute{keys: keys, arg: arg}}
+	both := &struct {
+		call
+		scriptRoute
+	}{call{keys: keys}, scriptRoute{keys: keys, arg: arg}}
+	both.route = &both.scriptRoute
+	return &both.call
 }

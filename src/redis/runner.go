@@ -100,20 +100,25 @@ func (r *runner) loadIfDue(ctx context.Context) {
 func (r *runner) send(ctx context.Context, merge bool, batch []*call) {
 	r.loadIfDue(ctx)
 	fn := r.ready.Load()
-	routes := make([]route, len(batch))
-	for i, c := range batch {
-		routes[i] = c.route
+	if len(batch) == 1 && !batch[0].route.transactional() {
+		batch[0].route.sendAlone(ctx, r.client, fn) // the common call, without a slice for it
+	} else {
+		routes := make([]route, len(batch))
+		for i, c := range batch {
+			routes[i] = c.route
+		}
+		roundTrip(ctx, r.client, fn, mergeScripts(routes, merge))
 	}
-	routes = mergeScripts(routes, merge)
-	roundTrip(ctx, r.client, fn, routes)
 	if !fn {
 		return
 	}
 	var missed []route
-	for _, rt := range routes {
-		for _, s := range rt.scripts() {
+	for _, c := range batch {
+		if c.route.failure() == nil {
+			continue
+		}
+		for _, s := range c.route.scripts() {
 			switch {
-			case s.err == nil:
 			case functionMissing(s.err):
 				missed = append(missed, s)
 				r.ready.Store(false)
