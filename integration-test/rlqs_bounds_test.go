@@ -34,7 +34,9 @@ descriptors:
 // service has answered every bucket it took (or 30 s): it returns the
 // largest message it received.
 func rlqsFill(t *testing.T, conn *grpc.ClientConn, n int, idOf func(i int) map[string]string) (largest int, err error) {
-	ctx, cancel := context.WithCancel(context.Background())
+	// A deadline far past what a fill takes: a stream the service stopped
+	// reading without telling the client fails the test, not hangs it.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
@@ -139,8 +141,8 @@ func TestRLQSMemoryIsBoundedByBytes(t *testing.T) {
 	wg.Wait()
 	peak := memKB(t, p, "VmHWM")
 	m := metricsBody(t, p)
-	t.Logf("9 streams × 1,500 buckets of 4,012-byte ids: peak RSS %d → %d MB, largest push %d KB; refused:\n%s",
-		base>>10, peak>>10, largest>>10, grepLines(m, "ratelimit_rlqs_refused_total"))
+	t.Logf("9 streams × 1,500 buckets of 4,012-byte ids: peak RSS %d → %d MB, largest push %d KB; refused:\n%s\nthe listener's guard:\n%s",
+		base>>10, peak>>10, largest>>10, grepLines(m, "ratelimit_rlqs_refused_total"), grepLines(m, "ratelimit_grpc_guard_total{"))
 	for _, what := range []string{"bucket_id_bytes", "total_bucket_id_bytes"} {
 		if metricValue(m, `ratelimit_rlqs_refused_total{what="`+what+`"}`) < 1 {
 			t.Errorf("no bucket refused for %s", what)

@@ -211,6 +211,7 @@ func TestFleetPatterns(t *testing.T) {
 				switch {
 				case iv.name == "5s":
 					at5 = used
+				case math.IsNaN(used):
 				case g.short != "" && used < at5-shorterSlack:
 					t.Errorf("%s: %.3f used, below the %.3f at 5 s", iv.name, used, at5)
 				}
@@ -219,22 +220,41 @@ func TestFleetPatterns(t *testing.T) {
 	}
 }
 
-// checkPattern runs pt at patternStarts starts with the fleet's clients, holds it to g, and returns what it used on average.
+// patternStartsOf is how many starts a fleet of intervals runs: every
+// fleet patternStarts, except under the race detector, where the fleets
+// other than 5 s run one start each and are held only to the limit in
+// every window (one start's figures move too far for the goals); make
+// test holds them to the goals.
+func patternStartsOf(name string) int {
+	if raceBuild && name != "5s" {
+		return 1
+	}
+	return patternStarts
+}
+
+// checkPattern runs pt at patternStartsOf(name) starts with the fleet's
+// clients, holds it to g, and returns what it used on average.
 func checkPattern(t *testing.T, pt rlqstest.Pattern, g patternGoal, name string, fl fleetOf) float64 {
 	t.Helper()
 	var used, least, most, lo, hi float64
 	what := ""
-	for k := range patternStarts {
+	starts := patternStartsOf(name)
+	for k := range starts {
 		_, window := pt.Window()
-		start := time.Duration(k) * window / patternStarts
+		start := time.Duration(k) * window / time.Duration(starts)
 		r := runFleet(t, pt, start, fl)
 		u, l, m, w := measurePattern(t, r, start)
 		if name == "5s" {
 			checkRecoveries(t, r, g.recovers, start)
 		}
-		used, least, most, what = used+u/patternStarts, least+l/patternStarts, most+m/patternStarts, w
+		n := float64(starts)
+		used, least, most, what = used+u/n, least+l/n, most+m/n, w
 		a, b := spread(r.Mine)
-		lo, hi = lo+a/patternStarts, hi+b/patternStarts
+		lo, hi = lo+a/n, hi+b/n
+	}
+	if starts < patternStarts {
+		t.Logf("%s (one start, under the race detector): %.3f %s used", name, used, what)
+		return math.NaN()
 	}
 	t.Logf("%s: on average %.3f %s used, the least served %.2f of its share, the most %.2f; of the mean per Envoy, %.2f to %.2f",
 		name, used, what, least, most, lo, hi)

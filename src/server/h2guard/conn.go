@@ -315,7 +315,7 @@ func (c *guardedConn) Write(b []byte) (int, error) {
 	goAway, resets := atBoundary && c.pending != "", atBoundary && len(c.toClient) > 0
 	c.mu.Unlock()
 	if resets {
-		c.writeResets()
+		_ = c.writeResets()
 	}
 	if goAway {
 		c.writeGoAway()

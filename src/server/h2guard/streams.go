@@ -289,29 +289,60 @@ func (c *guardedConn) takeResets(done int) []byte {
 // sendResets writes the resets queued for the client, if the server's
 // frames are between two frames: at once when wmu is free, else after the
 // write in progress (Write sends them, and a goroutine waits for it, in
-// case they were queued after Write looked).
+// case they were queued after Write looked). Where the server's frames
+// are inside a frame then, the next Write sends them; if none has within
+// resetWait, the connection closes: a refused stream's client must hear
+// of it one way or the other, or its sends wait for a window that never
+// comes.
 func (c *guardedConn) sendResets() {
 	if c.wmu.TryLock() {
-		c.writeResets()
+		left := c.writeResets()
 		c.wmu.Unlock()
+		c.closeIfStillQueued(left)
 		return
 	}
 	go func() {
 		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		c.writeResets()
+		left := c.writeResets()
+		c.wmu.Unlock()
+		c.closeIfStillQueued(left)
 	}()
 }
 
-// writeResets writes the queued client resets when the server's frames
-// are at a boundary. The caller holds wmu. A client that does not read
-// them within a second is not reading anything: its connection closes
-// (a frame written in part cannot be taken back).
-func (c *guardedConn) writeResets() {
-	c.mu.Lock()
-	if len(c.toClient) == 0 || !c.out.atBoundary() || c.closed.Load() {
-		c.mu.Unlock()
+// resetWait is how long client resets may wait for the server's frames to
+// reach a boundary.
+const resetWait = time.Second
+
+// closeIfStillQueued closes the connection resetWait from now if client
+// resets are queued then, when left says some were just left queued.
+func (c *guardedConn) closeIfStillQueued(left bool) {
+	if !left {
 		return
+	}
+	time.AfterFunc(resetWait, func() {
+		c.mu.Lock()
+		queued := len(c.toClient) > 0
+		c.mu.Unlock()
+		if queued {
+			_ = c.Close()
+		}
+	})
+}
+
+// writeResets writes the queued client resets when the server's frames
+// are at a boundary, and reports whether some are left queued (the frames
+// were not). The caller holds wmu. A client that does not read them within
+// a second is not reading anything: its connection closes (a frame written
+// in part cannot be taken back).
+func (c *guardedConn) writeResets() (left bool) {
+	c.mu.Lock()
+	if len(c.toClient) == 0 || c.closed.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	if !c.out.atBoundary() {
+		c.mu.Unlock()
+		return true
 	}
 	frames := make([]byte, rstLen*len(c.toClient))
 	for i, s := range c.toClient {
@@ -322,9 +353,10 @@ func (c *guardedConn) writeResets() {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 	if _, err := c.Conn.Write(frames); err != nil {
 		_ = c.Close()
-		return
+		return false
 	}
 	_ = c.Conn.SetWriteDeadline(time.Time{})
+	return false
 }
 
 // putRST writes an RST_STREAM frame of stream with code into b.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rlqs_test
+
+const raceBuild = false
