@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -33,6 +34,12 @@ type stream struct {
 	closed bool
 	// idBytes is the bytes of its buckets' ids (Options.MaxIDBytes).
 	idBytes int
+	// atOnce is the buckets due a round at once that its rounds goroutine
+	// has not taken yet (see answerAtOnce), guarded by its own lock: the
+	// reports' reader only hands them over and reads on.
+	atOnceMu sync.Mutex
+	atOnce   []*bucket
+	atOnceIn chan struct{} // a signal, buffered 1
 }
 
 // abandonedFor is how long an abandoned bucket's key is remembered: past
@@ -53,10 +60,11 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 	// Reports are read, and sends made, each on a goroutine of its own:
 	// a send blocked past the delivery bound must end the stream, which
 	// only returning from here does (it fails the blocked send).
-	ended := make(chan error, 2)
+	ended := make(chan error, 3)
 	stalled := make(chan struct{}, 1)
 	go func() { ended <- s.safeDeliver(ctx, gs, st, stalled) }()
 	go func() { ended <- s.receive(ctx, gs, st) }()
+	go func() { ended <- s.answerAtOnce(ctx, st) }()
 	select {
 	case err = <-ended:
 		return err
@@ -100,14 +108,45 @@ func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv
 			return err
 		}
 		if len(due) > 0 {
-			// The initial report is answered at once, and so is a fall
-			// of demand: the share hands its room over a round sooner.
-			// The round runs to its end even if the stream goes
-			// meanwhile: what it reserves is then held for nobody, which
-			// is safe; cut short, it would count as a store error.
-			if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
-				return err
-			}
+			st.dueAtOnce(due)
+		}
+	}
+}
+
+// dueAtOnce hands buckets due a round at once to the stream's rounds
+// goroutine (answerAtOnce), merged with those it has not taken yet.
+func (st *stream) dueAtOnce(due []*bucket) {
+	st.atOnceMu.Lock()
+	st.atOnce = append(st.atOnce, due...)
+	st.atOnceMu.Unlock()
+	select {
+	case st.atOnceIn <- struct{}{}:
+	default: // a signal is waiting already
+	}
+}
+
+// answerAtOnce runs the rounds at once of st's reports, until ctx is done.
+// The initial report is answered at once, and so is a fall of demand: the
+// share hands its room over a round sooner. They run here, not on the
+// reports' reader, so that a round (a store call, a wait for the round
+// before it) never stops the reading: unread, a report of several frames
+// would wait for flow-control window, and a client behind it with it. A
+// round runs to its end even if the stream goes meanwhile: what it
+// reserves is then held for nobody, which is safe; cut short, it would
+// count as a store error.
+func (s *Service) answerAtOnce(ctx context.Context, st *stream) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-st.atOnceIn:
+		}
+		st.atOnceMu.Lock()
+		due := st.atOnce
+		st.atOnce = nil
+		st.atOnceMu.Unlock()
+		if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
+			return err
 		}
 	}
 }
@@ -129,7 +168,7 @@ func (s *Service) open(host string) (*stream, error) {
 	}
 	s.nextID++
 	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
-		out: make(chan *outgoing, 8)}
+		out: make(chan *outgoing, 8), atOnceIn: make(chan struct{}, 1)}
 	s.streams[st] = struct{}{}
 	return st, nil
 }
