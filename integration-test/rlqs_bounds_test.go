@@ -100,6 +100,14 @@ func rlqsFill(t *testing.T, conn *grpc.ClientConn, n int, idOf func(i int) map[s
 // calls beside it are answered. Before, one stream of 5,000 buckets of
 // 32 KiB ids took 1.5 GB, in one push of 36.5 MB.
 func TestRLQSMemoryIsBoundedByBytes(t *testing.T) {
+	if raceBuild {
+		// Its clients, race-instrumented, push 6 MB each on nine streams
+		// while make check's other packages take the two cores: their
+		// messages then take past 30 s to arrive, and the listener's guard
+		// rightly refuses them as stalled bodies (docs/operations.md).
+		// make test runs it, two CPU-bound processes beside it included.
+		t.Skip("a load test of the built binary: make test runs it; under the race detector its clients stall past the guard's 30 s")
+	}
 	p := start(t, writeConfig(t, map[string]string{"quota.yaml": rlqsEachTenant, "it.yaml": basicConfig}))
 	p.should(t, "it", configtest.Desc("user=warm"))
 	base := memKB(t, p, "VmHWM")

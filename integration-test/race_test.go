@@ -1,0 +1,6 @@
+//go:build race
+
+package integration
+
+// raceBuild: this test binary runs under the race detector (make check).
+const raceBuild = true
