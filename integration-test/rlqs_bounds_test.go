@@ -216,7 +216,7 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 	before := processCPU(p.cmd.Process.Pid)
 	began := time.Now()
 	end := began.Add(5 * time.Second)
-	var sent, ended atomic.Int64
+	var sent, ended, most atomic.Int64
 	var fast atomic.Bool // some stream sent more than 300 reports in a second
 	for s := range 10 {
 		wg.Go(func() {
@@ -228,9 +228,16 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 			}
 			tick := time.NewTicker(floodEvery)
 			defer tick.Stop()
+			var mine atomic.Int64
 			for streams := 0; streams < 100 && time.Now().Before(end); streams++ {
-				if floodStream(t, p, msg, tick, end, &sent, &fast) {
+				if floodStream(t, p, msg, tick, end, &mine, &fast) {
 					ended.Add(1)
+				}
+			}
+			sent.Add(mine.Load())
+			for {
+				if m := most.Load(); mine.Load() <= m || most.CompareAndSwap(m, mine.Load()) {
+					break
 				}
 			}
 		})
@@ -247,8 +254,12 @@ func TestRLQSReportFloodIsPaced(t *testing.T) {
 	refused := metricValue(m, `ratelimit_rlqs_refused_total{what="report_rate"}`)
 	t.Logf("%d reports sent in %v, %v held, %v streams ended (%d seen); the service's CPU %v; an RLS caller beside it: %d calls, %d failed, slowest %v",
 		sent.Load(), took, held, refused, ended.Load(), used, during.ok.Load(), during.failed.Load(), time.Duration(during.worst.Load()))
-	if held < 1 {
-		t.Error("no report held past the pace")
+	// The pace takes a stream's first 100 reports and 20 a second: a
+	// client that sent no more than that in the 5 s (the race detector
+	// beside other packages slows a client to a few dozen a second) had
+	// nothing held.
+	if most.Load() > 100+20*5 && held < 1 {
+		t.Errorf("no report held past the pace, though a client sent %d reports in 5 s", most.Load())
 	}
 	// A client slowed down (the race detector: a few hundred reports a
 	// second in all) may never pass the bound; one that sent more than
