@@ -177,9 +177,12 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 }
 
 // lowered is the buckets beside those of a round at once (live) whose
-// grant the round's fill lowered: sent now, a lower grant hands its room
-// over to the new or fallen bucket a push sooner than the next round
-// would. A raise still waits for the push (see report).
+// grant the round's fill lowered, at most maxLowered of them: sent now, a
+// lower grant hands its room over to the new or fallen bucket a push
+// sooner than the next round would. A raise still waits for the push (see
+// report). The bound keeps a round at once in a pool of thousands from
+// costing a job per member for every new bucket; those past it are sent
+// by the push, as before.
 func lowered(live []*bucket) []*bucket {
 	in := map[*bucket]bool{}
 	for _, b := range live {
@@ -189,6 +192,9 @@ func lowered(live []*bucket) []*bucket {
 	for _, b := range live {
 		for _, m := range b.members {
 			for o := range m.p.members {
+				if len(out) == maxLowered {
+					return out
+				}
 				if !in[o.b] && !o.b.gone && o.b.kind == kindLimited && (!o.holds || o.target*o.p.rule.Period.Seconds() < o.held()-1e-9) {
 					in[o.b] = true
 					out = append(out, o.b)
@@ -311,3 +317,7 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: durationpb.New(s.o.TTL), RateLimitStrategy: strategy}}}
 }
+
+// maxLowered bounds the lowered grants a round at once sends (see
+// lowered): a store batch's worth.
+const maxLowered = maxBatch

@@ -369,3 +369,20 @@ func burstPool(limit uint64, period time.Duration, n int, demand float64, q uint
 	}
 	return p, ms
 }
+
+// A round at once sends at most maxLowered lowered grants beside its own
+// buckets, however large the pool: the rest wait for the push.
+func TestLoweredIsBounded(t *testing.T) {
+	p := &pool{rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
+	var all []*bucket
+	for range 3 * maxLowered {
+		b := &bucket{kind: kindLimited, sentKind: kindLimited, sentQ: 5, sentF: 1}
+		m := &member{b: b, p: p}
+		b.members = []*member{m}
+		p.members[m] = struct{}{}
+		all = append(all, b) // every one holds 5 and is planned none: lowered
+	}
+	if got := len(lowered(all[:1])); got != maxLowered {
+		t.Errorf("%d lowered grants beside one new bucket in a pool of %d, want %d", got, len(all), maxLowered)
+	}
+}
