@@ -8,6 +8,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // WriteDump writes the config to w one line per limit, domains sorted and
@@ -117,6 +119,13 @@ func (l *Limit) String() string {
 		return "unlimited" + l.nameString()
 	}
 	s := fmt.Sprintf("%d per %s, %s", l.RequestsPerUnit, periodString(l.Unit, l.UnitMultiplier), l.Algorithm)
+	if l.Algorithm == limiter.Concurrency {
+		hold := periodString(l.Unit, l.UnitMultiplier)
+		if l.UnitMultiplier <= 1 {
+			hold = "1 " + hold
+		}
+		s = fmt.Sprintf("%d in flight, a slot held at most %s, concurrency", l.RequestsPerUnit, hold)
+	}
 	if l.Burst > 0 {
 		s += fmt.Sprintf(", burst %d", l.Burst)
 	}

@@ -29,6 +29,8 @@ descriptors:
   - key: trial
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: export
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3, algorithm: concurrency}
 `
 
 func explainOf(t *testing.T, domain string, descs ...string) string {
@@ -96,6 +98,12 @@ descriptors[2] org=o,team=t,extra=x
   rule: trial (test.yaml:18)
   limit: 1 per hour, fixed_window  key {1:d5:trial1:t}:fw3600
   shadow_mode: counted, and never rejects: past the limit the answer is still OK (the over-limit stats say it would have been rejected)
+`},
+		{"concurrency: slots, each held at most its unit", "d", []string{"export=e"},
+			`descriptors[0] export=e
+  export=e: key only, any value (test.yaml:21)
+  rule: export (test.yaml:21)
+  limit: 3 in flight, a slot held at most 5 minutes, concurrency  key {1:d6:export1:e}:cc300
 `},
 		{"unknown domain", "zz", []string{"a=b"}, "domain \"zz\": not in the config: every descriptor is answered OK without a limit\n"},
 	}

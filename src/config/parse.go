@@ -268,6 +268,10 @@ func (d *decoder) applyOverdraft(desc *Descriptor, n *yaml.Node, path string) {
 	}
 	counted := false
 	for _, l := range desc.Limits {
+		if l.Algorithm == limiter.Concurrency {
+			d.errf(n, path+".overdraft", "overdraft cannot be combined with algorithm: concurrency (the limit at line %d): "+
+				"a request that finds every slot taken takes none", l.Line)
+		}
 		if l.Lease {
 			d.errf(n, path+".overdraft", "overdraft cannot be combined with lease (the limit at line %d): overdraft counts usage after the fact, "+
 				"past what a slice another replica holds can see", l.Line)
@@ -390,6 +394,9 @@ func (l *Limit) finish() error {
 		return fmt.Errorf("sliding_log keeps every counted request, so it allows at most %d requests per window, not %d; use sliding_window for larger limits",
 			limiter.MaxLogLimit, l.RequestsPerUnit)
 	}
+	if l.Algorithm == limiter.Concurrency && l.RequestsPerUnit > limiter.MaxLogLimit {
+		return fmt.Errorf("concurrency keeps every held slot, so it allows at most %d slots, not %d", limiter.MaxLogLimit, l.RequestsPerUnit)
+	}
 	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst)}
 	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
 		interval := (period + time.Duration(l.RequestsPerUnit)*time.Microsecond - 1) / time.Duration(l.RequestsPerUnit)
@@ -408,7 +415,7 @@ func (l *Limit) finish() error {
 	return nil
 }
 
-var algorithmCode = [...]string{"fw", "sw", "tb", "sl"}
+var algorithmCode = [...]string{"fw", "sw", "tb", "sl", "cc"}
 
 func periodString(u Unit, mult uint32) string {
 	if mult <= 1 {

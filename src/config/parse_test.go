@@ -46,6 +46,8 @@ func TestParseBadFiles(t *testing.T) {
 		{"alias_cycle.yaml", []string{`alias_cycle.yaml:5: alias *all refers to a node that contains it (anchored at line 2)`}},
 		{"overdraft_without_limit.yaml", []string{`overdraft_without_limit.yaml:4: descriptors[0].overdraft: overdraft applies to this descriptor's own limits, and it has none (it is not inherited)`}},
 		{"sliding_log_too_large.yaml", []string{`sliding_log_too_large.yaml:5: descriptors[0].rate_limit: sliding_log keeps every counted request, so it allows at most 1000 requests per window, not 20000`}},
+		{"concurrency_too_many_slots.yaml", []string{`concurrency_too_many_slots.yaml:5: descriptors[0].rate_limit: concurrency keeps every held slot, so it allows at most 1000 slots, not 5000`}},
+		{"concurrency_overdraft.yaml", []string{`concurrency_overdraft.yaml:4: descriptors[0].overdraft: overdraft cannot be combined with algorithm: concurrency (the limit at line 6)`}},
 		{"lease_token_bucket.yaml", []string{`lease_token_bucket.yaml:8: descriptors[0].rate_limit.lease: lease holds the limit exactly only for fixed_window and sliding_window, not token_bucket`}},
 		{"lease_overdraft.yaml", []string{`lease_overdraft.yaml:4: descriptors[0].overdraft: overdraft cannot be combined with lease (the limit at line 6)`}},
 		{"rejected_hits_sliding.yaml", []string{`rejected_hits_sliding.yaml:4: descriptors[0].rejected_hits: rejected_hits: count applies to fixed_window limits only, and the limit at line 6 is sliding_window`}},

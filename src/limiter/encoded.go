@@ -56,10 +56,10 @@ func EvalFixed(before uint64, now time.Time, r Rule, cost uint64, refund bool) (
 const MaxCount = maxCount
 
 // encodeState writes st for algorithm a: the version, the algorithm, then
-// w, x and y as 8 bytes each (little-endian), or a sliding log's entries
+// w, x and y as 8 bytes each (little-endian), or a log's entries
 // as (t, n) pairs.
 func encodeState(st state, a Algorithm) []byte {
-	if a == SlidingLog {
+	if a.KeepsLog() {
 		var log []logEntry
 		if st.log != nil {
 			log = *st.log
@@ -86,7 +86,7 @@ func decodeState(b []byte, a Algorithm) state {
 		return state{}
 	}
 	b = b[2:]
-	if a == SlidingLog {
+	if a.KeepsLog() {
 		if len(b)%16 != 0 {
 			return state{}
 		}

@@ -17,7 +17,7 @@ func TestEvalMatchesMemoryStore(t *testing.T) {
 	defer mem.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
 	var rules []Rule
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog} {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog, Concurrency} {
 		for _, od := range []bool{false, true} {
 			rules = append(rules, Rule{Algorithm: alg, Limit: 5, Period: 10 * time.Second, Overdraft: od, Burst: uint64(map[bool]int{true: 7}[alg == TokenBucket])})
 		}

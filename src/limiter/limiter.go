@@ -25,16 +25,23 @@ const (
 	// hits in any span of one Period, exactly. It costs memory per hit, so
 	// configs bound its Limit (MaxLogLimit).
 	SlidingLog
+	// Concurrency limits work in flight, not a rate: Limit is a number of
+	// slots, a hit takes Cost of them and a refund gives them back, and a
+	// slot not given back within Period is freed by itself (a release
+	// Envoy never sent does not hold it for ever). A refund gives back the
+	// oldest slots first, so a slot whose release was lost is the first to
+	// go. Its state is a sliding log of the takes, bounded like one.
+	Concurrency
 )
 
-// MaxLogLimit is the largest Limit a SlidingLog rule may carry: its state
+// MaxLogLimit is the largest Limit a SlidingLog (or Concurrency) rule may carry: its state
 // holds up to one entry per counted request (16 bytes each), and a
 // decision on a full log costs Redis time that grows with its length
 // (BenchmarkAccuracy; figures in docs/performance.md): ten times this was
 // too long to hold a shared Redis per decision.
 const MaxLogLimit = 1_000
 
-var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket", "sliding_log"}
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "token_bucket", "sliding_log", "concurrency"}
 
 // String returns the algorithm's configuration name.
 func (a Algorithm) String() string {
@@ -55,7 +62,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, token_bucket or sliding_log)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, token_bucket, sliding_log or concurrency)", s)
 }
 
 // Rule is one limit as a store applies it. The zero Rule rejects everything
@@ -64,8 +71,8 @@ type Rule struct {
 	Algorithm Algorithm
 	// Limit is the number of hits allowed per Period.
 	Limit uint64
-	// Period is the window length, or for TokenBucket the time in which Limit
-	// tokens refill. It is always a whole number of seconds.
+	// Period is the window length, for TokenBucket the time in which Limit
+	// tokens refill, or for Concurrency the longest a slot is held. It is always a whole number of seconds.
 	Period time.Duration
 	// Burst is the TokenBucket capacity; 0 means Limit. Other algorithms
 	// ignore it.
@@ -101,6 +108,11 @@ type Rule struct {
 // counts. A token bucket would have refilled under the slice's hits by
 // the time they are spent, and a sliding log keeps each hit's own time.
 func LeaseSupported(a Algorithm) bool { return a == FixedWindow || a == SlidingWindow }
+
+// KeepsLog reports whether a's state is a log of counted hits, one entry
+// per call that counted (SlidingLog and Concurrency), rather than a few
+// numbers.
+func (a Algorithm) KeepsLog() bool { return a == SlidingLog || a == Concurrency }
 
 // Hit asks a store to count Cost hits against Key under Rule.
 type Hit struct {
@@ -188,7 +200,8 @@ type Outcome struct {
 	// ResetAfter is the time until the counter is back to its empty state:
 	// the end of the window (FixedWindow), until every counted hit has aged
 	// out (SlidingWindow), or until the bucket is full (TokenBucket); for
-	// SlidingLog, until the oldest counted hit leaves the window.
+	// SlidingLog, until the oldest counted hit leaves the window; for
+	// Concurrency, until the oldest held slot is freed by its hold bound.
 	ResetAfter time.Duration
 	// RetryAfter is, for a rejected hit, the earliest time after which the
 	// same hit could be allowed if nothing else arrives; 0 when allowed.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// This file is the reference arithmetic of the four algorithms. The Redis
+// This file is the reference arithmetic of the five algorithms. The Redis
 // scripts in src/redis/*.lua mirror it line for line (same integer steps, same
 // rounding) so both stores give identical answers; change them together.
 //
@@ -31,6 +31,7 @@ const (
 //	SlidingWindow: w = current window number, x = its count, y = previous window's count
 //	TokenBucket:   w = theoretical arrival time (GCRA's TAT) in microseconds
 //	SlidingLog:    log = the counted hits (see logStep)
+//	Concurrency:   log = the slots held, by when each was taken (see logStep)
 type state struct {
 	w    int64
 	x, y uint64
@@ -65,7 +66,7 @@ func step(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome
 		return slidingStep(st, now, r, cost, refund)
 	case TokenBucket:
 		return tokenStep(st, now, r, cost, refund)
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		return logStep(st, now, r, cost, refund)
 	default:
 		return fixedStep(st, now, r, cost, refund)
@@ -281,11 +282,15 @@ func tokenStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Ou
 	return state{w: tat}, out, tat, write
 }
 
-// logStep is SlidingLog. A hit at t counts while now-Period < t <= now, so
-// any half-open span of one Period holds at most Limit counted hits. The
-// log keeps at most 2*Limit hits: overdraft counts past the limit up to
-// there (an ever longer log would cost memory without changing any answer
-// but how long a debt lasts).
+// logStep is SlidingLog and Concurrency. A hit at t counts while
+// now-Period < t <= now, so any half-open span of one Period holds at most
+// Limit counted hits (for Concurrency: at most Limit slots are held at
+// once, each for at most Period). The log keeps at most 2*Limit hits:
+// overdraft counts past the limit up to there (an ever longer log would
+// cost memory without changing any answer but how long a debt lasts).
+// A SlidingLog refund gives back the newest hits (those it most likely
+// counted); a Concurrency refund the oldest slots, so that a slot whose
+// release was lost goes first rather than expiring under a live one.
 func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
 	p := periodUS(r)
 	var log []logEntry
@@ -303,20 +308,14 @@ func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outc
 	write := false
 	switch {
 	case refund && cost > 0:
-		// Give back the newest hits first.
 		give := min(cost, used)
 		write = give > 0
-		log = slices.Clone(log)
-		for give > 0 {
-			last := &log[len(log)-1]
-			take := min(last.n, give)
-			last.n -= take
-			give -= take
-			used -= take
-			if last.n == 0 {
-				log = log[:len(log)-1]
-			}
+		if r.Algorithm == Concurrency {
+			log = giveOldest(log, give)
+		} else {
+			log = giveNewest(log, give)
 		}
+		used -= give
 		out.Allowed = true
 	case admits(used, cost, r):
 		out.Allowed, write = true, true
@@ -341,6 +340,37 @@ func logStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outc
 		exp = log[len(log)-1].t + p
 	}
 	return state{log: &log}, out, exp, write
+}
+
+// giveNewest returns log without its newest n hits (n at most its count),
+// in a new slice: a stored log is never changed in place.
+func giveNewest(log []logEntry, n uint64) []logEntry {
+	log = slices.Clone(log)
+	for n > 0 {
+		last := &log[len(log)-1]
+		take := min(last.n, n)
+		last.n -= take
+		n -= take
+		if last.n == 0 {
+			log = log[:len(log)-1]
+		}
+	}
+	return log
+}
+
+// giveOldest returns log without its oldest n hits (n at most its count),
+// sharing no entry it changed with log.
+func giveOldest(log []logEntry, n uint64) []logEntry {
+	for n > 0 && log[0].n <= n {
+		n -= log[0].n
+		log = log[1:]
+	}
+	if n == 0 {
+		return log
+	}
+	out := slices.Clone(log)
+	out[0].n -= n
+	return out
 }
 
 // logAppend returns log with n hits at now. It appends in place when the

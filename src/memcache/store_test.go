@@ -53,6 +53,7 @@ func TestTwoReplicasExact(t *testing.T) {
 		"sliding_window":         {Algorithm: limiter.SlidingWindow, Limit: 40, Period: time.Hour},
 		"token_bucket":           {Algorithm: limiter.TokenBucket, Limit: 40, Period: time.Hour},
 		"sliding_log":            {Algorithm: limiter.SlidingLog, Limit: 40, Period: time.Hour},
+		"concurrency":            {Algorithm: limiter.Concurrency, Limit: 40, Period: time.Hour},
 		"fixed_window/overdraft": {Algorithm: limiter.FixedWindow, Limit: 40, Period: time.Hour, Overdraft: true},
 	}
 	for name, r := range rules {

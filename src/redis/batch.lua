@@ -20,7 +20,7 @@
 --   n      the decision's number of hits (and keys)
 --   jitter milliseconds added to every TTL the decision sets (ttl_ms)
 --   hit*n  each hit's parameters: algorithm (FIXED_WINDOW, SLIDING_WINDOW,
---          TOKEN_BUCKET, SLIDING_LOG), limit, period (µs), burst, cost,
+--          TOKEN_BUCKET, SLIDING_LOG, CONCURRENCY), limit, period (µs), burst, cost,
 --          flags (the sum of FLAG_ADVISORY, FLAG_REFUND, FLAG_OVERDRAFT,
 --          FLAG_COUNT_REJECTED as they apply, plus FLAG_LEASE * lease).
 --          One packed argument instead of six halves the script's cost
@@ -85,8 +85,8 @@ local function store(key, alg, found, old1, old2, s1, s2, s3, exp, now)
       redis.call('SET', wk, int_str(s2), 'PX', int_str(ttl_ms(exp)))
     end
     return
-  elseif alg == SLIDING_LOG then
-    -- A sliding log's expiry moves with its newest hit; an empty one goes.
+  elseif alg == SLIDING_LOG or alg == CONCURRENCY then
+    -- A log's expiry moves with its newest hit; an empty one goes.
     if s1 == '' then
       if found then
         redis.call('DEL', key)

@@ -22,7 +22,7 @@ func TestScriptsMatchGoOnRandomSchedules(t *testing.T) {
 	defer mem.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var rules []limiter.Rule
-	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog} {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog, limiter.Concurrency} {
 		for _, od := range []bool{false, true} {
 			rules = append(rules,
 				limiter.Rule{Algorithm: alg, Limit: 7, Period: 10 * time.Second, Overdraft: od},

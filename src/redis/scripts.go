@@ -117,6 +117,7 @@ func luaContract() string {
 		{"SLIDING_WINDOW", int(limiter.SlidingWindow)},
 		{"TOKEN_BUCKET", int(limiter.TokenBucket)},
 		{"SLIDING_LOG", int(limiter.SlidingLog)},
+		{"CONCURRENCY", int(limiter.Concurrency)},
 		{"MODE_EACH", int(modeEach)},
 		{"MODE_ALL_OR_NOTHING", int(modeAllOrNothing)},
 		{"MODE_DRY_RUN", int(modeDryRun)},

@@ -1,4 +1,4 @@
--- sliding_log(blob, now, limit, p, cost, refund, overdraft)
+-- sliding_log(blob, now, limit, p, cost, refund, overdraft, oldest)
 --   state: blob, "" when empty, else the number of hits in it (a
 --   little-endian double) and then the counted hits oldest first as pairs
 --   of little-endian doubles (t µs, n hits), one pair per call that counted.
@@ -7,7 +7,9 @@
 -- write (whether to store the new state).
 -- Mirrors limiter.logStep, logAppend and logRetry in src/limiter/math.go:
 -- a hit at t counts while now - p < t <= now, and the log keeps at most
--- 2 * limit hits (overdraft). The count in front lets a call read only the
+-- 2 * limit hits (overdraft). A refund gives back the newest hits, or
+-- with oldest (limiter.Concurrency) the oldest slots (giveNewest,
+-- giveOldest). The count in front lets a call read only the
 -- pairs that left the window, the ones a retry or refund walks, and the
 -- last one, instead of every pair: a full log of 1,000 pairs costs Redis
 -- about as much as a short one.
@@ -48,7 +50,36 @@ local function log_append(body, now, n)
   return body .. struct.pack('<dd', now, n)
 end
 
-local function sliding_log(blob, now, limit, p, cost, refund, overdraft)
+-- give_newest returns body without its newest n hits (n at most its count).
+local function give_newest(body, n)
+  while n > 0 do
+    local count = #body / 16
+    local t, m = log_at(body, count)
+    local take = math.min(m, n)
+    n = n - take
+    body = body:sub(1, #body - 16)
+    if m > take then
+      body = body .. struct.pack('<dd', t, m - take)
+    end
+  end
+  return body
+end
+
+-- give_oldest returns body without its oldest n hits (n at most its count).
+local function give_oldest(body, n)
+  local first = 1
+  while n > 0 do
+    local t, m = struct.unpack('<dd', body, first)
+    if m > n then
+      return struct.pack('<dd', t, m - n) .. body:sub(first + 16)
+    end
+    n = n - m
+    first = first + 16
+  end
+  return body:sub(first)
+end
+
+local function sliding_log(blob, now, limit, p, cost, refund, overdraft, oldest)
   local used, first = 0, 9
   if #blob >= 8 then
     used = struct.unpack('<d', blob)
@@ -64,19 +95,13 @@ local function sliding_log(blob, now, limit, p, cost, refund, overdraft)
   local body = blob:sub(first)
   local allowed, write, retry = false, false, 0
   if refund and cost > 0 then
-    -- Give back the newest hits first.
     local give = math.min(cost, used)
     write = give > 0
-    while give > 0 do
-      local count = #body / 16
-      local t, n = log_at(body, count)
-      local take = math.min(n, give)
-      give = give - take
-      used = used - take
-      body = body:sub(1, #body - 16)
-      if n > take then
-        body = body .. struct.pack('<dd', t, n - take)
-      end
+    used = used - give
+    if oldest then
+      body = give_oldest(body, give)
+    else
+      body = give_newest(body, give)
     end
     allowed = true
   elseif admits(used, cost, limit, overdraft) then

@@ -64,7 +64,7 @@ end
 
 -- load reads a key's state: three doubles (zeros when absent; a fixed
 -- window's is {w, count, 0}, from window w's key, win_key), or for a
--- sliding log its blob ("" when absent), and whether the key was
+-- sliding log or concurrency its blob ("" when absent), and whether the key was
 -- there.
 local function load(key, alg, w)
   if alg == FIXED_WINDOW then
@@ -75,7 +75,7 @@ local function load(key, alg, w)
     return 0, 0, 0, false
   end
   local v = redis.call('GET', key)
-  if alg == SLIDING_LOG then
+  if alg == SLIDING_LOG or alg == CONCURRENCY then
     if v then
       return v, 0, 0, true
     end
@@ -94,7 +94,9 @@ local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdra
   elseif alg == TOKEN_BUCKET then
     return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
   elseif alg == SLIDING_LOG then
-    return sliding_log(s1, now, limit, p, cost, refund, overdraft)
+    return sliding_log(s1, now, limit, p, cost, refund, overdraft, false)
+  elseif alg == CONCURRENCY then
+    return sliding_log(s1, now, limit, p, cost, refund, overdraft, true)
   end
   return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej)
 end

@@ -366,6 +366,9 @@ func (s *Store) remember(hits []limiter.Hit, outs []limiter.Outcome, now time.Ti
 			s.cache.drop(h.Key)
 		case h.Rule.Overdraft:
 			// Every overdraft hit must reach Redis to be counted.
+		case h.Rule.Algorithm == limiter.Concurrency:
+			// A release through another replica frees a slot at any
+			// moment: a full count says nothing of the next instant.
 		case !outs[i].Allowed && outs[i].RetryAfter > 0:
 			s.cache.put(h, outs[i], now)
 		}

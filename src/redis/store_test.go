@@ -247,7 +247,7 @@ func TestFunctionsRefusedByACL(t *testing.T) {
 func TestEveryKeyHasTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, single(t, srv), Options{Prefix: "ttl_"})
-	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog} {
+	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket, limiter.SlidingLog, limiter.Concurrency} {
 		r := limiter.Rule{Algorithm: a, Limit: 5, Period: time.Hour}
 		if _, err := s.Apply(context.Background(), limiter.Batch{Hits: []limiter.Hit{{Key: "{ttl" + a.String() + "}:k", Rule: r, Cost: 1}}}); err != nil {
 			t.Fatal(err)
@@ -258,8 +258,8 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := strings.Fields(keys)
-	if len(list) != 4 {
-		t.Fatalf("keys = %q, want 4 keys with the prefix and version", keys)
+	if len(list) != 5 {
+		t.Fatalf("keys = %q, want 5 keys with the prefix and version", keys)
 	}
 	for _, k := range list {
 		pttl, _ := srv.Do("PTTL", k)
@@ -768,5 +768,28 @@ func TestLastingRefusal(t *testing.T) {
 		if got := lastingRefusal(tc.err); got != tc.want {
 			t.Errorf("lastingRefusal(%q) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestLocalCacheNeverHoldsASlot: a concurrency limit's full answer is not
+// remembered, since a release through another replica frees a slot at any
+// moment; the replica that saw it full takes the freed slot at once.
+func TestLocalCacheNeverHoldsASlot(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newStore(t, single(t, srv), Options{LocalCacheBytes: 1 << 20})
+	b := newStore(t, single(t, srv), Options{LocalCacheBytes: 1 << 20})
+	r := limiter.Rule{Algorithm: limiter.Concurrency, Limit: 1, Period: time.Hour}
+	take := limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{slots}:cc", Rule: r, Cost: 1}}}
+	release := limiter.Batch{Now: limitertest.T0, Hits: []limiter.Hit{{Key: "{slots}:cc", Rule: r, Cost: 1, Refund: true}}}
+	for i, want := range []bool{true, false} {
+		if out, err := a.Apply(context.Background(), take); err != nil || out[0].Allowed != want {
+			t.Fatalf("take %d on a: %+v, %v; want allowed %v", i+1, out, err, want)
+		}
+	}
+	if _, err := b.Apply(context.Background(), release); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := a.Apply(context.Background(), take); err != nil || !out[0].Allowed || out[0].Cached {
+		t.Errorf("a takes the slot b gave back: %+v, %v; want allowed by Redis", out, err)
 	}
 }

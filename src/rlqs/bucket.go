@@ -148,11 +148,19 @@ func classify(cfg *config.Config, domain string, values map[string]string) (kind
 	specs := make([]poolSpec, 0, d.Count)
 	for i := d.First; i < d.First+d.Count; i++ {
 		h := p.Hits[i]
+		if h.Rule.Algorithm == limiter.Concurrency {
+			// Work in flight needs each request's end, which an RLQS
+			// client never reports: not limited here.
+			continue
+		}
 		if h.Rule.Limit == 0 {
 			return kindDeny, nil
 		}
 		specs = append(specs, poolSpec{key: h.Key, metric: p.Refs[i].Limit.MetricKey,
 			rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: h.Rule.Limit, Period: h.Rule.Period}})
+	}
+	if len(specs) == 0 {
+		return kindUnmatched, nil
 	}
 	return kindLimited, specs
 }

@@ -37,6 +37,9 @@ descriptors:
     value: trial
     shadow_mode: true
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    value: exports
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: concurrency}
 `
 
 type holder struct{ cfg *config.Config }
@@ -183,6 +186,9 @@ func TestBucketKinds(t *testing.T) {
 		{map[string]string{"tenant": "nobody"}, "ALLOW_ALL"},
 		{map[string]string{"tenant": "trial"}, "ALLOW_ALL"},
 		{map[string]string{"tenant": "blocked"}, "DENY_ALL"},
+		// An RLQS client reports no stream ends: work in flight is not
+		// counted here.
+		{map[string]string{"tenant": "exports"}, "ALLOW_ALL"},
 		{map[string]string{"tenant": "a"}, "token_bucket"},
 	} {
 		report(tc.id)

@@ -45,6 +45,7 @@ func Scenarios() []Scenario {
 	fixedOD, slidingOD, bucketOD := overdraft(fixed), overdraft(sliding), overdraft(bucket)
 	scs := append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), logScenarios()...)
 	scs = append(scs, countRejectedScenarios()...)
+	scs = append(scs, concurrencyScenarios()...)
 	return append(scs, []Scenario{
 		{"fixed/window_and_boundary", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
@@ -255,6 +256,41 @@ func logScenarios() []Scenario {
 			{AllOrNothing: true, Hits: []limiter.Hit{hit("l", log3, 2), hit("a", rule(limiter.FixedWindow, 1, time.Minute), 1)},
 				Want: []limiter.Outcome{ok(3, 0), no(0, 60*s, 60*s)}},
 			{Hits: []limiter.Hit{hit("l", log3, 2), hit("l", log3, 2)}, Want: []limiter.Outcome{ok(1, 60*s), no(1, 60*s, 60*s)}},
+		}},
+	}
+}
+
+// concurrencyScenarios are slots taken, given back oldest first, and
+// freed by themselves once held for the rule's period.
+func concurrencyScenarios() []Scenario {
+	const s = time.Second
+	slots := rule(limiter.Concurrency, 3, time.Minute)
+	return []Scenario{
+		{"concurrency/take_release_expire", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{ok(2, 60*s)}},
+			{At: 10 * s, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{ok(1, 50*s)}},
+			{At: 20 * s, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{ok(0, 40*s)}},
+			// The fourth takes none: free when the oldest slot is.
+			{At: 20 * s, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{no(0, 40*s, 40*s)}},
+			// A release gives back the oldest slot (taken at 0).
+			{At: 25 * s, Hits: []limiter.Hit{refund("c", slots, 1)}, Want: []limiter.Outcome{ok(1, 45*s)}},
+			{At: 25 * s, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{ok(0, 45*s)}},
+			// The slot taken at 10 s and never given back is freed at 70 s.
+			{At: 70*s - ms, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{no(0, ms, ms)}},
+			{At: 70 * s, Hits: []limiter.Hit{hit("c", slots, 1)}, Want: []limiter.Outcome{ok(0, 10*s)}},
+			// Never more given back than is held, never below none.
+			{At: 70 * s, Hits: []limiter.Hit{refund("c", slots, 5)}, Want: []limiter.Outcome{ok(3, 0)}},
+			{At: 70 * s, Hits: []limiter.Hit{refund("c", slots, 1)}, Want: []limiter.Outcome{ok(3, 0)}},
+			{At: 70 * s, Hits: []limiter.Hit{hit("c", slots, 4)}, Want: []limiter.Outcome{no(3, 0, 60*s)}},
+		}},
+		{"concurrency/weighted_release_of_the_oldest", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("w", slots, 2)}, Want: []limiter.Outcome{ok(1, 60*s)}},
+			{At: 5 * s, Hits: []limiter.Hit{hit("w", slots, 1)}, Want: []limiter.Outcome{ok(0, 55*s)}},
+			{At: 6 * s, Hits: []limiter.Hit{refund("w", slots, 1)}, Want: []limiter.Outcome{ok(1, 54*s)}},
+			{At: 6 * s, Hits: []limiter.Hit{refund("w", slots, 1)}, Want: []limiter.Outcome{ok(2, 59*s)}},
+			// A check takes nothing.
+			{At: 7 * s, Hits: []limiter.Hit{hit("w", slots, 0)}, Want: []limiter.Outcome{ok(2, 58*s)}},
+			{At: 7 * s, Hits: []limiter.Hit{hit("w", slots, 3)}, Want: []limiter.Outcome{no(2, 58*s, 58*s)}},
 		}},
 	}
 }
