@@ -6,6 +6,7 @@ package examples
 import (
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/openrls/ratelimit/src/config"
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // loadBootstrap reads examples/envoy.yaml as Envoy would: YAML to JSON to
@@ -250,5 +252,36 @@ func TestEnvoyAccessLogPrintsTheRule(t *testing.T) {
 	}
 	if !found {
 		t.Error("no stdout access log prints %DYNAMIC_METADATA(envoy.filters.http.ratelimit:statuses)%")
+	}
+}
+
+// TestEnvoyConcurrencyExample: the take on the request path and the
+// release on stream done name the same descriptor, of a concurrency
+// limit, and the release gives back what the take's answer says it took.
+func TestEnvoyConcurrencyExample(t *testing.T) {
+	b, cfg := loadExample(t, "envoy-concurrency.yaml", "concurrency-ratelimit-config.yaml")
+	checkBootstrap(t, b, cfg)
+	rl := rateLimitFilter(t, connectionManagers(b)[0])
+	var takes, releases int
+	for i, e := range rl.GetRateLimits() {
+		switch ha := e.GetHitsAddend(); {
+		case !e.GetApplyOnStreamDone() && ha.GetNumber().GetValue() == 1 && !ha.GetIsNegativeHits():
+			takes++
+		case e.GetApplyOnStreamDone() && ha.GetIsNegativeHits() &&
+			ha.GetFormat() == "%DYNAMIC_METADATA(envoy.filters.http.ratelimit:slotsTaken:"+strconv.Itoa(takes-1)+")%":
+			releases++
+		default:
+			t.Errorf("rate_limits[%d] is neither a take (hits_addend 1) nor, after it, a release of its slotsTaken on stream done", i)
+		}
+		for _, p := range cfg.Domain(rl.GetDomain()).Reach(actionShape(t, e)) {
+			for _, l := range cfg.Domain(rl.GetDomain()).LimitsAt(p) {
+				if l.Rule.Algorithm != limiter.Concurrency {
+					t.Errorf("rate_limits[%d] reaches %s, whose limit %s is not a concurrency limit", i, p, l)
+				}
+			}
+		}
+	}
+	if takes != 1 || releases != 1 {
+		t.Errorf("%d takes and %d releases, want one of each", takes, releases)
 	}
 }

@@ -76,18 +76,25 @@ func TestConcurrencySlotsThroughTheBinary(t *testing.T) {
 	}
 }
 
+// slotsTaken is what the answer's dynamic metadata says descriptor 0
+// took, the hits_addend of its release in examples/envoy-concurrency.yaml.
+func slotsTaken(r *rlsv3.RateLimitResponse) string {
+	return r.GetDynamicMetadata().GetFields()["slotsTaken"].GetStructValue().GetFields()["0"].GetStringValue()
+}
+
 // at is the i-th process, round the list: calls spread over replicas.
 func at(procs []*proc, i int) *proc { return procs[i%len(procs)] }
 
 func takeReleaseTake(t *testing.T, procs []*proc) {
 	for i := range 3 {
-		if r := slot(t, at(procs, i), "export=a", false); r.OverallCode != rlsv3.RateLimitResponse_OK {
-			t.Fatalf("take %d of 3: %v", i+1, r.OverallCode)
+		r := slot(t, at(procs, i), "export=a", false)
+		if r.OverallCode != rlsv3.RateLimitResponse_OK || slotsTaken(r) != "1" {
+			t.Fatalf("take %d of 3: %v, slotsTaken %q; want OK, 1", i+1, r.OverallCode, slotsTaken(r))
 		}
 	}
 	r := slot(t, at(procs, 3), "export=a", false)
-	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 0 {
-		t.Fatalf("the 4th take: %v, %d free; want OVER_LIMIT, none free", r.OverallCode, r.Statuses[0].LimitRemaining)
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 0 || slotsTaken(r) != "" {
+		t.Fatalf("the 4th take: %v, %d free, slotsTaken %q; want OVER_LIMIT, none free, none taken", r.OverallCode, r.Statuses[0].LimitRemaining, slotsTaken(r))
 	}
 	if r := slot(t, at(procs, 4), "export=a", true); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("a release: %v, %d free; want OK, 1 free", r.OverallCode, r.Statuses[0].LimitRemaining)

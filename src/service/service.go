@@ -200,8 +200,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.FromContextError(err).Err()
 	}
 	var outcomes []limiter.Outcome
+	stored := false
 	if len(plan.Hits) > 0 {
-		if outcomes, err = s.count(ctx, plan); err != nil {
+		if outcomes, stored, err = s.count(ctx, plan); err != nil {
 			return nil, err
 		}
 		s.record(req.GetDomain(), plan, outcomes)
@@ -224,12 +225,16 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, &dc, resp, s.opts.QuotaMode, s.opts.DynamicMetadataRules)
 	}
+	if stored {
+		resp.DynamicMetadata = addSlotsTaken(resp.DynamicMetadata, plan, outcomes, s.opts.StopIncrementWhenOverLimit)
+	}
 	return resp, nil
 }
 
 // count asks the store about the plan's hits (advisory all under
-// SHADOW_MODE), or, when it fails, answers by the failure policy.
-func (s *Server) count(ctx context.Context, plan *config.Plan) ([]limiter.Outcome, error) {
+// SHADOW_MODE), or, when it fails, answers by the failure policy; stored
+// says the store answered.
+func (s *Server) count(ctx context.Context, plan *config.Plan) (outs []limiter.Outcome, stored bool, err error) {
 	if s.opts.ShadowMode {
 		for i := range plan.Hits {
 			plan.Hits[i].Advisory = true
@@ -244,12 +249,13 @@ func (s *Server) count(ctx context.Context, plan *config.Plan) ([]limiter.Outcom
 	s.opts.Metrics.Backend(time.Since(began), err)
 	if err != nil {
 		s.noteStoreError(err)
-		return s.degrade(ctx, plan)
+		outcomes, err = s.degrade(ctx, plan)
+		return outcomes, false, err
 	}
 	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
 		s.opts.Logger.Warn("rate limit store recovered")
 	}
-	return outcomes, nil
+	return outcomes, true, nil
 }
 
 // windowKeys moves each fixed-window hit (not overdraft, not leased) onto
