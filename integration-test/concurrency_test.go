@@ -160,7 +160,7 @@ func neverMoreThanThree(t *testing.T, procs []*proc) {
 				}
 				served.Add(1)
 				time.Sleep(2 * time.Millisecond) // the request's work, its slot held
-				inFlight.Add(-1) // before the release: the store holds at least as many
+				inFlight.Add(-1)                 // before the release: the store holds at least as many
 				if _, err := hammerSlot(at(procs, c+1), true); err != nil {
 					errs <- err
 					return
