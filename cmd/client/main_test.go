@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sirupsen/logrus"
@@ -122,7 +123,7 @@ func explainServer(t *testing.T, calls *int) string {
 			return
 		}
 		_, _ = io.WriteString(w, "# config version test\n")
-		_ = cfg.Explain(w, req.Domain, req.Descriptors)
+		_ = cfg.Explain(w, time.Now(), req.Domain, req.Descriptors)
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")

@@ -38,6 +38,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -161,7 +162,7 @@ func report(cfgs []*config.Config, o *options, explain *rlsv3.RateLimitRequest, 
 				break
 			}
 		}
-		if err := cfg.Explain(stdout, explain.Domain, explain.Descriptors); err != nil {
+		if err := cfg.Explain(stdout, time.Now(), explain.Domain, explain.Descriptors); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}

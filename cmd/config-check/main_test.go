@@ -76,7 +76,8 @@ func TestRun(t *testing.T) {
 			`../../examples/compose/docker-compose.yaml:11: services: unknown field "services"`,
 			`../../examples/compose/docker-compose.yaml:11: missing domain`,
 			`../../examples/compose/docker-compose.yaml: a Docker Compose file, not a descriptor config: the service reads every file of its config directory and refuses this one`}},
-		{"the examples' YAML named one by one: configs checked, the rest named", examplesYAML(t), 0, "OK: 5 files, domains ai_gateway, app, example, quota", []string{
+		{"the examples' YAML named one by one: configs checked, the rest named", examplesYAML(t), 0, "OK: 6 files, domains ai_gateway, app, example, exports, quota", []string{
+			"skipped: ../../examples/envoy-concurrency.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy-rlqs.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy-token-usage.yaml: an Envoy bootstrap, not a descriptor config",
 			"skipped: ../../examples/envoy.yaml: an Envoy bootstrap, not a descriptor config",

@@ -62,7 +62,7 @@ func explainHandler(current *reload.Holder) http.Handler {
 			return
 		}
 		fmt.Fprintf(w, "# config version %s\n", cfg.Version())
-		if err := cfg.Explain(w, req.Domain, req.Descriptors); err != nil {
+		if err := cfg.Explain(w, time.Now(), req.Domain, req.Descriptors); err != nil {
 			fmt.Fprintln(w, "error:", err)
 		}
 	})

@@ -135,6 +135,9 @@ func (l *Limit) String() string {
 	if l.Lease {
 		s += ", lease"
 	}
+	if l.Calendar != nil {
+		s += ", calendar " + l.Calendar.Zone.String()
+	}
 	return s + l.nameString()
 }
 

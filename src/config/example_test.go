@@ -3,6 +3,7 @@ package config_test
 import (
 	"fmt"
 	"os"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
@@ -55,7 +56,7 @@ func ExampleConfig_Explain() {
 	f, _ := config.Parse("example.yaml", []byte("domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
 	cfg, _ := config.Build([]*config.File{f}, config.Options{})
 	d, _ := config.ParseDescriptor("user=alice")
-	_ = cfg.Explain(os.Stdout, "shop", []*rlv3.RateLimitDescriptor{d})
+	_ = cfg.Explain(os.Stdout, time.Now(), "shop", []*rlv3.RateLimitDescriptor{d})
 	// Output:
 	// descriptors[0] user=alice
 	//   user=alice: key only, any value (example.yaml:3)

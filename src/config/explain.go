@@ -5,11 +5,13 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/openrls/ratelimit/src/escape"
+	"github.com/openrls/ratelimit/src/limiter"
 )
 
 // Explain writes, for each request descriptor, how the config decides it,
@@ -28,8 +30,13 @@ import (
 //	  rule: user_alice.path_/api/* (a.yaml:12)
 //	  limit: 10 per minute, fixed_window  key {...}:fw60
 //
+// A limit aligned to a calendar also says, as of now, its window and when
+// it next resets:
+//
+//	calendar: window 2026-12-02 00:00 +14 to 2026-12-03 00:00 +14, next reset in 3h0m0s
+//
 // A descriptor that matches nothing says at which entry and why.
-func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDescriptor) error {
+func (c *Config) Explain(w io.Writer, now time.Time, domain string, descs []*rlv3.RateLimitDescriptor) error {
 	d := c.Domain(domain)
 	if d == nil {
 		_, err := fmt.Fprintf(w, "domain %q: not in the config: every descriptor is answered OK without a limit\n", domain)
@@ -63,6 +70,9 @@ func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDesc
 		}
 		for j := dp.First; j < dp.First+dp.Count; j++ {
 			fmt.Fprintf(&b, "  limit: %s  key %s\n", p.Refs[j].Limit, p.Hits[j].Key)
+			if cal := p.Refs[j].Limit.Calendar; cal != nil {
+				writeCalendar(&b, cal, now)
+			}
 		}
 		switch {
 		case dp.Count == 0:
@@ -81,6 +91,14 @@ func (c *Config) Explain(w io.Writer, domain string, descs []*rlv3.RateLimitDesc
 	}
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// writeCalendar says which window of cal now is in and when it ends.
+func writeCalendar(b *strings.Builder, cal *limiter.Calendar, now time.Time) {
+	const layout = "2006-01-02 15:04 MST"
+	w := cal.Window(now)
+	start, end := cal.Start(w), cal.Start(w+1)
+	fmt.Fprintf(b, "  calendar: window %s to %s, next reset in %v\n", start.Format(layout), end.Format(layout), end.Sub(now).Round(time.Second))
 }
 
 // explainWalk is match, saying at each entry what matched and what lost.

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
@@ -31,7 +32,13 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: export
     rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3, algorithm: concurrency}
+  - key: daily
+    rate_limit: {unit: day, requests_per_unit: 1000, calendar: Pacific/Kiritimati}
 `
+
+// explainNow is the instant Explain is asked at: 07:00 UTC, 21:00 in
+// Pacific/Kiritimati (UTC+14).
+var explainNow = time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
 
 func explainOf(t *testing.T, domain string, descs ...string) string {
 	t.Helper()
@@ -46,7 +53,7 @@ func explainOf(t *testing.T, domain string, descs ...string) string {
 		ds = append(ds, desc)
 	}
 	var b strings.Builder
-	if err := c.Explain(&b, domain, ds); err != nil {
+	if err := c.Explain(&b, explainNow, domain, ds); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -104,6 +111,13 @@ descriptors[2] org=o,team=t,extra=x
   export=e: key only, any value (test.yaml:21)
   rule: export (test.yaml:21)
   limit: 3 in flight, a slot held at most 5 minutes, concurrency  key {1:d6:export1:e}:cc300
+`},
+		{"calendar: the window as of now and its next reset", "d", []string{"daily=x"},
+			`descriptors[0] daily=x
+  daily=x: key only, any value (test.yaml:23)
+  rule: daily (test.yaml:23)
+  limit: 1000 per day, fixed_window, calendar Pacific/Kiritimati  key {1:d5:daily1:x}:fw86400@Pacific/Kiritimati
+  calendar: window 2026-12-02 00:00 +14 to 2026-12-03 00:00 +14, next reset in 3h0m0s
 `},
 		{"unknown domain", "zz", []string{"a=b"}, "domain \"zz\": not in the config: every descriptor is answered OK without a limit\n"},
 	}

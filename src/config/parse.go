@@ -63,7 +63,10 @@ type Limit struct {
 	Burst           uint32 // token bucket capacity; 0 means RequestsPerUnit
 	// Lease lets the Redis store take this limit's budget in slices (see
 	// limiter.Rule.Lease); Build sets Rule.Lease from it.
-	Lease    bool
+	Lease bool
+	// Calendar aligns the limit's windows to a zone's calendar (calendar:
+	// UTC, or an IANA zone name); nil for epoch-aligned windows.
+	Calendar *limiter.Calendar
 	Replaces []string
 	// ReplacesLines are the lines of Replaces' entries.
 	ReplacesLines []int
@@ -84,7 +87,7 @@ var (
 		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "failure_policy", "hash_value",
 		"overdraft", "rejected_hits"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm",
-		"unit_multiplier", "burst", "lease"}
+		"unit_multiplier", "burst", "lease", "calendar"}
 )
 
 // Parse reads one config file. The error, if any, joins one *Error per
@@ -320,7 +323,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		}
 	}
 	if l.Unlimited {
-		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "unit_multiplier", "burst", "lease"} {
+		for _, k := range []string{"unit", "requests_per_unit", "algorithm", "unit_multiplier", "burst", "lease", "calendar"} {
 			if f[k] != nil {
 				d.errf(f[k], path+"."+k, "unlimited: true cannot have %s", k)
 			}
@@ -328,6 +331,7 @@ func (d *decoder) limit(n *yaml.Node, path string) *Limit {
 		return l
 	}
 	d.rate(f, l, path)
+	d.calendar(f, l, path)
 	if l.Unit != 0 {
 		if err := l.finish(); err != nil {
 			d.errAt(l.Line, path, "%v", err)
@@ -397,7 +401,7 @@ func (l *Limit) finish() error {
 	if l.Algorithm == limiter.Concurrency && l.RequestsPerUnit > limiter.MaxLogLimit {
 		return fmt.Errorf("concurrency keeps every held slot, so it allows at most %d slots, not %d", limiter.MaxLogLimit, l.RequestsPerUnit)
 	}
-	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst)}
+	l.Rule = limiter.Rule{Algorithm: l.Algorithm, Limit: uint64(l.RequestsPerUnit), Period: period, Burst: uint64(l.Burst), Calendar: l.Calendar}
 	if l.Algorithm == limiter.TokenBucket && l.RequestsPerUnit > 0 {
 		interval := (period + time.Duration(l.RequestsPerUnit)*time.Microsecond - 1) / time.Duration(l.RequestsPerUnit)
 		if period/time.Microsecond < time.Duration(l.RequestsPerUnit) {
@@ -412,6 +416,11 @@ func (l *Limit) finish() error {
 		}
 	}
 	l.identity = algorithmCode[l.Algorithm] + strconv.FormatInt(int64(period/time.Second), 10)
+	if l.Calendar != nil {
+		// A calendar's windows are not the epoch's (but in UTC days): its
+		// counter is its own.
+		l.identity += "@" + l.Calendar.Zone.String()
+	}
 	return nil
 }
 

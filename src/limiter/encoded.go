@@ -28,9 +28,8 @@ func Eval(state []byte, now time.Time, r Rule, cost uint64, refund bool) (next [
 // and the instant it ends: a store that counts a fixed window in an
 // integer keeps one per window.
 func FixedWindowAt(now time.Time, r Rule) (w int64, end time.Time) {
-	p := periodUS(r)
-	w = now.UnixMicro() / p
-	return w, time.UnixMicro((w + 1) * p)
+	w, _, e, _ := windowAt(now.UnixMicro(), r)
+	return w, time.UnixMicro(e)
 }
 
 // EvalFixed decides a FixedWindow hit of cost at now, given the window's

@@ -99,6 +99,12 @@ type Rule struct {
 	// it (LeaseSupported); the embedded store, exact and local anyway,
 	// ignores it.
 	Lease string
+	// Calendar, when set on a FixedWindow or SlidingWindow rule, aligns
+	// its windows to a zone's calendar (days, ISO weeks, months, years)
+	// instead of to multiples of Period since the epoch; Period is then
+	// the unit's nominal length. Leases and RLQS windows ignore it, and
+	// configs refuse it there.
+	Calendar *Calendar
 }
 
 // LeaseSupported reports whether a slice of a's budget, counted when it

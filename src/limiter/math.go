@@ -10,7 +10,8 @@ import (
 // rounding) so both stores give identical answers; change them together.
 //
 // Units: instants and durations are int64 microseconds. Every Period is a whole
-// number of seconds and at most MaxPeriod, and every Limit and Burst at most
+// number of seconds and at most MaxPeriod (a Calendar's windows, from
+// windowAt, at most a year of 366 days), and every Limit and Burst at most
 // MaxLimit, which keeps every intermediate value below 2^53: the scripts run on
 // Lua's doubles and must stay exact.
 
@@ -107,13 +108,11 @@ func fits(used, cost, limit uint64) bool {
 }
 
 func fixedStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
-	p := periodUS(r)
-	w := now / p
+	w, _, end, _ := windowAt(now, r)
 	var count uint64
 	if st.w == w {
 		count = st.x
 	}
-	end := (w + 1) * p
 	out := Outcome{ResetAfter: usToDuration(end - now)}
 	write := false
 	switch {
@@ -147,9 +146,11 @@ func slidingWeight(pms, elapsedMS int64) uint64 {
 func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
 
 func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, Outcome, int64, bool) {
-	p := periodUS(r)
-	pms := p / 1000
-	w := now / p
+	// A calendar window's length is its own (a day of 23 or 25 hours):
+	// the previous window is weighed by its overlap with a window of the
+	// current one's length ending now.
+	w, start, end, next := windowAt(now, r)
+	pms := (end - start) / 1000
 	var cur, prev uint64
 	switch st.w {
 	case w:
@@ -157,7 +158,6 @@ func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, 
 	case w - 1:
 		prev = st.x
 	}
-	start := w * p
 	elapsedMS := (now - start) / 1000
 	weight := slidingWeight(pms, elapsedMS)
 	used := ceilDiv(prev*weight, slidingScale) + cur
@@ -181,32 +181,33 @@ func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, 
 			used = ceilDiv(prev*weight, slidingScale) + cur
 		}
 		// Until usage is under the limit again: one more hit fits.
-		out.RetryAfter = usToDuration(slidingRetry(now, start, pms, prev, cur, 1, r.Limit))
+		out.RetryAfter = usToDuration(slidingRetry(now, start, end, pms, prev, cur, 1, r.Limit))
 	default:
-		out.RetryAfter = usToDuration(slidingRetry(now, start, pms, prev, cur, cost, r.Limit))
+		out.RetryAfter = usToDuration(slidingRetry(now, start, end, pms, prev, cur, cost, r.Limit))
 	}
 	if used < r.Limit {
 		out.Remaining = r.Limit - used
 	}
 	switch {
 	case cur > 0:
-		out.ResetAfter = usToDuration(start + 2*p - now)
+		out.ResetAfter = usToDuration(next - now)
 	case prev > 0:
-		out.ResetAfter = usToDuration(start + p - now)
+		out.ResetAfter = usToDuration(end - now)
 	}
-	return state{w: w, x: cur, y: prev}, out, start + 2*p, write
+	return state{w: w, x: cur, y: prev}, out, next, write
 }
 
 // slidingRetry returns the instant (µs) at which cost hits first fit again,
-// assuming nothing else arrives.
-func slidingRetry(now, start, pms int64, prev, cur, cost, limit uint64) int64 {
+// assuming nothing else arrives (and, for a calendar rule, the next window
+// as long as this one, end its start).
+func slidingRetry(now, start, end, pms int64, prev, cur, cost, limit uint64) int64 {
 	if limit == 0 || cost > limit {
 		// Never fits; point at the next window as the least wrong hint.
-		return start + pms*1000 - now
+		return end - now
 	}
 	if cur+cost > limit {
 		// The current window must become the previous one and decay.
-		start += pms * 1000
+		start = end
 		prev, cur = cur, 0
 	}
 	room := limit - cur - cost
