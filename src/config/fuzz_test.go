@@ -24,6 +24,10 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors: &x\n- {key: a, descriptors: *x}\n",
 		"domain: d\ndescriptors:\n- &a {key: a}\n- {<<: *a, value: v}\n",
 		"domain: &s d\ndescriptors:\n- *s\n- {key: *s, metadata: {m: &m [1, 2], n: *m}}\n",
+		// Calendars and slots: a zone, a name that is none, a path.
+		"domain: d\ndescriptors:\n- {key: a, rate_limit: {unit: month, requests_per_unit: 9, calendar: America/New_York}}\n",
+		"domain: d\ndescriptors:\n- {key: a, rate_limit: {unit: day, requests_per_unit: 9, calendar: ../../etc/passwd, algorithm: sliding_window}}\n",
+		"domain: d\ndescriptors:\n- {key: a, rate_limit: {unit: minute, requests_per_unit: 3, algorithm: concurrency}}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -4,7 +4,8 @@
 -- KEYS     the counter keys of every decision, decision after decision (all
 --          in one hash slot in Cluster mode)
 -- ARGV     the decisions, in KEYS order, each a header (HEADER_FORMAT: now,
---          mode, n, jitter), then n hits (HIT_FORMAT, HIT_BYTES each); an argument
+--          mode, n, jitter, calb), then n hits (HIT_FORMAT, HIT_BYTES each),
+--          then calb bytes of calendar blocks (see window); an argument
 --          holds one decision or several back to back (a batch's are all
 --          in one). The names in capitals are the wire contract, written
 --          from Go's constants before these files (see common.lua).
@@ -169,16 +170,16 @@ end
 -- sees it: it consumes nothing. fixed_window decides it from the count
 -- before it, so the arithmetic is written once. Returns the hit's answer
 -- (see put).
-local function fixed_incr(key, now, limit, p, cost)
-  local w = math.floor(now / p)
+local function fixed_incr(key, now, limit, p, cost, cal)
+  local w, _, e = window(now, p, cal)
   local wk = win_key(key, w)
   local c = redis.call('INCRBY', wk, int_str(cost))
-  local _, _, _, ok, rem, reset, retry = fixed_window(w, c - cost, now, limit, p, cost, false, false, false)
+  local _, _, _, ok, rem, reset, retry = fixed_window(w, c - cost, now, limit, p, cost, false, false, false, cal)
   if ok then
     if c == cost then
       -- The window's first count (or its count was refunded to 0: the
       -- same TTL again).
-      new_window(wk, (w + 1) * p)
+      new_window(wk, e)
     end
   elseif c == cost then
     redis.call('DEL', wk)
@@ -194,14 +195,14 @@ end
 -- envoyproxy/ratelimit does, and it is rejected when the count passes the
 -- limit. A check (cost 0) only reads. fixed_window decides it from the
 -- count before it. Returns the hit's answer (see put).
-local function fixed_count(key, now, limit, p, cost)
-  local w = math.floor(now / p)
+local function fixed_count(key, now, limit, p, cost, cal)
+  local w, _, e = window(now, p, cal)
   local wk = win_key(key, w)
   local before
   if cost > 0 then
     local c = redis.call('INCRBY', wk, int_str(cost))
     if c == cost then
-      new_window(wk, (w + 1) * p)
+      new_window(wk, e)
     end
     if c > MAX_COUNT then
       redis.call('SET', wk, int_str(MAX_COUNT), 'KEEPTTL')
@@ -210,7 +211,7 @@ local function fixed_count(key, now, limit, p, cost)
   else
     before = tonumber(redis.call('GET', wk) or '0')
   end
-  local _, _, _, ok, rem, reset, retry = fixed_window(w, before, now, limit, p, cost, false, false, true)
+  local _, _, _, ok, rem, reset, retry = fixed_window(w, before, now, limit, p, cost, false, false, true, cal)
   return ok and 1 or 0, rem, reset, retry
 end
 
@@ -218,7 +219,7 @@ end
 -- not take, and puts its answer into results.
 local function apply_hit(key, now, alg, limit, p, burst, cost, f, results)
   local _, refund, overdraft, countrej, lease = flags(f)
-  local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease))
+  local s1, s2, s3, found = load(key, alg, state_window(now, p, refund, lease, burst))
   local n1, n2, n3, ok, rem, reset, retry, exp, write, h = decide_hit(key, found, no_held, alg, s1, s2, s3, now, limit, p, cost,
     burst, refund, overdraft, countrej, lease)
   if h then -- a give-back: the key's TTL stays
@@ -251,9 +252,9 @@ local function apply_each(keys, now, k, n, blob, pos, results)
     local alg, limit, p, burst, cost, f
     alg, limit, p, burst, cost, f, pos = struct.unpack(HIT_FORMAT, blob, pos)
     if alg == FIXED_WINDOW and f < FLAG_REFUND then
-      put(results, fixed_incr(key, now, limit, p, cost))
+      put(results, fixed_incr(key, now, limit, p, cost, burst))
     elseif alg == FIXED_WINDOW and (f == FLAG_COUNT_REJECTED or f == FLAG_COUNT_REJECTED + FLAG_ADVISORY) then
-      put(results, fixed_count(key, now, limit, p, cost))
+      put(results, fixed_count(key, now, limit, p, cost, burst))
     else
       apply_hit(key, now, alg, limit, p, burst, cost, f, results)
     end
@@ -273,7 +274,7 @@ local function decide_one(d, key, i, now, mode, blob, pos)
   local alg, limit, p, burst, cost, f = struct.unpack(HIT_FORMAT, blob, hit_pos(pos, i))
   local advisory, refund, overdraft, countrej, lease = flags(f)
   local sk = key -- where the state is: a fixed window's is per window
-  local sw = state_window(now, p, refund, lease)
+  local sw = state_window(now, p, refund, lease, burst)
   if alg == FIXED_WINDOW then
     sk = win_key(key, sw)
   end
@@ -413,8 +414,9 @@ local function batch(keys, args)
     local blob = args[a]
     local pos, size = 1, #blob
     while pos <= size do
-      local now, mode, n, jitter
-      now, mode, n, jitter, pos = struct.unpack(HEADER_FORMAT, blob, pos)
+      local now, mode, n, jitter, calb
+      cal_blob, cal_base = blob, pos
+      now, mode, n, jitter, calb, pos = struct.unpack(HEADER_FORMAT, blob, pos)
       if redis_now == nil then
         local t = redis.call('TIME')
         redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -429,7 +431,7 @@ local function batch(keys, args)
       else
         apply_all(keys, now, mode, k, n, blob, pos, results)
       end
-      pos = hit_pos(pos, n + 1)
+      pos = hit_pos(pos, n + 1) + calb
       k = k + n
     end
   end

@@ -53,7 +53,7 @@ type batchResult struct {
 // decide sends one hit on key through b and reports its outcome on res.
 func decide(ctx context.Context, b *batcher, key string, r limiter.Rule, res chan<- batchResult) {
 	h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-	c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0))
+	c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, time.Now(), modeEach, []*limiter.Hit{h}, nil, 0))
 	b.send(ctx, time.Time{}, c)
 	if err := c.failure(); err != nil {
 		res <- batchResult{err: err}
@@ -319,7 +319,7 @@ func TestBatcherLeaderCancellationSparesItsBatch(t *testing.T) {
 	r := limiter.Rule{Limit: 10, Period: time.Hour}
 	mk := func(key string) *call {
 		h := &limiter.Hit{Key: key, Rule: r, Cost: 1}
-		c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, modeEach, []*limiter.Hit{h}, nil, 0))
+		c := scriptCall([]string{keyVersion + key}, scriptArg(redisTime, time.Now(), modeEach, []*limiter.Hit{h}, nil, 0))
 		c.done = make(chan struct{}, 1)
 		return c
 	}
@@ -365,7 +365,7 @@ func TestBatcherSendsHeavyDecisionsAlone(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		c := scriptCall(keys, scriptArg(redisTime, modeEach, hits, nil, 0))
+		c := scriptCall(keys, scriptArg(redisTime, time.Now(), modeEach, hits, nil, 0))
 		b.send(ctx, time.Time{}, c)
 		done <- c.failure()
 	}()

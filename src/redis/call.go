@@ -52,5 +52,9 @@ func (s *Store) route(ctx context.Context, now int64, mode scriptMode, g *group,
 			return &both.call
 		}
 	}
-	return scriptCall(g.keys, scriptArg(now, mode, g.hits, g.wants, s.jitter()))
+	at := time.UnixMicro(now)
+	if now == redisTime {
+		at = s.clock()
+	}
+	return scriptCall(g.keys, scriptArg(now, at, mode, g.hits, g.wants, s.jitter()))
 }

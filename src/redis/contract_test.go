@@ -52,7 +52,8 @@ func TestLuaContract(t *testing.T) {
 // Lua spelling is not a plain number.
 func TestLuaContractValues(t *testing.T) {
 	for _, want := range []string{
-		"local HEADER_FORMAT = '<dddd'\n",
+		"local HEADER_FORMAT = '<ddddd'\n",
+		"local CAL_FORMAT = '<dddddd'\n",
 		"local HIT_FORMAT = '<dddddd'\n",
 		"local HIT_BYTES = 48\n",
 		"local REDIS_TIME = -1\n",

@@ -121,7 +121,7 @@ func partsCalls(hits int) []partsCall {
 				calls[i].keys = append(calls[i].keys, keyVersion+hs[j].Key)
 				calls[i].fields = append(calls[i].fields, field)
 			}
-			calls[i].arg = append(calls[i].arg, scriptArg(redisTime, modeEach, hs, nil, 0)...)
+			calls[i].arg = append(calls[i].arg, scriptArg(redisTime, time.Now(), modeEach, hs, nil, 0)...)
 		}
 	}
 	return calls

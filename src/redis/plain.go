@@ -223,12 +223,11 @@ func (p *plainRoute) init(g *group, est, jitter int64) {
 	n := len(g.hits)
 	p.wkeys, p.costs, p.windows, p.expireAt = make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, h := range g.hits {
-		period := int64(h.Rule.Period / time.Microsecond)
-		w := est / period
+		w, end := limiter.FixedWindowAt(time.UnixMicro(est), h.Rule)
 		p.wkeys[i] = windowKey(g.keys[i], w)
 		p.costs[i] = int64(h.Cost)
 		p.windows[i] = w
-		p.expireAt[i] = ((w+1)*period+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
+		p.expireAt[i] = (end.UnixMicro()+999)/1000 + jitter // as batch.lua's ttl_ms, rounded up
 	}
 }
 
@@ -294,11 +293,10 @@ func (p *plainRoute) answer(g *group, outs []limiter.Outcome, repairs *[]repair)
 	}
 	var again *group
 	for j, h := range g.hits {
-		period := int64(h.Rule.Period / time.Microsecond)
 		if p.counts[j] > limiter.MaxCount {
 			*repairs = append(*repairs, repair{key: p.wkeys[j]})
 		}
-		if p.at/period != p.windows[j] {
+		if w, _ := limiter.FixedWindowAt(time.UnixMicro(p.at), h.Rule); w != p.windows[j] {
 			if again == nil {
 				again = &group{}
 			}

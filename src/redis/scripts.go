@@ -84,9 +84,17 @@ const (
 const redisTime = -1
 
 // headerBytes is a decision's header: now (µs, or redisTime), mode, the
-// number of hits and the TTL jitter (ms added to every TTL the decision
-// sets), as four little-endian doubles.
-const headerBytes = 4 * 8
+// number of hits, the TTL jitter (ms added to every TTL the decision
+// sets) and the bytes of calendar blocks after its hits, as five
+// little-endian doubles.
+const headerBytes = 5 * 8
+
+// calBytes is a calendar block: six little-endian doubles
+// (limiter.Calendar.Bounds), after a decision's hits, one per hit of a
+// calendar rule, whose burst field (a window algorithm's is 0, or a
+// give-back's slice size) is minus the block's offset from the decision's
+// start (see window in common.lua).
+const calBytes = 6 * 8
 
 // hitArgBytes is one hit's parameters: six little-endian doubles.
 const hitArgBytes = 6 * 8
@@ -130,6 +138,7 @@ func luaContract() string {
 		{"HEADER_FORMAT", "'<" + strings.Repeat("d", headerBytes/8) + "'"},
 		{"HIT_FORMAT", "'<" + strings.Repeat("d", hitArgBytes/8) + "'"},
 		{"HIT_BYTES", hitArgBytes},
+		{"CAL_FORMAT", "'<" + strings.Repeat("d", calBytes/8) + "'"},
 		{"MAX_COUNT", uint64(limiter.MaxCount)},
 		// limiter's maxDebt: twice the longest period, in µs.
 		{"MAX_DEBT", int64(2 * limiter.MaxPeriod / time.Microsecond)},
@@ -145,8 +154,10 @@ func luaContract() string {
 // a merged batch concatenates its decisions' into one (merged) for the
 // same reason. leases, when not nil, holds each hit's
 // lease parameter (see batch.lua and lease.go); jitterMS lengthens every
-// TTL the decision sets (Options.ExpirationJitter).
-func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64, jitterMS int64) []byte {
+// TTL the decision sets (Options.ExpirationJitter). A calendar rule's
+// windows are sent as a block of the windows around at (the local clock,
+// or now when set), among which Redis's clock finds its own.
+func scriptArg(now int64, at time.Time, mode scriptMode, hits []*limiter.Hit, leases []uint64, jitterMS int64) []byte {
 	if mode == modeAllOrNothing && len(hits) == 1 {
 		// One hit is all or nothing by itself: mode 0 decides it the same
 		// (a rejected hit counts nothing, an overdraft or count-rejected
@@ -154,9 +165,23 @@ func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64,
 		// the common path, which builds no tables (see batch.lua).
 		mode = modeEach
 	}
-	buf := make([]byte, headerBytes+hitArgBytes*len(hits))
-	putDoubles(buf, float64(now), float64(mode), float64(len(hits)), float64(jitterMS))
+	cals := 0
+	for _, h := range hits {
+		if h.Rule.Calendar != nil {
+			cals++
+		}
+	}
+	end := headerBytes + hitArgBytes*len(hits)
+	buf := make([]byte, end+calBytes*cals)
+	putDoubles(buf, float64(now), float64(mode), float64(len(hits)), float64(jitterMS), float64(calBytes*cals))
 	for i, h := range hits {
+		burst := float64(h.Rule.Burst)
+		if h.Rule.Calendar != nil {
+			burst = -float64(end)
+			first, starts := h.Rule.Calendar.Bounds(at)
+			putDoubles(buf[end:], float64(first), float64(starts[0]), float64(starts[1]), float64(starts[2]), float64(starts[3]), float64(starts[4]))
+			end += calBytes
+		}
 		flags := 0.0 // see batch.lua's flags
 		if h.Advisory {
 			flags += flagAdvisory
@@ -177,7 +202,7 @@ func scriptArg(now int64, mode scriptMode, hits []*limiter.Hit, leases []uint64,
 			float64(h.Rule.Algorithm),
 			float64(h.Rule.Limit),
 			float64(h.Rule.Period/time.Microsecond),
-			float64(h.Rule.Burst),
+			burst,
 			float64(min(h.Cost, 1<<53)), // any cost above a limit is rejected alike
 			flags)
 	}

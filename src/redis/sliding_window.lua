@@ -1,6 +1,7 @@
--- sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft)
+-- sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft, cal)
 --   state: w0 current window number, c0 its count, p0 the previous
---   window's count.
+--   window's count; cal: the hit's calendar (see window), whose window's
+--   own length weighs the previous one.
 -- Returns: the new state's three doubles, allowed, remaining, reset (µs),
 -- retry (µs), expire_at (µs), write (whether to store the new state).
 -- Mirrors limiter.slidingStep, slidingWeight and slidingRetry in
@@ -9,12 +10,12 @@ local function sliding_weight(pms, ems)
   return math.floor((pms - ems) * 1000 / pms)
 end
 
-local function sliding_retry(now, start, pms, prev, cur, cost, limit)
+local function sliding_retry(now, start, e, pms, prev, cur, cost, limit)
   if limit == 0 or cost > limit then
-    return start + pms * 1000 - now
+    return e - now
   end
   if cur + cost > limit then
-    start = start + pms * 1000
+    start = e
     prev, cur = cur, 0
   end
   local room = limit - cur - cost
@@ -31,16 +32,15 @@ local function sliding_retry(now, start, pms, prev, cur, cost, limit)
   return at - now
 end
 
-local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft)
-  local pms = p / 1000
-  local w = math.floor(now / p)
+local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft, cal)
+  local w, start, e, e2 = window(now, p, cal)
+  local pms = (e - start) / 1000
   local cur, prev = 0, 0
   if w0 == w then
     cur, prev = c0, p0
   elseif w0 == w - 1 then
     prev = c0
   end
-  local start = w * p
   local ems = math.floor((now - start) / 1000)
   local weight = sliding_weight(pms, ems)
   local used = ceil_div(prev * weight, 1000) + cur
@@ -61,9 +61,9 @@ local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft
       cur, write = math.min(cur + math.min(cost, MAX_COUNT), MAX_COUNT), true
       used = ceil_div(prev * weight, 1000) + cur
     end
-    retry = sliding_retry(now, start, pms, prev, cur, 1, limit)
+    retry = sliding_retry(now, start, e, pms, prev, cur, 1, limit)
   else
-    retry = sliding_retry(now, start, pms, prev, cur, cost, limit)
+    retry = sliding_retry(now, start, e, pms, prev, cur, cost, limit)
   end
   local rem = 0
   if used < limit then
@@ -71,9 +71,9 @@ local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft
   end
   local reset = 0
   if cur > 0 then
-    reset = start + 2 * p - now
+    reset = e2 - now
   elseif prev > 0 then
-    reset = start + p - now
+    reset = e - now
   end
-  return w, cur, prev, allowed, rem, reset, retry, start + 2 * p, write
+  return w, cur, prev, allowed, rem, reset, retry, e2, write
 end

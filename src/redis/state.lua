@@ -54,12 +54,13 @@ end
 
 -- state_window is the window whose fixed-window state (alg 0) a hit reads:
 -- now's, or for a give-back (a refund with a lease) the slice's own, so
--- that a give-back sent by a clock that has moved on still finds it.
-local function state_window(now, p, refund, lease)
+-- that a give-back sent by a clock that has moved on still finds it. cal
+-- is the hit's calendar (see window).
+local function state_window(now, p, refund, lease, cal)
   if refund and lease > 0 then
     return lease - 1
   end
-  return math.floor(now / p)
+  return (window(now, p, cal))
 end
 
 -- load reads a key's state: three doubles (zeros when absent; a fixed
@@ -90,7 +91,7 @@ end
 
 local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdraft, countrej)
   if alg == SLIDING_WINDOW then
-    return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft)
+    return sliding_window(s1, s2, s3, now, limit, p, cost, refund, overdraft, burst)
   elseif alg == TOKEN_BUCKET then
     return token_bucket(s1, now, limit, p, cost, burst, refund, overdraft)
   elseif alg == SLIDING_LOG then
@@ -98,7 +99,7 @@ local function step(alg, s1, s2, s3, now, limit, p, cost, burst, refund, overdra
   elseif alg == CONCURRENCY then
     return sliding_log(s1, now, limit, p, cost, refund, overdraft, true)
   end
-  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej)
+  return fixed_window(s1, s2, now, limit, p, cost, refund, overdraft, countrej, burst)
 end
 
 -- has says whether flags double f has flag's bit.

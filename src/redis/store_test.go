@@ -522,7 +522,7 @@ func testMergedBatch(t *testing.T, batches []limiter.Batch) {
 		if bt.AllOrNothing {
 			mode = modeAllOrNothing
 		}
-		calls = append(calls, scriptCall(keys, scriptArg(bt.Now.UnixMicro(), mode, hits, nil, 0)))
+		calls = append(calls, scriptCall(keys, scriptArg(bt.Now.UnixMicro(), bt.Now, mode, hits, nil, 0)))
 	}
 	routes := make([]route, len(calls))
 	for i, cl := range calls {

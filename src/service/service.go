@@ -258,12 +258,14 @@ func (s *Server) count(ctx context.Context, plan *config.Plan) (outs []limiter.O
 	return outcomes, true, nil
 }
 
-// windowKeys moves each fixed-window hit (not overdraft, not leased) onto
-// its window's own counter as of now, the one RLQS reserves its grants on.
+// windowKeys moves each fixed-window hit (not overdraft, not leased, not
+// on a calendar) onto its window's own counter as of now, the one RLQS
+// reserves its grants on. RLQS counts a calendar rule on epoch-aligned
+// windows of its unit: its counts are not the calendar's.
 func windowKeys(hits []limiter.Hit, now time.Time) {
 	for i := range hits {
 		h := &hits[i]
-		if h.Rule.Algorithm == limiter.FixedWindow && !h.Rule.Overdraft && h.Rule.Lease == "" {
+		if h.Rule.Algorithm == limiter.FixedWindow && !h.Rule.Overdraft && h.Rule.Lease == "" && h.Rule.Calendar == nil {
 			h.Key = limiter.WindowKey(h.Key, limiter.WindowOf(now, h.Rule.Period))
 		}
 	}
