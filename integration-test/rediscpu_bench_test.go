@@ -40,7 +40,9 @@ var (
 )
 
 // redisCPUConfig has a key per algorithm, each limit far above the load
-// (a sliding log's at its largest, 1,000: a value gets a few dozen hits).
+// (a sliding log's and a concurrency limit's at their largest, 1,000: a
+// value gets a few dozen hits; the load takes slots and never releases
+// them, so a concurrency key costs what a sliding log's does).
 const redisCPUConfig = `
 domain: bench
 descriptors:
@@ -56,6 +58,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000, algorithm: token_bucket}
   - key: sliding_log
     rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: sliding_log}
+  - key: concurrency
+    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: concurrency}
 `
 
 // redisCPUReferenceConfig is the fixed-window key alone, in the form
@@ -108,7 +112,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 		}
 		// The fixed window per hour, minute and second: with 10,000 values
 		// a per-second window's count is nearly always its key's first.
-		for _, alg := range []string{"fixed_window", "fixed_window_minute", "fixed_window_second", "sliding_window", "token_bucket", "sliding_log"} {
+		for _, alg := range []string{"fixed_window", "fixed_window_minute", "fixed_window_second", "sliding_window", "token_bucket", "sliding_log", "concurrency"} {
 			if !onlyAlgs.MatchString(alg) {
 				continue
 			}
