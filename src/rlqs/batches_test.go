@@ -22,7 +22,7 @@ func TestBatches(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(tc.asks), uint64(tc.keys)))
 		var asks []*ask
 		for i := range tc.asks {
-			asks = append(asks, &ask{key: fmt.Sprintf("k%d", rng.IntN(tc.keys)), w: int64(i % 2), n: uint64(i)})
+			asks = append(asks, &ask{key: fmt.Sprintf("k%d", rng.IntN(tc.keys)), window: int64(i % 2), tokens: uint64(i)})
 		}
 		got := batches(asks, tc.max)
 		var flat []*ask
@@ -33,7 +33,7 @@ func TestBatches(t *testing.T) {
 			}
 			keys := map[string]bool{}
 			for _, a := range b {
-				k := limiter.WindowKey(a.key, a.w)
+				k := limiter.WindowKey(a.key, a.window)
 				if prev, ok := batchOf[k]; ok && prev != bi {
 					t.Fatalf("%+v: key %s in batches %d and %d", tc, k, prev, bi)
 				}
@@ -50,7 +50,7 @@ func TestBatches(t *testing.T) {
 		// Each key's asks keep their order.
 		for k := range batchOf {
 			of := func(as []*ask) []*ask {
-				return slices.DeleteFunc(slices.Clone(as), func(a *ask) bool { return limiter.WindowKey(a.key, a.w) != k })
+				return slices.DeleteFunc(slices.Clone(as), func(a *ask) bool { return limiter.WindowKey(a.key, a.window) != k })
 			}
 			if !slices.Equal(of(flat), of(asks)) {
 				t.Fatalf("%+v: key %s's asks reordered", tc, k)

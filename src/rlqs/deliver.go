@@ -21,24 +21,24 @@ import (
 type outgoing struct {
 	msg *rlqsv3.RateLimitQuotaResponse
 	at  time.Time // the round's time: the bound runs from it
-	// hands are the grants it carries, to hand over once it has left;
+	// grants are those it carries, to hand over once it has left;
 	// buckets what it renews, which lapse if it never leaves.
-	hands   []handRef
+	grants  []grantRef
 	buckets []*bucket
 }
 
-// handRef names a grant in a member's ledger (see ledger.note).
-type handRef struct {
+// grantRef names a grant in a member's ledger (see ledger.note).
+type grantRef struct {
 	m  *member
 	id uint64
 }
 
-// handed is a message that has left: its grants hand over at the next
+// departure is a message that has left: its grants hand over at the next
 // round (rounds alone change ledgers, under the grant lock), and what
 // they free is given back in that round's first store calls.
-type handed struct {
-	refs []handRef
-	cut  time.Time
+type departure struct {
+	grants    []grantRef
+	arrivedBy time.Time
 }
 
 // sender is what deliver needs of a stream: gRPC's server stream.
@@ -127,12 +127,12 @@ func splitResponse(msg *rlqsv3.RateLimitQuotaResponse, max int) []*rlqsv3.RateLi
 
 // delivered notes that o has left: its grants hand over at the next round.
 func (s *Service) delivered(o *outgoing) {
-	if len(o.hands) == 0 {
+	if len(o.grants) == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.handed = append(s.handed, handed{o.hands, o.at.Add(s.o.Delivery)})
+	s.departed = append(s.departed, departure{o.grants, o.at.Add(s.o.Delivery)})
 }
 
 // undelivered notes that o never left: what it renewed may lapse before
@@ -151,14 +151,14 @@ func (s *Service) undelivered(o *outgoing) {
 // back. Called with the service's lock held, before the round plans.
 func (s *Service) handOvers(now time.Time) []*ask {
 	var back []*ask
-	for _, h := range s.handed {
-		for _, r := range h.refs {
+	for _, h := range s.departed {
+		for _, r := range h.grants {
 			m := r.m
-			m.l.handOver(now, h.cut, r.id, func(w int64, n uint64) {
-				back = append(back, &ask{rule: m.p.rule, w: w, n: n, at: maxTime(m.l.start(w), now), key: m.p.key, back: true})
+			m.l.handOver(now, h.arrivedBy, r.id, func(w int64, n uint64) {
+				back = append(back, &ask{rule: m.p.rule, window: w, tokens: n, at: maxTime(m.l.start(w), now), key: m.p.key, back: true})
 			})
 		}
 	}
-	s.handed = nil
+	s.departed = nil
 	return back
 }

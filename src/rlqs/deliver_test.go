@@ -60,7 +60,7 @@ func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
 			}
 			b := &bucket{s: st}
 			m := &member{b: b, l: newLedger(time.Second)}
-			st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now.Add(-tc.waited), hands: []handRef{{m, 1}}, buckets: []*bucket{b}}
+			st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now.Add(-tc.waited), grants: []grantRef{{m, 1}}, buckets: []*bucket{b}}
 			f := &fakeSender{took: make(chan *rlqsv3.RateLimitQuotaResponse, 1)}
 			if tc.blocked {
 				f.block = make(chan struct{})
@@ -93,10 +93,10 @@ func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			switch {
-			case tc.leaves && (len(s.handed) != 1 || b.lapsed || dropped.GetCounter().GetValue() != 0):
-				t.Errorf("a message that left: %d hand-overs noted (want 1), lapsed %v, %v dropped", len(s.handed), b.lapsed, dropped.GetCounter().GetValue())
-			case !tc.leaves && (len(s.handed) != 0 || !b.lapsed || dropped.GetCounter().GetValue() != 1):
-				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", len(s.handed), b.lapsed, dropped.GetCounter().GetValue())
+			case tc.leaves && (len(s.departed) != 1 || b.lapsed || dropped.GetCounter().GetValue() != 0):
+				t.Errorf("a message that left: %d hand-overs noted (want 1), lapsed %v, %v dropped", len(s.departed), b.lapsed, dropped.GetCounter().GetValue())
+			case !tc.leaves && (len(s.departed) != 0 || !b.lapsed || dropped.GetCounter().GetValue() != 1):
+				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", len(s.departed), b.lapsed, dropped.GetCounter().GetValue())
 			}
 		})
 	}

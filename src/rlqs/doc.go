@@ -38,7 +38,7 @@
 //  3. Reserve, with the lock released: what each job's trial ledgers
 //     need past what the store holds is counted in the store, in small
 //     batches, give-backs first; a grant that does not fit in full is given
-//     back and cut to what the store can hold (reserve, cut, recount).
+//     back and shrunk to what the store can hold (reserve, shrink, recount).
 //  4. Commit, under the service lock: what the store granted is credited
 //     to the ledgers, and each stream is sent one message (commit).
 //

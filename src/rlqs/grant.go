@@ -8,16 +8,16 @@ import (
 )
 
 // What a bucket is granted each round: jobFor decides, limitedJob builds a
-// token bucket's grant with each member's ledger, cut fits it to what the
+// token bucket's grant with each member's ledger, shrink fits it to what the
 // store has room for, holdBack answers a bucket that gets nothing.
 
-// cut returns the job of the largest grant below j's that fits what the
+// shrink returns the job of the largest grant below j's that fits what the
 // check found left in each window it fell short in, or the bucket's job
 // without a share.
-func (s *Service) cut(j *job, now time.Time) *job {
+func (s *Service) shrink(j *job, now time.Time) *job {
 	s.stats.shortfalls.Inc()
 	fits := func(q uint32) *job {
-		c := s.sizedJob(j.b, now, q, j.f, false)
+		c := s.sizedJob(j.b, now, q, j.fillSecs, false)
 		for i, t := range c.trials {
 			for w, left := range j.left[i] {
 				if t.need(w) > left {
@@ -27,7 +27,7 @@ func (s *Service) cut(j *job, now time.Time) *job {
 		}
 		return c
 	}
-	lo, hi := int64(-1), int64(j.q) // fits(lo) or lo == -1; !fits(hi)
+	lo, hi := int64(-1), int64(j.perFill) // fits(lo) or lo == -1; !fits(hi)
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		if fits(uint32(mid)) != nil {
@@ -84,7 +84,7 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 
 // limitedJob is the job of granting b q tokens every f seconds: each
 // member's ledger with the grant in it, and what the store must add. Its
-// capacity may grow (plan.CapacityFor); cut's smaller grants keep it.
+// capacity may grow (plan.CapacityFor); shrink's smaller grants keep it.
 func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 	return s.sizedJob(b, now, q, f, true)
 }
@@ -92,8 +92,8 @@ func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
 // sizedJob is limitedJob, with a capacity that may grow or not.
 func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
 	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
-	j := &job{b: b, kind: kindLimited, q: q, f: f, capacity: plan.CapacityFor(b.sentCap, q, startCapacity(b, f), lapsed, mayGrow)}
-	_, _, r := plan.TokenBucket(j.q, f)
+	j := &job{b: b, kind: kindLimited, perFill: q, fillSecs: f, capacity: plan.CapacityFor(b.sentCap, q, startCapacity(b, f), lapsed, mayGrow)}
+	_, _, r := plan.TokenBucket(j.perFill, f)
 	for i, m := range b.members {
 		m.l.advance(now)
 		t := m.l.clone()
@@ -113,7 +113,7 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 		j.members, j.trials = append(j.members, m), append(j.trials, t)
 		t.shortfall(now, func(w int64, n uint64) {
 			at := maxTime(t.start(w), now)
-			j.asks = append(j.asks, &ask{j: j, m: i, mb: m, rule: m.p.rule, w: w, n: n, at: at, key: m.p.key})
+			j.asks = append(j.asks, &ask{job: j, trial: i, member: m, rule: m.p.rule, window: w, tokens: n, at: at, key: m.p.key})
 		})
 	}
 	return j

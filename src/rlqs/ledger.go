@@ -48,10 +48,10 @@ type ledger struct {
 	// each at its horizon.
 	grants []sentGrant
 	nextID uint64
-	// handed is the last hand-over's cut: from then on, the capacity in
-	// force is at most handedCap, the largest sent since the grant handed
+	// handedAt is when the last hand-over took effect: from then on, the capacity in
+	// force is at most handedCap, the largest sent since the grant handedAt
 	// over to (that one included).
-	handed    time.Time
+	handedAt  time.Time
 	handedCap uint64
 	// lent is what the bucket's reports say it admitted in the present
 	// window, and the last rounds' marks (see lending): shared by the
@@ -205,7 +205,7 @@ func (l *ledger) need(w int64) uint64 {
 	// The capacity that may be in force as the window starts: the largest
 	// sent, or after a hand-over the largest sent since.
 	c := l.burst
-	if !l.handed.IsZero() && !ws.Before(l.handed) {
+	if !l.handedAt.IsZero() && !ws.Before(l.handedAt) {
 		c = min(c, l.handedCap)
 	}
 	var kept uint64
@@ -225,17 +225,17 @@ func (l *ledger) need(w int64) uint64 {
 	return full
 }
 
-// handOver notes that grant id's message has left, so that from cut on
+// handOver notes that grant id's message has left, so that from at on
 // (when it has reached the Envoy and replaced what it held) only that
-// grant and those sent after it may be in force: the envelope after cut
+// grant and those sent after it may be in force: the envelope after at
 // falls to theirs, and so does the capacity in force. It then calls f for
 // every window from now's on where the store holds more for this bucket
 // than the window now needs, with the difference, and holds only the need:
 // the caller gives the rest back. A message that never leaves (dropped for
 // a slow reader, or late) hands nothing over: the grants before it stay in
 // force, and held, to their own horizons.
-func (l *ledger) handOver(now, cut time.Time, id uint64, f func(w int64, n uint64)) {
-	if cut.Before(l.handed) {
+func (l *ledger) handOver(now, at time.Time, id uint64, f func(w int64, n uint64)) {
+	if at.Before(l.handedAt) {
 		return // a later grant was handed over already
 	}
 	var kept []sentGrant
@@ -249,21 +249,21 @@ func (l *ledger) handOver(now, cut time.Time, id uint64, f func(w int64, n uint6
 	l.grants = kept
 	out := make([]seg, 0, len(l.segs)+len(kept))
 	for _, s := range l.segs {
-		if s.from.Before(cut) {
-			out = append(out, seg{s.from, minTime(s.to, cut), s.rate})
+		if s.from.Before(at) {
+			out = append(out, seg{s.from, minTime(s.to, at), s.rate})
 		}
 	}
 	var after []seg
 	for _, g := range kept {
-		if g.s.to.After(cut) && g.s.rate > 0 {
-			after = append(after, seg{maxTime(g.s.from, cut), g.s.to, g.s.rate})
+		if g.s.to.After(at) && g.s.rate > 0 {
+			after = append(after, seg{maxTime(g.s.from, at), g.s.to, g.s.rate})
 		}
 	}
 	l.segs = coalesce(out)
 	for _, s := range after {
 		l.raise(s.from, s.to, s.rate)
 	}
-	l.handed, l.handedCap = cut, c
+	l.handedAt, l.handedCap = at, c
 	cur := l.window(now)
 	for i := range l.wins {
 		x := &l.wins[i]

@@ -141,7 +141,7 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 	held, admitted := map[int64]int64{}, map[int64]int64{}
 	var inFlight []ledgerMsg
 	var reports []ledgerReport
-	var pending []handed
+	var pending []departure
 	var env envoyBucket
 	denied, lapsedSent := true, true // no token bucket in force yet
 	var lastSent, lastArrival time.Time
@@ -198,8 +198,8 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 		}
 		// The round: hand over what left, then maybe grant.
 		for _, h := range pending {
-			for _, ref := range h.refs {
-				l.handOver(now, h.cut, ref.id, func(w int64, n uint64) { held[w] -= int64(n) })
+			for _, ref := range h.grants {
+				l.handOver(now, h.arrivedBy, ref.id, func(w int64, n uint64) { held[w] -= int64(n) })
 			}
 		}
 		pending = nil
@@ -211,7 +211,7 @@ func (lm *ledgerModel) trial(rng *rand.Rand, t0 time.Time) (*ledger, map[int64]i
 			}
 			lastArrival = m.arrives
 			inFlight = append(inFlight, m)
-			pending = append(pending, handed{[]handRef{{nil, id}}, now.Add(modelDelivery)})
+			pending = append(pending, departure{[]grantRef{{nil, id}}, now.Add(modelDelivery)})
 		}
 		switch k := rng.IntN(10); {
 		case k < 6:

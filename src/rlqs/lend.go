@@ -173,7 +173,7 @@ func (s *Service) lends(now time.Time) []*ask {
 		for _, m := range b.members {
 			m.l.advance(now)
 			m.l.lend(now, func(w int64, n uint64) {
-				back = append(back, &ask{rule: m.p.rule, w: w, n: n, at: now, key: m.p.key, back: true})
+				back = append(back, &ask{rule: m.p.rule, window: w, tokens: n, at: now, key: m.p.key, back: true})
 			})
 		}
 	}

@@ -88,13 +88,13 @@ func batches(asks []*ask, max int) [][]*ask {
 		if c := strings.Compare(a.key, b.key); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.w, b.w)
+		return cmp.Compare(a.window, b.window)
 	})
 	var out [][]*ask
 	start := 0 // where the batch being cut starts
 	for i := 0; i < len(sorted); {
 		j := i + 1 // the end of the key's asks
-		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].w == sorted[i].w {
+		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].window == sorted[i].window {
 			j++
 		}
 		if i > start && j-start > max {
@@ -114,7 +114,7 @@ func batches(asks []*ask, max int) [][]*ask {
 func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 	hits := make([]limiter.Hit, len(asks))
 	for i, a := range asks {
-		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.w), Rule: a.rule, Cost: a.n, Refund: a.back}
+		hits[i] = limiter.Hit{Key: limiter.WindowKey(a.key, a.window), Rule: a.rule, Cost: a.tokens, Refund: a.back}
 	}
 	outs, err := s.o.Store.Apply(ctx, limiter.Batch{Now: at, Hits: hits})
 	if err != nil {
@@ -127,10 +127,10 @@ func (s *Service) reserveBatch(ctx context.Context, at time.Time, asks []*ask) {
 		case err == nil && outs[i].Allowed:
 			a.ok = true
 		case err == nil:
-			a.j.noteShort(a, outs[i].Remaining)
+			a.job.noteShort(a, outs[i].Remaining)
 		}
-		if err != nil && a.j != nil {
-			a.j.refused = true
+		if err != nil && a.job != nil {
+			a.job.refused = true
 		}
 	}
 }
@@ -141,9 +141,9 @@ func (j *job) noteShort(a *ask, remaining uint64) {
 	if j.left == nil {
 		j.left = make([]map[int64]uint64, len(j.trials))
 	}
-	if j.left[a.m] == nil {
-		j.left[a.m] = map[int64]uint64{}
+	if j.left[a.trial] == nil {
+		j.left[a.trial] = map[int64]uint64{}
 	}
-	j.left[a.m][a.w] = j.trials[a.m].wins.get(a.w).held + remaining
+	j.left[a.trial][a.window] = j.trials[a.trial].wins.get(a.window).held + remaining
 	j.failed = true
 }

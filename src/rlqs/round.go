@@ -18,8 +18,8 @@ type job struct {
 	b        *bucket
 	kind     kind // what to send; kindNone sends nothing
 	abandon  bool
-	q        uint32 // tokens per fill interval
-	f        int64  // the fill interval, seconds
+	perFill  uint32 // tokens per fill interval
+	fillSecs int64  // the fill interval, seconds
 	capacity uint64
 	// members are the bucket's members as planned, trials their ledgers
 	// with the grant in (by index).
@@ -40,16 +40,16 @@ type job struct {
 // it after releasing the service's lock, when a closing stream may have
 // emptied the bucket's members (leave).
 type ask struct {
-	j    *job
-	m    int     // index into j.trials
-	mb   *member // the member, which keeps its ledger once it has left
-	rule limiter.Rule
-	w    int64
-	n    uint64
-	at   time.Time
-	key  string
-	ok   bool
-	back bool // give it back (it was counted for a grant that fell short)
+	job    *job
+	trial  int     // index into j.trials
+	member *member // the member, which keeps its ledger once it has left
+	rule   limiter.Rule
+	window int64
+	tokens uint64
+	at     time.Time
+	key    string
+	ok     bool
+	back   bool // give it back (it was counted for a grant that fell short)
 }
 
 // round renews and refills: every bucket when only is nil, else only
@@ -69,7 +69,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	})
 	// Count at once: most grants fit, and checking each first would ask
 	// the store twice for every one. A grant that does not fit in full is
-	// given back and cut to what the store can hold (counting a part of
+	// given back and shrunk to what the store can hold (counting a part of
 	// it would hold tokens nobody is sent); only those are asked again.
 	// What the grants handed over since the last round freed is given
 	// back in the same calls, before the counts that may use it.
@@ -85,7 +85,7 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 		s.locked(func() {
 			for i, j := range jobs {
 				if j.failed && !j.refused && !j.b.gone {
-					jobs[i] = s.cut(j, now)
+					jobs[i] = s.shrink(j, now)
 					again = append(again, jobs[i])
 				}
 			}
@@ -113,9 +113,9 @@ func (s *Service) credit(j *job) {
 	j.credited = true
 	for _, a := range j.asks {
 		if a.ok {
-			j.trials[a.m].wins.at(a.w).held += a.n
+			j.trials[a.trial].wins.at(a.window).held += a.tokens
 			if j.refused || j.failed {
-				a.mb.l.wins.at(a.w).held += a.n
+				a.member.l.wins.at(a.window).held += a.tokens
 			}
 		}
 	}
@@ -226,7 +226,7 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 		}
 		o.msg.BucketAction = append(o.msg.BucketAction, action)
 		o.buckets = append(o.buckets, b)
-		o.hands = s.handsOf(j, now, o.hands)
+		o.grants = s.grantsOf(j, now, o.grants)
 	}
 	for st, o := range out {
 		select {
@@ -242,19 +242,19 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 	}
 }
 
-// handsOf appends to hands the grants j sends that hand over once their
+// grantsOf appends to hands the grants j sends that hand over once their
 // message has left: a token bucket's (noted in its trial ledgers, now the
 // members'), or a DENY_ALL's, noted here as a grant of nothing.
-func (s *Service) handsOf(j *job, now time.Time, hands []handRef) []handRef {
+func (s *Service) grantsOf(j *job, now time.Time, hands []grantRef) []grantRef {
 	switch {
 	case j.abandon:
 	case j.kind == kindLimited:
 		for _, m := range j.members {
-			hands = append(hands, handRef{m, m.l.nextID})
+			hands = append(hands, grantRef{m, m.l.nextID})
 		}
 	case j.kind == kindDeny:
 		for _, m := range j.b.members {
-			hands = append(hands, handRef{m, m.l.note(seg{from: now, to: now}, 0)})
+			hands = append(hands, grantRef{m, m.l.note(seg{from: now, to: now}, 0)})
 		}
 	}
 	return hands
@@ -286,7 +286,7 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 			m.l = j.trials[i]
 			m.served++
 		}
-		b.sentQ, b.sentF, b.sentCap = j.q, j.f, j.capacity
+		b.sentQ, b.sentF, b.sentCap = j.perFill, j.fillSecs, j.capacity
 	}
 	b.sent, b.sentKind, b.lapsed = now, j.kind, false
 	s.stats.assignments.WithLabelValues(j.kind.String()).Inc()
@@ -304,7 +304,7 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 		// limit's periods, its nanoseconds naming the period (see
 		// tokenBucket), and tokens_per_fill is always set (1.40 reads an
 		// unset one as 0).
-		perFill, interval, _ := plan.TokenBucket(j.q, j.f)
+		perFill, interval, _ := plan.TokenBucket(j.perFill, j.fillSecs)
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens: uint32(j.capacity), TokensPerFill: wrapperspb.UInt32(perFill), FillInterval: durationpb.New(interval)}}
 	case kindDeny:

@@ -133,9 +133,9 @@ type Service struct {
 	nextID  uint64
 	buckets int // across streams
 	idBytes int // their ids' bytes (Options.MaxTotalIDBytes)
-	// handed is the messages that have left since the last round, whose
+	// departed is the messages that have left since the last round, whose
 	// grants that round hands over (see deliver.go).
-	handed []handed
+	departed []departure
 	// lenders is the buckets reported since the last round, whose
 	// reports may give back what they did not use (see lending).
 	lenders []*bucket
