@@ -181,9 +181,9 @@ func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, 
 			used = ceilDiv(prev*weight, slidingScale) + cur
 		}
 		// Until usage is under the limit again: one more hit fits.
-		out.RetryAfter = usToDuration(slidingRetry(now, start, end, pms, prev, cur, 1, r.Limit))
+		out.RetryAfter = usToDuration(slidingRetry(now, start, end, next, pms, prev, cur, 1, r.Limit))
 	default:
-		out.RetryAfter = usToDuration(slidingRetry(now, start, end, pms, prev, cur, cost, r.Limit))
+		out.RetryAfter = usToDuration(slidingRetry(now, start, end, next, pms, prev, cur, cost, r.Limit))
 	}
 	if used < r.Limit {
 		out.Remaining = r.Limit - used
@@ -198,16 +198,16 @@ func slidingStep(st state, now int64, r Rule, cost uint64, refund bool) (state, 
 }
 
 // slidingRetry returns the instant (µs) at which cost hits first fit again,
-// assuming nothing else arrives (and, for a calendar rule, the next window
-// as long as this one, end its start).
-func slidingRetry(now, start, end, pms int64, prev, cur, cost, limit uint64) int64 {
+// assuming nothing else arrives: the current window ends at end, the next
+// at next (a calendar's windows differ in length).
+func slidingRetry(now, start, end, next, pms int64, prev, cur, cost, limit uint64) int64 {
 	if limit == 0 || cost > limit {
 		// Never fits; point at the next window as the least wrong hint.
 		return end - now
 	}
 	if cur+cost > limit {
 		// The current window must become the previous one and decay.
-		start = end
+		start, pms = end, (next-end)/1000
 		prev, cur = cur, 0
 	}
 	room := limit - cur - cost

@@ -10,12 +10,12 @@ local function sliding_weight(pms, ems)
   return math.floor((pms - ems) * 1000 / pms)
 end
 
-local function sliding_retry(now, start, e, pms, prev, cur, cost, limit)
+local function sliding_retry(now, start, e, e2, pms, prev, cur, cost, limit)
   if limit == 0 or cost > limit then
     return e - now
   end
   if cur + cost > limit then
-    start = e
+    start, pms = e, (e2 - e) / 1000
     prev, cur = cur, 0
   end
   local room = limit - cur - cost
@@ -61,9 +61,9 @@ local function sliding_window(w0, c0, p0, now, limit, p, cost, refund, overdraft
       cur, write = math.min(cur + math.min(cost, MAX_COUNT), MAX_COUNT), true
       used = ceil_div(prev * weight, 1000) + cur
     end
-    retry = sliding_retry(now, start, e, pms, prev, cur, 1, limit)
+    retry = sliding_retry(now, start, e, e2, pms, prev, cur, 1, limit)
   else
-    retry = sliding_retry(now, start, e, pms, prev, cur, cost, limit)
+    retry = sliding_retry(now, start, e, e2, pms, prev, cur, cost, limit)
   end
   local rem = 0
   if used < limit then

@@ -2,6 +2,7 @@ package limitertest
 
 import (
 	"time"
+	_ "time/tzdata" // the zones of calendarScenarios, wherever the suite runs
 
 	"github.com/openrls/ratelimit/src/limiter"
 )
@@ -46,6 +47,7 @@ func Scenarios() []Scenario {
 	scs := append(usageScenarios(fixed, sliding, bucket, burst3, fixedOD, slidingOD, bucketOD, one, five), logScenarios()...)
 	scs = append(scs, countRejectedScenarios()...)
 	scs = append(scs, concurrencyScenarios()...)
+	scs = append(scs, calendarScenarios()...)
 	return append(scs, []Scenario{
 		{"fixed/window_and_boundary", []Step{
 			{At: 0, Hits: []limiter.Hit{hit("k", fixed, 1)}, Want: []limiter.Outcome{ok(9, 60*time.Second)}},
@@ -256,6 +258,38 @@ func logScenarios() []Scenario {
 			{AllOrNothing: true, Hits: []limiter.Hit{hit("l", log3, 2), hit("a", rule(limiter.FixedWindow, 1, time.Minute), 1)},
 				Want: []limiter.Outcome{ok(3, 0), no(0, 60*s, 60*s)}},
 			{Hits: []limiter.Hit{hit("l", log3, 2), hit("l", log3, 2)}, Want: []limiter.Outcome{ok(1, 60*s), no(1, 60*s, 60*s)}},
+		}},
+	}
+}
+
+// calendarScenarios are windows on a zone's calendar: T0 is 12:00 on 15
+// November 2023 in Pacific/Kiritimati (UTC+14), 22:00 on the 14th in UTC.
+func calendarScenarios() []Scenario {
+	const h = time.Hour
+	kiritimati, err := time.LoadLocation("Pacific/Kiritimati")
+	if err != nil {
+		panic(err) // the zone database is built in (time/tzdata)
+	}
+	day := rule(limiter.FixedWindow, 2, 24*h)
+	day.Calendar = &limiter.Calendar{Unit: limiter.CalendarDay, Zone: kiritimati}
+	month := rule(limiter.SlidingWindow, 5, 30*24*h)
+	month.Calendar = &limiter.Calendar{Unit: limiter.CalendarMonth, Zone: time.UTC}
+	return []Scenario{
+		{"calendar/a_day_ends_at_the_zones_midnight", []Step{
+			{At: 0, Hits: []limiter.Hit{hit("d", day, 1)}, Want: []limiter.Outcome{ok(1, 12*h)}},
+			{At: 12*h - ms, Hits: []limiter.Hit{hit("d", day, 1)}, Want: []limiter.Outcome{ok(0, ms)}},
+			{At: 12*h - ms, Hits: []limiter.Hit{hit("d", day, 1)}, Want: []limiter.Outcome{no(0, ms, ms)}},
+			{At: 12 * h, Hits: []limiter.Hit{hit("d", day, 1)}, Want: []limiter.Outcome{ok(1, 24*h)}},
+		}},
+		{"calendar/a_month_from_the_1st", []Step{
+			// Its hits age out by the end of December: 16 days 2 hours,
+			// then 31 days.
+			{At: 0, Hits: []limiter.Hit{hit("m", month, 5)}, Want: []limiter.Outcome{ok(0, (16*24+2+31*24)*h)}},
+			// Room again once a fifth of December (31 days) has passed, the
+			// previous month's 5 then weighing 4: 16 days, then 148 hours,
+			// 3 minutes and 21.601 seconds (the weight's whole thousandths).
+			{At: 2 * h, Hits: []limiter.Hit{hit("m", month, 1)}, Want: []limiter.Outcome{no(0, (16*24+31*24)*h,
+				(16*24+148)*h + 3*time.Minute + 21601*ms)}},
 		}},
 	}
 }
