@@ -289,7 +289,7 @@ func calendarScenarios() []Scenario {
 			// previous month's 5 then weighing 4: 16 days, then 148 hours,
 			// 3 minutes and 21.601 seconds (the weight's whole thousandths).
 			{At: 2 * h, Hits: []limiter.Hit{hit("m", month, 1)}, Want: []limiter.Outcome{no(0, (16*24+31*24)*h,
-				(16*24+148)*h + 3*time.Minute + 21601*ms)}},
+				(16*24+148)*h+3*time.Minute+21601*ms)}},
 		}},
 	}
 }
