@@ -44,18 +44,7 @@ func TestScriptsMatchGoOnRandomSchedules(t *testing.T) {
 			hits[i] = limiter.Hit{Key: fmt.Sprintf("%s{k%d}", prefix, ri), Rule: rules[ri],
 				Cost: uint64(rng.IntN(9)), Refund: rng.IntN(4) == 0, Advisory: rng.IntN(8) == 0}
 		}
-		b := limiter.Batch{Now: now, Hits: hits, AllOrNothing: rng.IntN(3) == 0}
-		want, err := mem.Apply(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := rs.Apply(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("step %d at T0+%v, batch %+v:\nredis  %+v\nmemory %+v", step, now.Sub(limitertest.T0), b, got, want)
-		}
+		agree(t, mem, rs, limiter.Batch{Now: now, Hits: hits, AllOrNothing: rng.IntN(3) == 0}, step)
 	}
 }
 
@@ -97,17 +86,23 @@ func TestCalendarScriptsMatchGo(t *testing.T) {
 			ri := rng.IntN(len(rules))
 			hits[i] = limiter.Hit{Key: fmt.Sprintf("%s{k%d}", prefix, ri), Rule: rules[ri], Cost: uint64(rng.IntN(4)), Refund: rng.IntN(5) == 0}
 		}
-		b := limiter.Batch{Now: now, Hits: hits, AllOrNothing: rng.IntN(3) == 0}
-		want, err := mem.Apply(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := rs.Apply(context.Background(), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("step %d at %v, batch %+v:\nredis  %+v\nmemory %+v", step, now, b, got, want)
-		}
+		agree(t, mem, rs, limiter.Batch{Now: now, Hits: hits, AllOrNothing: rng.IntN(3) == 0}, step)
+	}
+}
+
+// agree applies b to the memory store (the Go arithmetic) and to Redis
+// (its Lua mirror) and requires the same outcomes.
+func agree(t *testing.T, mem *limiter.MemoryStore, rs *Store, b limiter.Batch, step int) {
+	t.Helper()
+	want, err := mem.Apply(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rs.Apply(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("step %d at %v, batch %+v:\nredis  %+v\nmemory %+v", step, b.Now.UTC(), b, got, want)
 	}
 }
