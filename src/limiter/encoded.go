@@ -58,7 +58,7 @@ const MaxCount = maxCount
 // w, x and y as 8 bytes each (little-endian), or a log's entries
 // as (t, n) pairs.
 func encodeState(st state, a Algorithm) []byte {
-	if a.KeepsLog() {
+	if a.keepsLog() {
 		var log []logEntry
 		if st.log != nil {
 			log = *st.log
@@ -85,7 +85,7 @@ func decodeState(b []byte, a Algorithm) state {
 		return state{}
 	}
 	b = b[2:]
-	if a.KeepsLog() {
+	if a.keepsLog() {
 		if len(b)%16 != 0 {
 			return state{}
 		}

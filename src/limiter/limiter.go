@@ -115,10 +115,10 @@ type Rule struct {
 // the time they are spent, and a sliding log keeps each hit's own time.
 func LeaseSupported(a Algorithm) bool { return a == FixedWindow || a == SlidingWindow }
 
-// KeepsLog reports whether a's state is a log of counted hits, one entry
+// keepsLog reports whether a's state is a log of counted hits, one entry
 // per call that counted (SlidingLog and Concurrency), rather than a few
 // numbers.
-func (a Algorithm) KeepsLog() bool { return a == SlidingLog || a == Concurrency }
+func (a Algorithm) keepsLog() bool { return a == SlidingLog || a == Concurrency }
 
 // Hit asks a store to count Cost hits against Key under Rule.
 type Hit struct {
