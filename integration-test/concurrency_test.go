@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,6 +53,10 @@ func TestConcurrencySlotsThroughTheBinary(t *testing.T) {
 	}{
 		{"memory", 1, func(t *testing.T) map[string]string { return map[string]string{} }},
 		{"redis", 3, func(t *testing.T) map[string]string { return map[string]string{"REDIS_URL": redistest.Start(t).Addr} }},
+		{"sentinel", 3, func(t *testing.T) map[string]string {
+			st := redistest.StartSentinel(t)
+			return map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": st.MasterName + "," + strings.Join(st.SentinelAddrs(), ",")}
+		}},
 		{"cluster", 3, func(t *testing.T) map[string]string {
 			nodes := redistest.StartCluster(t, 3)
 			return map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": nodes[0].Addr + "," + nodes[1].Addr}
