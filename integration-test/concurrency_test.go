@@ -33,10 +33,11 @@ descriptors:
 // Envoy's request-path action and its apply_on_stream_done twin send it.
 func slot(t testing.TB, p *proc, kv string, release bool) *rlsv3.RateLimitResponse {
 	t.Helper()
-	d := configtest.Desc(kv)
-	d.HitsAddend = wrapperspb.UInt64(1)
-	d.IsNegativeHits = release
-	return p.should(t, "jobs", d)
+	r, err := sendSlot(p, kv, release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestConcurrencySlotsThroughTheBinary: on every store, three service
@@ -188,7 +189,12 @@ func neverMoreThanThree(t *testing.T, procs []*proc) {
 
 // hammerSlot takes or releases a slot of export=hammer.
 func hammerSlot(p *proc, release bool) (*rlsv3.RateLimitResponse, error) {
-	d := configtest.Desc("export=hammer")
+	return sendSlot(p, "export=hammer", release)
+}
+
+// sendSlot is slot for a goroutine: the error returned, not fatal.
+func sendSlot(p *proc, kv string, release bool) (*rlsv3.RateLimitResponse, error) {
+	d := configtest.Desc(kv)
 	d.HitsAddend = wrapperspb.UInt64(1)
 	d.IsNegativeHits = release
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

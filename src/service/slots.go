@@ -30,10 +30,10 @@ const slotsField = "slotsTaken"
 // both, and the slots taken free themselves by their bound. The values
 // are strings, which Envoy's formatter prints as they are.
 func addSlotsTaken(md *structpb.Struct, p *config.Plan, outs []limiter.Outcome, allOrNothing bool) *structpb.Struct {
-	written := limiter.Decide(limiter.Batch{Hits: p.Hits, AllOrNothing: allOrNothing}, outs) == limiter.CommitAll
 	var taken map[string]*structpb.Value
+	written := -1 // unknown until a descriptor takes slots: most requests never ask
 	for i, d := range p.Descs {
-		n, all := uint64(0), written
+		n, all := uint64(0), true
 		for j := d.First; j < d.First+d.Count; j++ {
 			if h := &p.Hits[j]; h.Rule.Algorithm == limiter.Concurrency && !h.Refund {
 				n, all = h.Cost, all && outs[j].Allowed
@@ -41,6 +41,15 @@ func addSlotsTaken(md *structpb.Struct, p *config.Plan, outs []limiter.Outcome, 
 		}
 		if n == 0 || !all {
 			continue
+		}
+		if written < 0 {
+			written = 0
+			if limiter.Decide(limiter.Batch{Hits: p.Hits, AllOrNothing: allOrNothing}, outs) == limiter.CommitAll {
+				written = 1
+			}
+		}
+		if written == 0 {
+			return md
 		}
 		if taken == nil {
 			taken = map[string]*structpb.Value{}
