@@ -98,13 +98,15 @@ func TestDemandExchangedInSmallBatches(t *testing.T) {
 			members: map[*member]struct{}{}, frac: 0.5}
 		b := &bucket{demand: 5}
 		p.members[&member{b: b, p: p}] = struct{}{}
-		s.pools[key] = p
+		owned(t, s, func(g *state) { g.pools[key] = p })
 	}
 	s.exchangeDemand(context.Background(), time.Unix(1_700_000_000, 0))
 	if n := rec.Largest(); n == 0 || n > maxBatch {
 		t.Errorf("the largest store call held %d keys, want 1 to %d", n, maxBatch)
 	}
-	for key, p := range s.pools {
+	var pools map[string]*pool
+	owned(t, s, func(g *state) { pools = g.pools })
+	for key, p := range pools {
 		if p.frac != 1 {
 			t.Fatalf("pool %s: part %v, want 1 (the only replica)", key, p.frac)
 		}

@@ -16,10 +16,10 @@ import (
 
 // admitID counts a new bucket's id against the bounds of an id and of
 // its stream's and all streams' id bytes, and returns its size; false (and
-// counted) past one. s.mu held.
-func (s *Service) admitID(st *stream, values map[string]string) (int, bool) {
+// counted) past one.
+func (g *state) admitID(st *stream, values map[string]string) (int, bool) {
 	refuse := func(what string) (int, bool) {
-		s.stats.refused.WithLabelValues(what).Inc()
+		g.stats.refused.WithLabelValues(what).Inc()
 		return 0, false
 	}
 	if len(values) > maxEntries {
@@ -35,13 +35,13 @@ func (s *Service) admitID(st *stream, values map[string]string) (int, bool) {
 	switch {
 	case size > maxIDBytes:
 		return refuse("bucket_id_size")
-	case st.idBytes+size > s.o.MaxIDBytes:
+	case st.idBytes+size > g.o.MaxIDBytes:
 		return refuse("bucket_id_bytes")
-	case s.idBytes+size > s.o.MaxTotalIDBytes:
+	case g.idBytes+size > g.o.MaxTotalIDBytes:
 		return refuse("total_bucket_id_bytes")
 	}
 	st.idBytes += size
-	s.idBytes += size
+	g.idBytes += size
 	return size, true
 }
 
@@ -80,22 +80,24 @@ const (
 
 // cool refuses host's new streams for floodCooldown from now.
 func (s *Service) cool(host string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.flooded == nil {
-		s.flooded = map[string]time.Time{}
+	_ = s.do("refusing a flooding client", func(g *state) { g.cool(host, now) })
+}
+
+func (g *state) cool(host string, now time.Time) {
+	if g.flooded == nil {
+		g.flooded = map[string]time.Time{}
 	}
-	if len(s.flooded) >= maxFlooded {
-		for h, until := range s.flooded {
+	if len(g.flooded) >= maxFlooded {
+		for h, until := range g.flooded {
 			if !now.Before(until) {
-				delete(s.flooded, h)
+				delete(g.flooded, h)
 			}
 		}
-		if len(s.flooded) >= maxFlooded {
+		if len(g.flooded) >= maxFlooded {
 			return
 		}
 	}
-	s.flooded[host] = now.Add(floodCooldown)
+	g.flooded[host] = now.Add(floodCooldown)
 }
 
 // peerHost is the client's address without its port ("" when unknown).

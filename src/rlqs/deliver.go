@@ -34,7 +34,7 @@ type grantRef struct {
 }
 
 // departure is a message that has left: its grants hand over at the next
-// round (rounds alone change ledgers, under the grant lock), and what
+// round (rounds alone change ledgers, one at a time), and what
 // they free is given back in that round's first store calls.
 type departure struct {
 	grants    []grantRef
@@ -44,13 +44,6 @@ type departure struct {
 // sender is what deliver needs of a stream: gRPC's server stream.
 type sender interface {
 	Send(*rlqsv3.RateLimitQuotaResponse) error
-}
-
-// safeDeliver is deliver, a panic in it recovered (see recovered): it runs
-// on a goroutine of its own, where one would take the process down.
-func (s *Service) safeDeliver(ctx context.Context, gs sender, st *stream, stalled chan<- struct{}) (err error) {
-	defer s.recovered(&err, "sending a stream's assignments")
-	return s.deliver(ctx, gs, st, stalled)
 }
 
 // deliver sends st's messages in order until ctx is done or a send fails.
@@ -130,28 +123,27 @@ func (s *Service) delivered(o *outgoing) {
 	if len(o.grants) == 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.departed = append(s.departed, departure{o.grants, o.at.Add(s.o.Delivery)})
+	h := departure{o.grants, o.at.Add(s.o.Delivery)}
+	_ = s.do("noting a message that left", func(g *state) { g.departed = append(g.departed, h) })
 }
 
 // undelivered notes that o never left: what it renewed may lapse before
 // the next message, and what it replaced stays in force.
 func (s *Service) undelivered(o *outgoing) {
 	s.stats.dropped.Inc()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range o.buckets {
-		b.lapsed = true
-	}
+	_ = s.do("noting a message that never left", func(g *state) {
+		for _, b := range o.buckets {
+			b.lapsed = true
+		}
+	})
 }
 
 // handOvers hands over the grants whose messages have left since the last
 // round and returns what the store holds past their need, as asks to give
-// back. Called with the service's lock held, before the round plans.
-func (s *Service) handOvers(now time.Time) []*ask {
+// back. Run on the owner, before the round plans.
+func (g *state) handOvers(now time.Time) []*ask {
 	var back []*ask
-	for _, h := range s.departed {
+	for _, h := range g.departed {
 		for _, r := range h.grants {
 			m := r.m
 			m.l.handOver(now, h.arrivedBy, r.id, func(w int64, n uint64) {
@@ -159,6 +151,6 @@ func (s *Service) handOvers(now time.Time) []*ask {
 			})
 		}
 	}
-	s.departed = nil
+	g.departed = nil
 	return back
 }

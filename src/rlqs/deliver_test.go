@@ -90,13 +90,14 @@ func TestAMessageLeavesWithinTheBoundOrNever(t *testing.T) {
 			if err := s.stats.dropped.Write(&dropped); err != nil {
 				t.Fatal(err)
 			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
+			var departed int
+			var lapsed bool
+			owned(t, s, func(g *state) { departed, lapsed = len(g.departed), b.lapsed })
 			switch {
-			case tc.leaves && (len(s.departed) != 1 || b.lapsed || dropped.GetCounter().GetValue() != 0):
-				t.Errorf("a message that left: %d hand-overs noted (want 1), lapsed %v, %v dropped", len(s.departed), b.lapsed, dropped.GetCounter().GetValue())
-			case !tc.leaves && (len(s.departed) != 0 || !b.lapsed || dropped.GetCounter().GetValue() != 1):
-				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", len(s.departed), b.lapsed, dropped.GetCounter().GetValue())
+			case tc.leaves && (departed != 1 || lapsed || dropped.GetCounter().GetValue() != 0):
+				t.Errorf("a message that left: %d hand-overs noted (want 1), lapsed %v, %v dropped", departed, lapsed, dropped.GetCounter().GetValue())
+			case !tc.leaves && (departed != 0 || !lapsed || dropped.GetCounter().GetValue() != 1):
+				t.Errorf("a message that never left: %d hand-overs noted (want 0), lapsed %v (want true), %v dropped (want 1)", departed, lapsed, dropped.GetCounter().GetValue())
 			}
 		})
 	}
@@ -114,7 +115,9 @@ func TestAPanicInSendingEndsTheStream(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	s, st := fleetStream(t, func() time.Time { return now })
 	st.out <- &outgoing{msg: &rlqsv3.RateLimitQuotaResponse{}, at: now}
-	err := s.safeDeliver(context.Background(), panickySender{}, st, make(chan struct{}, 1))
+	err := s.guard("sending a stream's assignments", func() error {
+		return s.deliver(context.Background(), panickySender{}, st, make(chan struct{}, 1))
+	})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("deliver after a panic: %v, want Internal", err)
 	}
@@ -137,7 +140,9 @@ func TestAReportAfterItsStreamClosedIsDropped(t *testing.T) {
 	s.close(st)
 	fresh := s.report(st, &rlqsv3.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
 		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "a"}}, NumRequestsAllowed: 1}}})
-	if len(fresh) != 0 || s.buckets != 0 || len(st.buckets) != 0 {
-		t.Errorf("a report on a closed stream made %d buckets (the service counts %d)", len(st.buckets), s.buckets)
+	var buckets, ofStream int
+	owned(t, s, func(g *state) { buckets, ofStream = g.buckets, len(st.buckets) })
+	if len(fresh) != 0 || buckets != 0 || ofStream != 0 {
+		t.Errorf("a report on a closed stream made %d buckets (the service counts %d)", ofStream, buckets)
 	}
 }

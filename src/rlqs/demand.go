@@ -39,8 +39,8 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 	period := s.demandPeriod()
 	w := now.UnixNano() / int64(period)
 	var pubs []pub
-	s.locked(func() {
-		for _, p := range s.pools {
+	if s.do("publishing demand", func(g *state) {
+		for _, p := range g.pools {
 			perSecond := float64(p.rule.Limit) / p.rule.Period.Seconds()
 			d := 0.0
 			for m := range p.members {
@@ -49,8 +49,7 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 			mine := uint64(math.Min(math.Ceil(d*demandScale), demandCeiling/16))
 			pubs = append(pubs, pub{p: p, key: p.key + "\x00rlqs-demand", mine: mine, before: p.publish(w, mine)})
 		}
-	})
-	if len(pubs) == 0 {
+	}) != nil || len(pubs) == 0 {
 		return
 	}
 	// Window w's counter is named by w and counted as a fixed window twice
@@ -75,11 +74,11 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 		s.storeError(err)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, pb := range pubs {
-		pb.p.frac = part(pb.mine, pb.before, demandCeiling-outs[i].Remaining)
-	}
+	_ = s.do("setting the parts of demand", func(*state) {
+		for i, pb := range pubs {
+			pb.p.frac = part(pb.mine, pb.before, demandCeiling-outs[i].Remaining)
+		}
+	})
 }
 
 // part is a replica's part of a limit: what it published to the window

@@ -52,7 +52,7 @@ func TestAReplicaReadsItsPartLikeAgainstLike(t *testing.T) {
 					members: map[*member]struct{}{}, frac: 1}
 				buckets[i] = &bucket{}
 				pools[i].members[&member{b: buckets[i], p: pools[i]}] = struct{}{}
-				services[i].pools["k"] = pools[i]
+				owned(t, services[i], func(g *state) { g.pools["k"] = pools[i] })
 			}
 			for k, st := range tc.steps {
 				buckets[st.replica].demand = st.demand / 1.1 // want() asks 1.1 times its demand

@@ -96,7 +96,7 @@ func TestCapacityKeptThroughCuts(t *testing.T) {
 		{"starts full at 5, wanting 3/s", 1, true, 5, true, 3, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{})
+			s := bare(Options{})
 			b := &bucket{sentKind: kindLimited, sentQ: 9, sentF: 1, sentCap: tc.sentCap, sent: now, lapsed: tc.lapsed, demand: tc.demand,
 				members: []*member{{l: newLedger(time.Second), p: &pool{key: "k"}}}}
 			if j := s.sizedJob(b, now, tc.q, 1, tc.mayGrow); j.capacity != tc.want {
@@ -128,7 +128,7 @@ func TestEveryGrantCarriesNineTenths(t *testing.T) {
 		{"no share", 0, false, time.Second, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{})
+			s := bare(Options{})
 			p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: tc.period}, members: map[*member]struct{}{}, frac: 1}
 			b := &bucket{kind: kindLimited, demand: 1}
 			m := &member{b: b, p: p, l: newLedger(tc.period), target: tc.target, holds: tc.holds}

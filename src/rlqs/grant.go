@@ -14,10 +14,10 @@ import (
 // shrink returns the job of the largest grant below j's that fits what the
 // check found left in each window it fell short in, or the bucket's job
 // without a share.
-func (s *Service) shrink(j *job, now time.Time) *job {
-	s.stats.shortfalls.Inc()
+func (g *state) shrink(j *job, now time.Time) *job {
+	g.stats.shortfalls.Inc()
 	fits := func(q uint32) *job {
-		c := s.sizedJob(j.b, now, q, j.fillSecs, false)
+		c := g.sizedJob(j.b, now, q, j.fillSecs, false)
 		for i, t := range c.trials {
 			for w, left := range j.left[i] {
 				if t.need(w) > left {
@@ -41,16 +41,16 @@ func (s *Service) shrink(j *job, now time.Time) *job {
 			return c
 		}
 	}
-	if hb := s.holdBack(j.b, now); hb != nil {
+	if hb := g.holdBack(j.b, now); hb != nil {
 		return hb
 	}
 	return &job{b: j.b} // nothing to send: what is in force runs out
 }
 
 // jobFor says what bucket b is sent this round, or nil for nothing.
-func (s *Service) jobFor(b *bucket, now time.Time) *job {
+func (g *state) jobFor(b *bucket, now time.Time) *job {
 	if b.kind != kindLimited {
-		if b.sentKind == b.kind && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+		if b.sentKind == b.kind && !b.lapsed && now.Sub(b.sent) < g.o.TTL/2 {
 			return nil
 		}
 		return &job{b: b, kind: b.kind}
@@ -74,30 +74,30 @@ func (s *Service) jobFor(b *bucket, now time.Time) *job {
 		return &job{b: b, kind: kindDeny}
 	}
 	if !holds {
-		return s.holdBack(b, now)
+		return g.holdBack(b, now)
 	}
 	// A target under a token per period is a grant of 0: the 0.9 every
 	// grant carries (plan.ExtraPerPeriod).
 	q := math.Floor(rate*float64(f) + 1e-9)
-	return s.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
+	return g.limitedJob(b, now, uint32(min(q, math.MaxUint32)), f)
 }
 
 // limitedJob is the job of granting b q tokens every f seconds: each
 // member's ledger with the grant in it, and what the store must add. Its
 // capacity may grow (plan.CapacityFor); shrink's smaller grants keep it.
-func (s *Service) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
-	return s.sizedJob(b, now, q, f, true)
+func (g *state) limitedJob(b *bucket, now time.Time, q uint32, f int64) *job {
+	return g.sizedJob(b, now, q, f, true)
 }
 
 // sizedJob is limitedJob, with a capacity that may grow or not.
-func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
-	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+func (g *state) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow bool) *job {
+	lapsed := b.sentKind != kindLimited || b.lapsed || !now.Add(g.o.Delivery).Before(b.sent.Add(g.o.TTL))
 	j := &job{b: b, kind: kindLimited, perFill: q, fillSecs: f, capacity: plan.CapacityFor(b.sentCap, q, startCapacity(b, f), lapsed, mayGrow)}
 	_, _, r := plan.TokenBucket(j.perFill, f)
 	for i, m := range b.members {
 		m.l.advance(now)
 		t := m.l.clone()
-		grows := t.grant(j.capacity, now, now.Add(s.o.TTL+s.o.Delivery))
+		grows := t.grant(j.capacity, now, now.Add(g.o.TTL+g.o.Delivery))
 		reset := lapsed || grows
 		switch {
 		case reset && t.began.IsZero():
@@ -106,10 +106,10 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 			// tokens (began is before it) already count it.
 			t.reset(now, now)
 		case reset:
-			t.reset(now, now.Add(s.o.Delivery))
+			t.reset(now, now.Add(g.o.Delivery))
 		}
-		t.raise(now, now.Add(s.o.TTL+s.o.Delivery), r)
-		t.note(seg{now, now.Add(s.o.TTL + s.o.Delivery), r}, j.capacity)
+		t.raise(now, now.Add(g.o.TTL+g.o.Delivery), r)
+		t.note(seg{now, now.Add(g.o.TTL + g.o.Delivery), r}, j.capacity)
 		j.members, j.trials = append(j.members, m), append(j.trials, t)
 		t.shortfall(now, func(w int64, n uint64) {
 			at := maxTime(t.start(w), now)
@@ -127,12 +127,12 @@ func (s *Service) sizedJob(b *bucket, now time.Time, q uint32, f int64, mayGrow 
 // default settings (no expired-assignment fallback), the Envoy would allow
 // everything until the DENY_ALL of a later round arrived: requests nothing
 // reserved.
-func (s *Service) holdBack(b *bucket, now time.Time) *job {
+func (g *state) holdBack(b *bucket, now time.Time) *job {
 	// The next round's action arrives by now + Push + Delivery; the token
 	// bucket ends no earlier than its sending plus its TTL.
-	lastsPastNext := now.Add(s.o.Push + s.o.Delivery).Before(b.sent.Add(s.o.TTL))
+	lastsPastNext := now.Add(g.o.Push + g.o.Delivery).Before(b.sent.Add(g.o.TTL))
 	inForce := b.sentKind == kindLimited && !b.lapsed && lastsPastNext
-	if inForce || b.sentKind == kindDeny && !b.lapsed && now.Sub(b.sent) < s.o.TTL/2 {
+	if inForce || b.sentKind == kindDeny && !b.lapsed && now.Sub(b.sent) < g.o.TTL/2 {
 		return nil
 	}
 	return &job{b: b, kind: kindDeny}

@@ -149,23 +149,23 @@ func (l *ledger) lend(now time.Time, f func(w int64, n uint64)) {
 
 // noteLending notes a report of b's allowed requests received at now,
 // cut no earlier than the delivery bound before, in its ledgers; the next
-// round lends what it leaves unneeded. Called with the service's lock held.
-func (s *Service) noteLending(b *bucket, allowed uint64, now time.Time) {
+// round lends what it leaves unneeded.
+func (g *state) noteLending(b *bucket, allowed uint64, now time.Time) {
 	for _, m := range b.members {
-		m.l.noteReport(now, now.Add(-s.o.Delivery), allowed)
+		m.l.noteReport(now, now.Add(-g.o.Delivery), allowed)
 	}
 	if !b.lending {
 		b.lending = true
-		s.lenders = append(s.lenders, b)
+		g.lenders = append(g.lenders, b)
 	}
 }
 
 // lends gives back, as asks, what the buckets reported since the last
-// round hold past their present windows' need. Called with the service's
-// lock held, before the round plans.
-func (s *Service) lends(now time.Time) []*ask {
+// round hold past their present windows' need. Run before the round
+// plans.
+func (g *state) lends(now time.Time) []*ask {
 	var back []*ask
-	for _, b := range s.lenders {
+	for _, b := range g.lenders {
 		b.lending = false
 		if b.gone {
 			continue
@@ -177,6 +177,6 @@ func (s *Service) lends(now time.Time) []*ask {
 			})
 		}
 	}
-	s.lenders = s.lenders[:0]
+	g.lenders = g.lenders[:0]
 	return back
 }

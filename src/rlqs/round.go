@@ -36,9 +36,11 @@ type job struct {
 }
 
 // ask is a job's request to the store for one member and window. It
-// holds what it needs of the member as the plan saw it: the round reads
-// it after releasing the service's lock, when a closing stream may have
-// emptied the bucket's members (leave).
+// holds what the store call needs as values the round owns (rule, key,
+// window, tokens, instant): the round asks the store off the owner, while
+// a closing stream may empty the bucket's members (leave). Its job (with
+// the job's trial ledgers) is the round's own too; its member is read
+// only on the owner.
 type ask struct {
 	job    *job
 	trial  int     // index into j.trials
@@ -53,20 +55,27 @@ type ask struct {
 }
 
 // round renews and refills: every bucket when only is nil, else only
-// those (a stream's new buckets, answered as soon as they are reported).
-func (s *Service) round(ctx context.Context, only []*bucket) {
-	s.grant.Lock()
-	defer s.grant.Unlock()
+// those (buckets due a round at once). It runs on Run's goroutine, one
+// round at a time: a round reads ledgers, asks the store, then commits,
+// and two rounds must not interleave on one. Its phases on the state run
+// on the owner; the store is asked between them with the asks the owner
+// made, which are values of the round's own (see ask), so every report,
+// open and close goes on while the store works. A panic in a phase ends
+// the round there: what it counted stays counted until its windows end,
+// which errs toward admitting less.
+func (s *Service) round(ctx context.Context, only []*bucket) error {
 	now := s.o.Clock()
 	if only == nil {
 		s.exchangeDemand(ctx, now)
 	}
 	var jobs []*job
 	var back []*ask
-	s.locked(func() {
-		back = append(s.handOvers(now), s.lends(now)...)
-		jobs = s.plan(now, only)
-	})
+	if err := s.do("planning a grant round", func(g *state) {
+		back = append(g.handOvers(now), g.lends(now)...)
+		jobs = g.plan(now, only)
+	}); err != nil {
+		return err
+	}
 	// Count at once: most grants fit, and checking each first would ask
 	// the store twice for every one. A grant that does not fit in full is
 	// given back and shrunk to what the store can hold (counting a part of
@@ -82,31 +91,25 @@ func (s *Service) round(ctx context.Context, only []*bucket) {
 	}
 	if len(short) > 0 {
 		var again []*job
-		s.locked(func() {
+		if err := s.do("shrinking the grants that fell short", func(g *state) {
 			for i, j := range jobs {
 				if j.failed && !j.refused && !j.b.gone {
-					jobs[i] = s.shrink(j, now)
+					jobs[i] = g.shrink(j, now)
 					again = append(again, jobs[i])
 				}
 			}
-		})
+		}); err != nil {
+			return err
+		}
 		s.recount(ctx, short, again)
 	}
-	s.locked(func() { s.commit(now, jobs) })
-}
-
-// locked runs f with the service's lock held, released however f ends (a
-// panic recovered by safeRound must not leave it held).
-func (s *Service) locked(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f()
+	return s.do("committing a grant round", func(g *state) { g.commit(now, jobs) })
 }
 
 // credit records what the store granted for a job's asks: in its trial
 // ledgers, and, when the job did not succeed, in the buckets' own (the
 // store holds it either way).
-func (s *Service) credit(j *job) {
+func (g *state) credit(j *job) {
 	if j.credited {
 		return
 	}
@@ -123,11 +126,11 @@ func (s *Service) credit(j *job) {
 
 // plan decides what each bucket should get and what the store must hold
 // for it.
-func (s *Service) plan(now time.Time, only []*bucket) []*job {
-	cfg := s.o.Configs.Load()
+func (g *state) plan(now time.Time, only []*bucket) []*job {
+	cfg := g.o.Configs.Load()
 	buckets := only
 	if only == nil {
-		for st := range s.streams {
+		for st := range g.streams {
 			for _, b := range st.buckets {
 				buckets = append(buckets, b)
 			}
@@ -144,16 +147,16 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 		if b.gone {
 			continue
 		}
-		if only == nil && now.Sub(b.lastTraffic) >= s.o.Idle {
-			if len(b.s.abandoned) < s.o.MaxBuckets {
+		if only == nil && now.Sub(b.lastTraffic) >= g.o.Idle {
+			if len(b.s.abandoned) < g.o.MaxBuckets {
 				b.s.abandoned[bucketKey(b.values)] = now
 			}
-			s.drop(b)
-			s.stats.abandoned.Inc()
+			g.drop(b)
+			g.stats.abandoned.Inc()
 			jobs = append(jobs, &job{b: b, abandon: true})
 			continue
 		}
-		s.reclassify(b, cfg)
+		g.reclassify(b, cfg)
 		live = append(live, b)
 	}
 	filled := map[*pool]bool{}
@@ -169,7 +172,7 @@ func (s *Service) plan(now time.Time, only []*bucket) []*job {
 		live = append(live, lowered(live)...)
 	}
 	for _, b := range live {
-		if j := s.jobFor(b, now); j != nil {
+		if j := g.jobFor(b, now); j != nil {
 			jobs = append(jobs, j)
 		}
 	}
@@ -207,15 +210,15 @@ func lowered(live []*bucket) []*bucket {
 
 // commit records what the store now holds, settles each job and sends.
 // A message's grants hand over once it has left (see deliver).
-func (s *Service) commit(now time.Time, jobs []*job) {
+func (g *state) commit(now time.Time, jobs []*job) {
 	out := map[*stream]*outgoing{}
 	for _, j := range jobs {
 		b := j.b
-		s.credit(j)
+		g.credit(j)
 		if b.gone && !j.abandon {
 			continue
 		}
-		action := s.settle(j, now)
+		action := g.settle(j, now)
 		if action == nil {
 			continue
 		}
@@ -226,7 +229,7 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 		}
 		o.msg.BucketAction = append(o.msg.BucketAction, action)
 		o.buckets = append(o.buckets, b)
-		o.grants = s.grantsOf(j, now, o.grants)
+		o.grants = g.grantsOf(j, now, o.grants)
 	}
 	for st, o := range out {
 		select {
@@ -234,7 +237,7 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 		default:
 			// The Envoy reads slower than we renew: this message is lost,
 			// so what it renewed may lapse before the next one.
-			s.stats.dropped.Inc()
+			g.stats.dropped.Inc()
 			for _, b := range o.buckets {
 				b.lapsed = true
 			}
@@ -245,7 +248,7 @@ func (s *Service) commit(now time.Time, jobs []*job) {
 // grantsOf appends to hands the grants j sends that hand over once their
 // message has left: a token bucket's (noted in its trial ledgers, now the
 // members'), or a DENY_ALL's, noted here as a grant of nothing.
-func (s *Service) grantsOf(j *job, now time.Time, hands []grantRef) []grantRef {
+func (g *state) grantsOf(j *job, now time.Time, hands []grantRef) []grantRef {
 	switch {
 	case j.abandon:
 	case j.kind == kindLimited:
@@ -262,10 +265,10 @@ func (s *Service) grantsOf(j *job, now time.Time, hands []grantRef) []grantRef {
 
 // settle applies a job's outcome to its bucket and returns the action to
 // send, or nil.
-func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func (g *state) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	b := j.b
 	if j.abandon {
-		s.stats.assignments.WithLabelValues("abandon").Inc()
+		g.stats.assignments.WithLabelValues("abandon").Inc()
 		return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
 	}
@@ -276,8 +279,8 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 		return nil // the store is away: what is in force lapses to the Envoy's fallback
 	case j.failed:
 		// Another replica counted between the check and the count.
-		s.stats.shortfalls.Inc()
-		if hb := s.holdBack(b, now); hb == nil {
+		g.stats.shortfalls.Inc()
+		if hb := g.holdBack(b, now); hb == nil {
 			return nil
 		}
 		j.kind = kindDeny
@@ -289,12 +292,12 @@ func (s *Service) settle(j *job, now time.Time) *rlqsv3.RateLimitQuotaResponse_B
 		b.sentQ, b.sentF, b.sentCap = j.perFill, j.fillSecs, j.capacity
 	}
 	b.sent, b.sentKind, b.lapsed = now, j.kind, false
-	s.stats.assignments.WithLabelValues(j.kind.String()).Inc()
-	return s.action(b.id, j)
+	g.stats.assignments.WithLabelValues(j.kind.String()).Inc()
+	return g.action(b.id, j)
 }
 
 // action builds the assignment for a job.
-func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func (g *state) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	strategy := &typev3.RateLimitStrategy{}
 	switch j.kind {
 	case kindLimited:
@@ -315,7 +318,7 @@ func (s *Service) action(id *rlqsv3.BucketId, j *job) *rlqsv3.RateLimitQuotaResp
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id,
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(s.o.TTL), RateLimitStrategy: strategy}}}
+				AssignmentTimeToLive: durationpb.New(g.o.TTL), RateLimitStrategy: strategy}}}
 }
 
 // maxLowered bounds the lowered grants a round at once sends (see

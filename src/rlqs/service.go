@@ -3,7 +3,6 @@ package rlqs
 import (
 	"context"
 	"math"
-	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -116,29 +115,19 @@ func (o Options) withDefaults() Options {
 }
 
 // Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
+// What it serves from (streams, buckets, pools and ledgers) belongs to
+// its owner goroutine (see owner.go); the Service itself holds only what
+// every goroutine may read.
 type Service struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	o Options
 
-	// grant serializes grant rounds: a round reads ledgers, asks the
-	// store, then commits, and two rounds must not interleave on one.
-	grant sync.Mutex
-
-	mu      sync.Mutex // guards everything below and every bucket
-	streams map[*stream]struct{}
-	// flooded holds, by client address, until when its new streams are
-	// refused: one of its streams was ended for its report rate.
-	flooded map[string]time.Time
-	pools   map[string]*pool
-	nextID  uint64
-	buckets int // across streams
-	idBytes int // their ids' bytes (Options.MaxTotalIDBytes)
-	// departed is the messages that have left since the last round, whose
-	// grants that round hands over (see deliver.go).
-	departed []departure
-	// lenders is the buckets reported since the last round, whose
-	// reports may give back what they did not use (see lending).
-	lenders []*bucket
+	owner chan<- message
+	// stopped is closed when Run ends, and the owner with it.
+	stopped chan struct{}
+	// due is signalled when a report leaves buckets due a round at once
+	// (state.atOnce); Run takes them.
+	due chan struct{}
 
 	stats *stats
 
@@ -146,59 +135,94 @@ type Service struct {
 	panicLog *logthrottle.Throttle
 }
 
-// New returns a Service; Run drives its renewals.
+// New returns a Service and starts its owner; Run drives its rounds, and
+// its end stops the service.
 func New(o Options) *Service {
-	o = o.withDefaults()
-	return &Service{o: o, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stats: newStats(),
+	s := &Service{o: o.withDefaults(), stats: newStats(), due: make(chan struct{}, 1), stopped: make(chan struct{}),
 		storeLog: &logthrottle.Throttle{Every: logEvery}, panicLog: &logthrottle.Throttle{Every: logEvery}}
+	s.owner = own(newState(&s.o, s.stats, s.due), s.stopped)
+	return s
 }
 
-// Run renews and refills every Push until ctx is done.
+// newState is an empty state for a service of o.
+func newState(o *Options, st *stats, due chan struct{}) *state {
+	return &state{o: o, stats: st, streams: map[*stream]struct{}{}, pools: map[string]*pool{}, dueSignal: due}
+}
+
+// Run runs the rounds, one at a time, until ctx is done: every Push a
+// round over every bucket, and between them, as soon as a report leaves
+// some, a round at once over the buckets due one (see report). A round at
+// once that panics ends the streams whose buckets it served; a push that
+// panics is counted and logged, and the next one runs. Once Run has
+// returned, the service serves nothing more: its streams end Unavailable.
 func (s *Service) Run(ctx context.Context) {
 	t := time.NewTicker(s.o.Push)
 	defer t.Stop()
+	defer close(s.stopped)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = s.safeRound(ctx, nil)
+			_ = s.guard("a grant round", func() error { return s.round(ctx, nil) })
+		case <-s.due:
+			var due []*bucket
+			if s.do("taking the buckets due a round", func(g *state) { due, g.atOnce = g.atOnce, nil }) != nil || len(due) == 0 {
+				continue
+			}
+			if err := s.guard("a grant round", func() error { return s.round(ctx, due) }); err != nil {
+				s.fail(due, err)
+			}
 		}
 	}
 }
 
-// safeRound is round, a panic in it recovered (see recovered): the locks
-// it holds are released on the way out (round and locked defer them).
-func (s *Service) safeRound(ctx context.Context, only []*bucket) (err error) {
-	defer s.recovered(&err, "a grant round")
-	s.round(ctx, only)
-	return nil
+// fail ends the streams of buckets with err.
+func (s *Service) fail(buckets []*bucket, err error) {
+	for _, b := range buckets {
+		select {
+		case b.s.failed <- err:
+		default: // it has one already
+		}
+	}
 }
 
-func (s *Service) drop(b *bucket) {
+func (g *state) drop(b *bucket) {
 	b.gone = true
-	s.leave(b)
+	g.leave(b)
 	delete(b.s.buckets, bucketKey(b.values))
-	s.buckets--
+	g.buckets--
 	b.s.idBytes -= b.idBytes
-	s.idBytes -= b.idBytes
+	g.idBytes -= b.idBytes
 }
 
 // leave takes the bucket out of its pools.
-func (s *Service) leave(b *bucket) {
+func (g *state) leave(b *bucket) {
 	for _, m := range b.members {
 		delete(m.p.members, m)
-		if len(m.p.members) == 0 && s.pools[m.p.key] == m.p {
-			delete(s.pools, m.p.key)
+		if len(m.p.members) == 0 && g.pools[m.p.key] == m.p {
+			delete(g.pools, m.p.key)
 		}
 	}
 	b.members = nil
 }
 
-// safeReport is report, a panic in it recovered (see recovered).
-func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) (due []*bucket, err error) {
-	defer s.recovered(&err, "a usage report")
-	return s.report(st, msg), nil
+// take hands one message of usage to the owner, and queues the buckets it
+// leaves due a round at once for Run.
+func (s *Service) take(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) error {
+	return s.do("a usage report", func(g *state) { g.dueAtOnce(g.report(st, msg)) })
+}
+
+// dueAtOnce queues buckets due a round at once and tells Run.
+func (g *state) dueAtOnce(due []*bucket) {
+	if len(due) == 0 {
+		return
+	}
+	g.atOnce = append(g.atOnce, due...)
+	select {
+	case g.dueSignal <- struct{}{}:
+	default: // a signal is waiting already
+	}
 }
 
 // report takes one message of usage and returns the buckets due a round
@@ -208,10 +232,8 @@ func (s *Service) safeReport(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports)
 // 5 s; a client that sent each bucket's falls in messages of their own
 // would otherwise have each answered by a round of its own, where the
 // push answers them all in one.
-func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
-	now := s.o.Clock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (g *state) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*bucket {
+	now := g.o.Clock()
 	if st.closed {
 		return nil
 	}
@@ -220,20 +242,20 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 		st.domain = d
 	case d != "" && d != st.domain:
 		// Envoy never changes a stream's domain; keep the first.
-		s.stats.anomalies.WithLabelValues("domain_changed").Inc()
+		g.stats.anomalies.WithLabelValues("domain_changed").Inc()
 	}
 	if len(msg.GetBucketQuotaUsages()) == 0 {
-		s.stats.anomalies.WithLabelValues("empty_report").Inc()
+		g.stats.anomalies.WithLabelValues("empty_report").Inc()
 	}
 	var due, fell []*bucket
 	for _, u := range msg.GetBucketQuotaUsages() {
-		s.stats.reported.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
-		s.stats.reported.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
+		g.stats.reported.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
+		g.stats.reported.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
 		values := u.GetBucketId().GetBucket()
 		if len(values) == 0 {
 			// Envoy sends these when bucket_id_builder is unset and ignores
 			// any action for them.
-			s.stats.anomalies.WithLabelValues("empty_bucket_id").Inc()
+			g.stats.anomalies.WithLabelValues("empty_bucket_id").Inc()
 			continue
 		}
 		key := bucketKey(values)
@@ -248,48 +270,48 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) []*
 			// Envoy made it anew.
 			if at, ok := st.abandoned[key]; ok {
 				if now.Sub(at) < abandonedFor && reported(u) == 0 {
-					s.stats.anomalies.WithLabelValues("report_after_abandon").Inc()
+					g.stats.anomalies.WithLabelValues("report_after_abandon").Inc()
 					continue
 				}
 				delete(st.abandoned, key)
 			}
-			if b = s.newBucket(st, u, now); b == nil {
+			if b = g.newBucket(st, u, now); b == nil {
 				continue
 			}
 			due = append(due, b)
 		}
-		s.noteLending(b, u.GetNumRequestsAllowed(), now)
+		g.noteLending(b, u.GetNumRequestsAllowed(), now)
 		if b.noteUsage(u, now) {
 			fell = append(fell, b) // a fresh bucket is not measured yet
 		}
 		if b.kind == kindShadow {
-			s.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
+			g.stats.shadow.Add(float64(u.GetNumRequestsAllowed()))
 		}
 	}
-	return append(due, s.answerEarly(st, fell, now)...)
+	return append(due, g.answerEarly(st, fell, now)...)
 }
 
 // answerEarly is fell, due a round at once, or nothing when the stream
-// had one of those within the push (see report); s.mu held.
-func (s *Service) answerEarly(st *stream, fell []*bucket, now time.Time) []*bucket {
-	if len(fell) == 0 || now.Sub(st.early) < s.o.Push {
+// had one of those within the push (see report).
+func (g *state) answerEarly(st *stream, fell []*bucket, now time.Time) []*bucket {
+	if len(fell) == 0 || now.Sub(st.early) < g.o.Push {
 		return nil
 	}
 	st.early = now
 	return fell
 }
 
-func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *bucket {
+func (g *state) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *bucket {
 	values := u.GetBucketId().GetBucket()
-	if len(st.buckets) >= s.o.MaxBuckets {
-		s.stats.refused.WithLabelValues("buckets").Inc()
+	if len(st.buckets) >= g.o.MaxBuckets {
+		g.stats.refused.WithLabelValues("buckets").Inc()
 		return nil
 	}
-	if s.buckets >= s.o.MaxTotalBuckets {
-		s.stats.refused.WithLabelValues("total_buckets").Inc()
+	if g.buckets >= g.o.MaxTotalBuckets {
+		g.stats.refused.WithLabelValues("total_buckets").Inc()
 		return nil
 	}
-	size, ok := s.admitID(st, values)
+	size, ok := g.admitID(st, values)
 	if !ok {
 		return nil
 	}
@@ -300,12 +322,12 @@ func (s *Service) newBucket(st *stream, u *rlqsv3.RateLimitQuotaUsageReports_Buc
 	b := &bucket{s: st, id: &rlqsv3.BucketId{Bucket: own}, values: own, est: plan.NewDemand(), demand: math.Inf(1),
 		lastReport: now, lastTraffic: now, idBytes: size}
 	st.buckets[bucketKey(own)] = b
-	s.buckets++
+	g.buckets++
 	return b
 }
 
 // reclassify brings the bucket up to the config in force.
-func (s *Service) reclassify(b *bucket, cfg *config.Config) {
+func (g *state) reclassify(b *bucket, cfg *config.Config) {
 	if b.cfg == cfg && b.kind != kindNone {
 		return
 	}
@@ -314,16 +336,16 @@ func (s *Service) reclassify(b *bucket, cfg *config.Config) {
 	for _, m := range b.members {
 		old[m.p.key] = m
 	}
-	s.leave(b)
+	g.leave(b)
 	b.cfg, b.kind = cfg, k
 	for _, sp := range specs {
-		p := s.pools[sp.key]
+		p := g.pools[sp.key]
 		if p == nil || p.rule != sp.rule {
 			// A limit changed under one key: a new pool. The buckets
 			// still in the old one join this one as this round
 			// reclassifies them.
 			p = &pool{key: sp.key, rule: sp.rule, metric: sp.metric, members: map[*member]struct{}{}, frac: 1}
-			s.pools[sp.key] = p
+			g.pools[sp.key] = p
 		}
 		m := old[sp.key]
 		if m == nil || m.l.period != sp.rule.Period {

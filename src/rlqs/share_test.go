@@ -175,7 +175,7 @@ func TestPoolFillPlansAGrowth(t *testing.T) {
 	if grower.target*1 < plan.ShrinkBelow {
 		t.Fatalf("the growing bucket's target %.2f, below %d", grower.target, plan.ShrinkBelow)
 	}
-	s := New(Options{})
+	s := bare(Options{})
 	if j := s.sizedJob(grower.b, now, uint32(grower.target), 1, true); j.capacity != 2 {
 		t.Errorf("the first try's capacity %d, want 2", j.capacity)
 	}
@@ -253,7 +253,7 @@ func TestAPassedOverHolderIsDeniedAtOnce(t *testing.T) {
 		{"idle, denied a moment ago", 0, kindDeny, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{})
+			s := bare(Options{})
 			p := &pool{key: "k", rule: limiter.Rule{Algorithm: limiter.FixedWindow, Limit: 30, Period: time.Second}, members: map[*member]struct{}{}, frac: 1}
 			b := &bucket{kind: kindLimited, sentKind: tc.sent, sentQ: 2, sentF: 1, sentCap: 1, sent: now, demand: tc.demand, lapsed: tc.lapsed}
 			m := &member{b: b, p: p, l: newLedger(time.Second)}

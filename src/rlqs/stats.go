@@ -1,8 +1,6 @@
 package rlqs
 
 import (
-	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,13 +59,17 @@ func (s *Service) Collectors() []prometheus.Collector {
 	}
 }
 
+// counts is the streams open and the buckets tracked.
 func (s *Service) counts() (streams, buckets int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for st := range s.streams {
+	_ = s.do("counting streams", func(g *state) { streams, buckets = g.counts() })
+	return streams, buckets
+}
+
+func (g *state) counts() (streams, buckets int) {
+	for st := range g.streams {
 		buckets += len(st.buckets)
 	}
-	return len(s.streams), buckets
+	return len(g.streams), buckets
 }
 
 // storeError counts a failed store call and logs it, at most once per
@@ -80,22 +82,17 @@ func (s *Service) storeError(err error) {
 	}
 }
 
-// recovered turns a panic in RLQS work into an error: counted, logged
-// (at most once per logEvery, with how many were held back, and the
-// first's stack), and returned, so that the stream it served ends and the
-// process, and every other call it serves, goes on. Deferred as
-// defer s.recovered(&err, what).
-func (s *Service) recovered(err *error, what string) {
-	r := recover()
-	if r == nil {
-		return
-	}
+// recovered turns a panic caught in RLQS work into an error: counted,
+// logged (at most once per logEvery, with how many were held back, and
+// the first's stack), and returned, so that the stream it served ends and
+// the process, and every other call it serves, goes on.
+func (s *Service) recovered(p *panicked, what string) error {
 	s.stats.panics.Inc()
 	if n, ok := s.panicLog.Due(time.Now()); ok {
-		s.o.Logger.WithField("panic", fmt.Sprint(r)).WithField("suppressed", n).WithField("stack", string(debug.Stack())).
+		s.o.Logger.WithField("panic", p.String()).WithField("suppressed", n).WithField("stack", string(p.stack)).
 			Error("rlqs: a panic in " + what + " was recovered; the stream it served is ended")
 	}
-	*err = status.Errorf(codes.Internal, "rlqs: internal error in %s", what)
+	return status.Errorf(codes.Internal, "rlqs: internal error in %s", what)
 }
 
 // logEvery spaces the service's repeated warnings.

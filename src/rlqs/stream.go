@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -34,12 +33,9 @@ type stream struct {
 	closed bool
 	// idBytes is the bytes of its buckets' ids (Options.MaxIDBytes).
 	idBytes int
-	// atOnce is the buckets due a round at once that its rounds goroutine
-	// has not taken yet (see answerAtOnce), guarded by its own lock: the
-	// reports' reader only hands them over and reads on.
-	atOnceMu sync.Mutex
-	atOnce   []*bucket
-	atOnceIn chan struct{} // a signal, buffered 1
+	// failed carries the error of a round at once over its buckets that
+	// panicked (see Run), which ends the stream; buffered 1.
+	failed chan error
 }
 
 // abandonedFor is how long an abandoned bucket's key is remembered: past
@@ -60,13 +56,16 @@ func (s *Service) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqsv3.RateL
 	// Reports are read, and sends made, each on a goroutine of its own:
 	// a send blocked past the delivery bound must end the stream, which
 	// only returning from here does (it fails the blocked send).
-	ended := make(chan error, 3)
+	ended := make(chan error, 2)
 	stalled := make(chan struct{}, 1)
-	go func() { ended <- s.safeDeliver(ctx, gs, st, stalled) }()
-	go func() { ended <- s.receive(ctx, gs, st) }()
-	go func() { ended <- s.answerAtOnce(ctx, st) }()
+	go func() {
+		ended <- s.guard("sending a stream's assignments", func() error { return s.deliver(ctx, gs, st, stalled) })
+	}()
+	go func() { ended <- s.guard("a usage report", func() error { return s.receive(ctx, gs, st) }) }()
 	select {
 	case err = <-ended:
+		return err
+	case err = <-st.failed:
 		return err
 	case <-stalled:
 		s.stats.stalled.Inc()
@@ -103,85 +102,52 @@ func (s *Service) receive(ctx context.Context, gs grpc.BidiStreamingServer[rlqsv
 		if h != nil {
 			msg, h = h.report(s, msg), nil
 		}
-		due, err := s.safeReport(st, msg)
-		if err != nil {
-			return err
-		}
-		if len(due) > 0 {
-			st.dueAtOnce(due)
-		}
-	}
-}
-
-// dueAtOnce hands buckets due a round at once to the stream's rounds
-// goroutine (answerAtOnce), merged with those it has not taken yet.
-func (st *stream) dueAtOnce(due []*bucket) {
-	st.atOnceMu.Lock()
-	st.atOnce = append(st.atOnce, due...)
-	st.atOnceMu.Unlock()
-	select {
-	case st.atOnceIn <- struct{}{}:
-	default: // a signal is waiting already
-	}
-}
-
-// answerAtOnce runs the rounds at once of st's reports, until ctx is done.
-// The initial report is answered at once, and so is a fall of demand: the
-// share hands its room over a round sooner. They run here, not on the
-// reports' reader, so that a round (a store call, a wait for the round
-// before it) never stops the reading: unread, a report of several frames
-// would wait for flow-control window, and a client behind it with it. A
-// round runs to its end even if the stream goes meanwhile: what it
-// reserves is then held for nobody, which is safe; cut short, it would
-// count as a store error.
-func (s *Service) answerAtOnce(ctx context.Context, st *stream) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-st.atOnceIn:
-		}
-		st.atOnceMu.Lock()
-		due := st.atOnce
-		st.atOnce = nil
-		st.atOnceMu.Unlock()
-		if err := s.safeRound(context.WithoutCancel(ctx), due); err != nil {
+		if err := s.take(st, msg); err != nil {
 			return err
 		}
 	}
 }
 
-func (s *Service) open(host string) (*stream, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if until, ok := s.flooded[host]; ok {
-		if s.o.Clock().Before(until) {
-			s.stats.refused.WithLabelValues("report_rate").Inc()
+// open opens a stream for a client of host, or says why not.
+func (s *Service) open(host string) (st *stream, err error) {
+	if perr := s.do("opening a stream", func(g *state) { st, err = g.open(host) }); perr != nil {
+		return nil, perr
+	}
+	return st, err
+}
+
+// close forgets the stream (see state.close).
+func (s *Service) close(st *stream) {
+	_ = s.do("closing a stream", func(g *state) { g.close(st) })
+}
+
+func (g *state) open(host string) (*stream, error) {
+	if until, ok := g.flooded[host]; ok {
+		if g.o.Clock().Before(until) {
+			g.stats.refused.WithLabelValues("report_rate").Inc()
 			return nil, status.Errorf(codes.ResourceExhausted, "rlqs: a stream of this address reported too fast; new streams refused until %v",
 				until.UTC().Format(time.RFC3339))
 		}
-		delete(s.flooded, host)
+		delete(g.flooded, host)
 	}
-	if len(s.streams) >= s.o.MaxStreams {
-		s.stats.refused.WithLabelValues("streams").Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "this service already serves %d RLQS streams (RLQS_MAX_STREAMS)", s.o.MaxStreams)
+	if len(g.streams) >= g.o.MaxStreams {
+		g.stats.refused.WithLabelValues("streams").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "this service already serves %d RLQS streams (RLQS_MAX_STREAMS)", g.o.MaxStreams)
 	}
-	s.nextID++
-	st := &stream{id: s.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
-		out: make(chan *outgoing, 8), atOnceIn: make(chan struct{}, 1)}
-	s.streams[st] = struct{}{}
+	g.nextID++
+	st := &stream{id: g.nextID, buckets: map[string]*bucket{}, abandoned: map[string]time.Time{},
+		out: make(chan *outgoing, 8), failed: make(chan error, 1)}
+	g.streams[st] = struct{}{}
 	return st, nil
 }
 
 // close forgets the stream. What the store holds for its buckets stays
 // held until the windows pass: the Envoy may still enforce what it was
 // sent.
-func (s *Service) close(st *stream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (g *state) close(st *stream) {
 	for _, b := range st.buckets {
-		s.drop(b)
+		g.drop(b)
 	}
 	st.closed = true
-	delete(s.streams, st)
+	delete(g.streams, st)
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/openrls/ratelimit/src/config"
 	"github.com/openrls/ratelimit/src/limiter"
 	"github.com/openrls/ratelimit/src/rlqs"
 )
@@ -130,6 +131,43 @@ func TestPanicEndsTheStreamNotTheProcess(t *testing.T) {
 		t.Errorf("panics counted %v, want at least 1", n)
 	}
 	g.panicking.Store(false)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if _, err := reportOnce(t, ctx2, conn); err != nil {
+		t.Fatalf("the next stream: %v", err)
+	}
+}
+
+// panickyConfigs is a config holder whose Load panics while panicking is
+// set: the round's planning, on the service's owner, reads the config.
+type panickyConfigs struct {
+	holder
+	panicking atomic.Bool
+}
+
+func (p *panickyConfigs) Load() *config.Config {
+	if p.panicking.Load() {
+		panic("panickyConfigs: a config that panics")
+	}
+	return p.holder.Load()
+}
+
+// A panic on the service's owner (here in planning a round at once) ends
+// the stream the round served with Internal, is counted, and the owner
+// serves on: the next stream gets its assignment.
+func TestAPanicOnTheOwnerEndsTheStreamNotTheService(t *testing.T) {
+	cfgs := &panickyConfigs{holder: load(t, fleetConfig)}
+	conn, svc := serveService(t, rlqs.Options{Configs: cfgs})
+	cfgs.panicking.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := reportOnce(t, ctx, conn); status.Code(err) != codes.Internal {
+		t.Fatalf("the stream whose round panicked: %v, want Internal", err)
+	}
+	if n := gauge(t, svc, "ratelimit_rlqs_panics_total"); n < 1 {
+		t.Errorf("panics counted %v, want at least 1", n)
+	}
+	cfgs.panicking.Store(false)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	if _, err := reportOnce(t, ctx2, conn); err != nil {

@@ -94,7 +94,8 @@ const (
 // tail of up to maxExactCount trials with odds from 0.01 to 0.99 holds
 // more than changeOdds (the least, 0.0021, at 306 trials of 0.98), so 2
 // leaves room. Summed for every steady bucket, the odds cost a report
-// of 10,000 buckets tens of milliseconds under the service's lock.
+// of 10,000 buckets tens of milliseconds of the owner's time, which
+// every other report and round waits for.
 const surelyChance = 2
 
 // binomialTails are P(X ≤ k) and P(X ≥ k) for X binomial with n trials of

@@ -94,8 +94,8 @@ func TestSurelyChanceIsChance(t *testing.T) {
 }
 
 // BenchmarkChanged is the cost of telling a report's change from chance,
-// which noteUsage pays for every bucket of every report under the
-// service's lock: a steady bucket of 2 a second (small counts, the exact
+// which noteUsage pays for every bucket of every report on the service's
+// owner: a steady bucket of 2 a second (small counts, the exact
 // odds' case), one of 20 a second, and one that stopped.
 func BenchmarkChanged(b *testing.B) {
 	for _, bc := range []struct {
