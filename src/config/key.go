@@ -22,10 +22,16 @@ import (
 //	    counts on one key
 //	'%' a hashed shared pattern
 //
-// The braces are a Redis Cluster hash tag: every limit of one descriptor value
-// lands in one slot. The identity after them names the limit (algorithm and
-// period in seconds), not its amount, so raising requests_per_unit keeps the
-// count. Stores prepend their own prefix and format version.
+// The braces group every limit of one descriptor value, so that a store that
+// shards by key keeps a group together (Redis Cluster reads them as a hash
+// tag: one slot). They are written here, not by a store, because they are part
+// of the one key format every store has always written: a store adding them
+// itself would have to find the group's end in a key again, and any other
+// spelling would count anew from the first replica upgraded. The identity
+// after them names the limit (algorithm and period in seconds), not its
+// amount, so raising requests_per_unit keeps the count. Stores prepend their
+// own prefix and format version, and name per-window state under the key
+// (limiter.WindowKey).
 
 // maxRawField is the longest field written as itself in a key; longer ones are
 // hashed.

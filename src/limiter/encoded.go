@@ -24,14 +24,6 @@ func Eval(state []byte, now time.Time, r Rule, cost uint64, refund bool) (next [
 	return encodeState(st, r.Algorithm), out, time.UnixMicro(exp), write
 }
 
-// FixedWindowAt is the number of the fixed window of r that now falls in,
-// and the instant it ends: a store that counts a fixed window in an
-// integer keeps one per window.
-func FixedWindowAt(now time.Time, r Rule) (w int64, end time.Time) {
-	w, _, e, _ := windowAt(now.UnixMicro(), r)
-	return w, time.UnixMicro(e)
-}
-
 // EvalFixed decides a FixedWindow hit of cost at now, given the window's
 // count before it (a refund gives cost back). It returns the count the
 // window should hold after it (before itself when nothing is written) and

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -285,15 +284,3 @@ func CheckThenCount(b Batch, apply func(step Step, checked []Outcome) ([]Outcome
 	return apply(StepAll, outs)
 }
 
-// WindowOf is the index of the fixed window of length period that holds
-// t (windows are aligned to multiples of the period since the Unix epoch).
-func WindowOf(t time.Time, period time.Duration) int64 { return t.UnixNano() / int64(period) }
-
-// WindowKey names key's counter for window w alone. Counting a fixed
-// window under such keys lets a window be counted ahead of time (RLQS
-// reserves grants window by window) without ending the window in force,
-// which a key holding one window at a time would; RLS hits counted on the
-// same names (RLQS_SHARED_COUNTERS) share those counts.
-func WindowKey(key string, w int64) string {
-	return key + "\x00rlqs\x00" + strconv.FormatInt(w, 10)
-}

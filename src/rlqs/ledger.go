@@ -95,11 +95,18 @@ func (l *ledger) grant(c uint64, now, until time.Time) (grows bool) {
 	return grows
 }
 
-// window is the index of the fixed window holding t (windows are aligned
-// to multiples of the period since the Unix epoch, as the stores count).
-func (l *ledger) window(t time.Time) int64 { return limiter.WindowOf(t, l.period) }
+// window is the number of the fixed window holding t, as the stores
+// count it (limiter.FixedWindowAt).
+func (l *ledger) window(t time.Time) int64 {
+	w, _ := limiter.FixedWindowAt(t, l.rule())
+	return w
+}
 
-func (l *ledger) start(w int64) time.Time { return time.Unix(0, w*int64(l.period)) }
+// start is the instant window w starts.
+func (l *ledger) start(w int64) time.Time { return limiter.WindowStart(w, l.rule()) }
+
+// rule is the fixed window of the ledger's period.
+func (l *ledger) rule() limiter.Rule { return limiter.Rule{Algorithm: limiter.FixedWindow, Period: l.period} }
 
 // advance folds the envelope before now into the per-window integrals
 // and forgets windows that have ended.

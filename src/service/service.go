@@ -266,7 +266,8 @@ func windowKeys(hits []limiter.Hit, now time.Time) {
 	for i := range hits {
 		h := &hits[i]
 		if h.Rule.Algorithm == limiter.FixedWindow && !h.Rule.Overdraft && h.Rule.Lease == "" && h.Rule.Calendar == nil {
-			h.Key = limiter.WindowKey(h.Key, limiter.WindowOf(now, h.Rule.Period))
+			w, _ := limiter.FixedWindowAt(now, h.Rule)
+			h.Key = limiter.WindowKey(h.Key, w)
 		}
 	}
 }
