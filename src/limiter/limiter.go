@@ -283,4 +283,3 @@ func CheckThenCount(b Batch, apply func(step Step, checked []Outcome) ([]Outcome
 	}
 	return apply(StepAll, outs)
 }
-

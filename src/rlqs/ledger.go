@@ -106,7 +106,9 @@ func (l *ledger) window(t time.Time) int64 {
 func (l *ledger) start(w int64) time.Time { return limiter.WindowStart(w, l.rule()) }
 
 // rule is the fixed window of the ledger's period.
-func (l *ledger) rule() limiter.Rule { return limiter.Rule{Algorithm: limiter.FixedWindow, Period: l.period} }
+func (l *ledger) rule() limiter.Rule {
+	return limiter.Rule{Algorithm: limiter.FixedWindow, Period: l.period}
+}
 
 // advance folds the envelope before now into the per-window integrals
 // and forgets windows that have ended.
