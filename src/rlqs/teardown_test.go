@@ -121,7 +121,15 @@ func TestStreamClosingDuringARound(t *testing.T) {
 func TestPanicEndsTheStreamNotTheProcess(t *testing.T) {
 	g := &gateStore{Store: limiter.NewMemoryStore(limiter.MemoryOptions{})}
 	conn, svc := serveService(t, rlqs.Options{Configs: load(t, fleetConfig), Store: g})
-	g.panicking.Store(true)
+	panicEndsTheStream(t, conn, svc, &g.panicking)
+}
+
+// panicEndsTheStream sets panicking, has a stream's first round panic and
+// checks that it ended that stream with Internal, counted, and that once
+// panicking is cleared the next stream gets its assignment.
+func panicEndsTheStream(t *testing.T, conn *grpc.ClientConn, svc *rlqs.Service, panicking *atomic.Bool) {
+	t.Helper()
+	panicking.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := reportOnce(t, ctx, conn); status.Code(err) != codes.Internal {
@@ -130,7 +138,7 @@ func TestPanicEndsTheStreamNotTheProcess(t *testing.T) {
 	if n := gauge(t, svc, "ratelimit_rlqs_panics_total"); n < 1 {
 		t.Errorf("panics counted %v, want at least 1", n)
 	}
-	g.panicking.Store(false)
+	panicking.Store(false)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	if _, err := reportOnce(t, ctx2, conn); err != nil {
@@ -158,19 +166,5 @@ func (p *panickyConfigs) Load() *config.Config {
 func TestAPanicOnTheOwnerEndsTheStreamNotTheService(t *testing.T) {
 	cfgs := &panickyConfigs{holder: load(t, fleetConfig)}
 	conn, svc := serveService(t, rlqs.Options{Configs: cfgs})
-	cfgs.panicking.Store(true)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := reportOnce(t, ctx, conn); status.Code(err) != codes.Internal {
-		t.Fatalf("the stream whose round panicked: %v, want Internal", err)
-	}
-	if n := gauge(t, svc, "ratelimit_rlqs_panics_total"); n < 1 {
-		t.Errorf("panics counted %v, want at least 1", n)
-	}
-	cfgs.panicking.Store(false)
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	if _, err := reportOnce(t, ctx2, conn); err != nil {
-		t.Fatalf("the next stream: %v", err)
-	}
+	panicEndsTheStream(t, conn, svc, &cfgs.panicking)
 }
