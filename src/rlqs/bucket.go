@@ -50,6 +50,7 @@ type bucket struct {
 	lastTraffic time.Time
 	gone        bool
 	lending     bool // in the service's lenders, for the next round
+	queued      bool // in the state's atOnce, for Run's next round
 
 	// What the Envoy was last sent.
 	sent     time.Time

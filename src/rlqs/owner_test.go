@@ -153,3 +153,27 @@ func TestAServiceStoppedServesNothing(t *testing.T) {
 		t.Errorf("a stream of a stopped service: %v, want Unavailable", err)
 	}
 }
+
+// TestABucketIsQueuedForARoundOnce: a bucket reported due a round at once
+// again before Run took it (a new bucket whose demand then fell, while a
+// long round ran) is in the next round once: twice, it would be granted
+// twice in one message, each grant reserved from the same ledger.
+func TestABucketIsQueuedForARoundOnce(t *testing.T) {
+	s := New(Options{Store: limiter.NewMemoryStore(limiter.MemoryOptions{SweepInterval: -1}), Configs: fleet(t)})
+	st, err := s.open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := s.report(st, usageOf("a", 20))
+	var due []*bucket
+	owned(t, s, func(g *state) {
+		g.dueAtOnce(fresh)
+		g.dueAtOnce(append(fresh, fresh...))
+		due = g.takeAtOnce()
+		g.dueAtOnce(fresh) // taken: it may be queued again
+		due = append(due, g.takeAtOnce()...)
+	})
+	if len(fresh) != 1 || len(due) != 2 || due[0] != fresh[0] || due[1] != fresh[0] {
+		t.Errorf("queued %d times for the first round and the next, want once each", len(due))
+	}
+}

@@ -167,7 +167,7 @@ func (s *Service) Run(ctx context.Context) {
 			_ = s.guard("a grant round", func() error { return s.round(ctx, nil) })
 		case <-s.due:
 			var due []*bucket
-			if s.do("taking the buckets due a round", func(g *state) { due, g.atOnce = g.atOnce, nil }) != nil || len(due) == 0 {
+			if s.do("taking the buckets due a round", func(g *state) { due = g.takeAtOnce() }) != nil || len(due) == 0 {
 				continue
 			}
 			if err := s.guard("a grant round", func() error { return s.round(ctx, due) }); err != nil {
@@ -177,7 +177,19 @@ func (s *Service) Run(ctx context.Context) {
 	}
 }
 
-// fail ends the streams of buckets with err.
+// takeAtOnce is the buckets queued for a round at once, taken.
+func (g *state) takeAtOnce() []*bucket {
+	due := g.atOnce
+	for _, b := range due {
+		b.queued = false
+	}
+	g.atOnce = nil
+	return due
+}
+
+// fail ends the streams of buckets with err. A bucket's stream, and its
+// failed channel, never change once made, so reading them here, off the
+// owner, is safe.
 func (s *Service) fail(buckets []*bucket, err error) {
 	for _, b := range buckets {
 		select {
@@ -213,12 +225,18 @@ func (s *Service) take(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) error
 	return s.do("a usage report", func(g *state) { g.dueAtOnce(g.report(st, msg)) })
 }
 
-// dueAtOnce queues buckets due a round at once and tells Run.
+// dueAtOnce queues buckets due a round at once, each once, and tells
+// Run: a bucket in a round twice would be granted twice in one message.
 func (g *state) dueAtOnce(due []*bucket) {
 	if len(due) == 0 {
 		return
 	}
-	g.atOnce = append(g.atOnce, due...)
+	for _, b := range due {
+		if !b.queued {
+			b.queued = true
+			g.atOnce = append(g.atOnce, b)
+		}
+	}
 	select {
 	case g.dueSignal <- struct{}{}:
 	default: // a signal is waiting already
