@@ -37,7 +37,8 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 		before uint64
 	}
 	period := s.demandPeriod()
-	w := now.UnixNano() / int64(period)
+	push := limiter.Rule{Algorithm: limiter.FixedWindow, Period: period}
+	w, _ := limiter.FixedWindowAt(now, push)
 	var pubs []pub
 	if s.do("publishing demand", func(g *state) {
 		for _, p := range g.pools {
@@ -58,7 +59,7 @@ func (s *Service) exchangeDemand(ctx context.Context, now time.Time) {
 	// from its own clock keeps the counter two windows from its first
 	// write, past the read.
 	rule := limiter.Rule{Algorithm: limiter.FixedWindow, Limit: demandCeiling, Period: 2 * period}
-	at := func(w int64) time.Time { return time.Unix(0, w/2*2*int64(period)) }
+	at := func(w int64) time.Time { return limiter.WindowStart(w/2*2, push) }
 	add := make([]limiter.Hit, len(pubs))
 	read := make([]limiter.Hit, len(pubs))
 	for i, pb := range pubs {
