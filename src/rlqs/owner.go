@@ -12,9 +12,11 @@ import (
 // One owner: a single goroutine owns the graph of streams, buckets,
 // members, pools and ledgers (state). Every other goroutine (a stream's
 // reader and sender, the rounds, a metrics scrape) asks it for work by a
-// message and waits for the answer; none holds a pointer to the state, so
-// none can touch it between two messages. A stream that closes while a
-// round is at the store is one more message, taken in its turn.
+// message and waits for the answer. None holds the state itself; the
+// pointers into it that they carry (a bucket due a round, the grants a
+// message sent) are read and changed only in messages. A stream that
+// closes while a round is at the store is one more message, taken in its
+// turn.
 
 // state is what the owner owns.
 type state struct {
