@@ -9,8 +9,8 @@ import (
 	"github.com/openrls/ratelimit/src/rlqs/plan"
 )
 
-// share is one bucket of a pool as DebugHandler shows it.
-type share struct {
+// shareView is one bucket of a pool as DebugHandler shows it.
+type shareView struct {
 	Stream  uint64            `json:"stream"`
 	Bucket  map[string]string `json:"bucket"`
 	Demand  *float64          `json:"demand_per_second"`
@@ -20,10 +20,10 @@ type share struct {
 
 // poolView is one pool as DebugHandler shows it.
 type poolView struct {
-	Rule    string  `json:"rule"`
-	Limit   uint64  `json:"limit"`
-	Period  float64 `json:"period_seconds"`
-	Buckets []share `json:"buckets"`
+	Rule    string      `json:"rule"`
+	Limit   uint64      `json:"limit"`
+	Period  float64     `json:"period_seconds"`
+	Buckets []shareView `json:"buckets"`
 }
 
 // DebugHandler serves the live pools and their shares as JSON: for each
@@ -54,7 +54,7 @@ func (g *state) poolViews() []poolView {
 	for _, p := range g.pools {
 		v := poolView{Rule: p.metric, Limit: p.rule.Limit, Period: p.rule.Period.Seconds()}
 		for m := range p.members {
-			sh := share{Stream: m.b.s.id, Bucket: m.b.values, Target: m.target}
+			sh := shareView{Stream: m.b.s.id, Bucket: m.b.values, Target: m.target}
 			if !math.IsInf(m.b.demand, 1) {
 				d := m.b.demand
 				sh.Demand = &d

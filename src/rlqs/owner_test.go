@@ -44,11 +44,9 @@ func bare(o Options) *state {
 type interleaver struct {
 	limiter.Store
 	during func()
-	calls  int
 }
 
 func (i *interleaver) Apply(ctx context.Context, b limiter.Batch) ([]limiter.Outcome, error) {
-	i.calls++
 	if i.during != nil {
 		i.during()
 	}
