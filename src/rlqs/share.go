@@ -31,7 +31,7 @@ func (p *pool) fill() {
 // view is what the planner sees of m.
 func (m *member) view() plan.Member {
 	b := m.b
-	return plan.Member{Demand: b.demand, Noise: b.est.Noise(), Held: m.held(), InForce: b.sentKind == kindLimited && !b.lapsed,
+	return plan.Member{Demand: b.demand, Noise: b.est.Noise(), Dispersion: b.est.Dispersion(), Held: m.held(), InForce: b.sentKind == kindLimited && !b.lapsed,
 		SentCap: b.sentCap, MaxCap: m.l.burst, StartCap: startCapacity(b, m.p.period()), Served: m.served, Burst: m.burst}
 }
 

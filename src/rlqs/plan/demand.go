@@ -36,6 +36,13 @@ func (d *Demand) Noise() float64 {
 	return math.Sqrt(math.Max(float64(r.n), 1)) / r.secs
 }
 
+// Dispersion is how far the bucket's counts spread, as their variance
+// over their mean (1 for Poisson arrivals, near 0 for paced ones), read
+// from the intervals its demand is read over (at most 1: arrivals that
+// spread more are bursts, told apart in time, see swings); 0 until
+// minSpread of them are in.
+func (d *Demand) Dispersion() float64 { return d.steady.dispersion() }
+
 // Interval is the bucket's reporting interval as its reports show it, 0
 // until one is seen.
 func (d *Demand) Interval() time.Duration {
@@ -177,6 +184,27 @@ func (sp *span) rate() rate {
 	}
 	return sum
 }
+
+// dispersion is the slots' counts' variance over their mean, each slot's
+// expected count its part of the span's rate; at most 1, and 0 with fewer
+// than minSpread slots or no requests.
+func (sp *span) dispersion() float64 {
+	r := sp.rate()
+	if sp.n < minSpread || r.n == 0 || r.secs <= 0 {
+		return 0
+	}
+	chi := 0.0
+	for _, s := range sp.slots[:sp.n] {
+		want := r.perSecond() * s.secs
+		chi += (float64(s.n) - want) * (float64(s.n) - want) / want
+	}
+	return math.Min(chi/float64(sp.n-1), 1)
+}
+
+// minSpread is how many slots a spread is read from: two degrees of
+// freedom, enough to tell paced arrivals (near 0) from Poisson's (1) most
+// of the time.
+const minSpread = 3
 
 // max is the highest rate of any interval in the span.
 func (sp *span) max() float64 {

@@ -36,6 +36,8 @@ type Member struct {
 	// Burst is the capacity past its grant's that the pool pays for, in
 	// force from this fill (the last fill's NextBurst).
 	Burst uint64
+	// Dispersion is how far its counts spread (Demand.Dispersion).
+	Dispersion float64
 }
 
 // Share is what a fill gives a member.
@@ -55,8 +57,10 @@ type Share struct {
 // (when the limit cannot set aside every busy member's tokens, they get a
 // share in turn), in whole tokens per period; and each member's burst for
 // the next fill (see planBursts). The shares and the tokens set aside
-// never sum past the limit's part. Pinned by the rlqs package's pool
-// tests and TestFleetPatterns.
+// never sum past the limit's part; on a limit lending reaches, the members
+// that want more are then granted what the others are expected to leave
+// (see overbook), which the store holds back until it is given back.
+// Pinned by the rlqs package's pool tests and TestFleetPatterns.
 func Fill(l Limit, ms []Member) []Share {
 	out := make([]Share, len(ms))
 	per := l.Period.Seconds()
@@ -74,10 +78,11 @@ func Fill(l Limit, ms []Member) []Share {
 	tokens := math.Floor(float64(l.Tokens)*l.Frac - kept)
 	shares := waterFill(tokens/per, wants)
 	units := keepHeld(wholeTokens(shares, per, tokens, held), held, wants, per, tokens)
+	planBursts(ms, out, busy, units, wants, per, tokens)
+	overbook(ms, busy, units, wants, per)
 	for k, u := range units {
 		out[busy[k]].Target, out[busy[k]].Holds = u/per, true
 	}
-	planBursts(ms, out, busy, units, wants, per, tokens)
 	return out
 }
 

@@ -173,7 +173,8 @@ func TestSteadyWant(t *testing.T) {
 }
 
 // Fill never gives out more than the limit's part, set-asides counted,
-// whatever the members.
+// whatever the members, but for what the members whose shares cover their
+// wants are expected to leave, on a limit lending reaches (overbook).
 func TestFillStaysWithinTheLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -183,17 +184,25 @@ func TestFillStaysWithinTheLimit(t *testing.T) {
 		{"crowded", Limit{Tokens: 30, Period: time.Second, Frac: 1}, []Member{{Demand: 5}, {Demand: 5}, {Demand: 50, InForce: true, Held: 20, MaxCap: 2}}},
 		{"unmeasured", Limit{Tokens: 300, Period: time.Minute, Frac: 0.5}, []Member{{Demand: math.Inf(1)}, {Demand: 1, Held: 70, InForce: true, MaxCap: 2}}},
 		{"held past the limit", Limit{Tokens: 10, Period: time.Second, Frac: 1}, []Member{{Demand: 9, Held: 9, InForce: true, MaxCap: 1}, {Demand: 9, Held: 9, InForce: true, MaxCap: 1}}},
+		{"overbooked", Limit{Tokens: 300, Period: time.Minute, Frac: 1}, []Member{{Demand: 4, Dispersion: 1}, {Demand: 4, Dispersion: 1},
+			{Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			per := tc.l.Period.Seconds()
-			sum := 0.0
+			sum, left := 0.0, 0.0
 			for i, sh := range Fill(tc.l, tc.ms) {
 				if sh.Holds {
 					sum += sh.Target*per + setAside(&tc.ms[i])
+					if sh.Target >= wantPast(&tc.ms[i], per)-1e-9 {
+						left += unused(&tc.ms[i], sh.Target*per, per)
+					}
 				}
 			}
-			if limit := float64(tc.l.Tokens) * tc.l.Frac; sum > limit+1e-9 {
-				t.Errorf("shares and set-asides sum to %v, past the %v tokens of the limit's part", sum, limit)
+			if per < lendingPeriod {
+				left = 0
+			}
+			if limit := float64(tc.l.Tokens) * tc.l.Frac; sum > limit+left+1e-9 {
+				t.Errorf("shares and set-asides sum to %v, past the %v tokens of the limit's part and the %.1f its light members leave", sum, limit, left)
 			}
 		})
 	}
