@@ -9,8 +9,7 @@ import "math"
 // grant it does not use in full: the tenth of headroom its want carries,
 // and, where its requests do not come paced, the refills its token bucket
 // loses while it is full and the requests it denies while it is empty
-// (a bucket of 0.25 a second with Poisson arrivals, granted 16 a minute
-// with capacity 2, admits some 11.5 of its 15 a minute). On a limit that
+// (docs/rlqs.md has what the fleet patterns lose to it). On a limit that
 // lending reaches (lendingPeriod), the reports give what a window did not
 // use back to the pool as the window goes on, but shares of the limit
 // itself never let the members that want more take it: their shares were
