@@ -149,7 +149,7 @@ var patternGoals = map[string]patternGoal{
 	"per minute: 2 x 4/s + 8 x 0.25/s, Poisson": {ofLeft: 0.85, fair: 0.45,
 		short: "a bucket of 0.25 a second with Poisson arrivals denies some of them with a token bucket of capacity 2; what it leaves goes to the heavy ones (overbooked), so use is near the goal, fairness not"},
 	"1 heavy (20/s) + 4 light (2/s), Poisson": {ofLeft: 0.72, fair: 0.4,
-		short: "as 1 heavy + 9 light: a light bucket holds a token or two at a time, which Poisson arrivals find empty"},
+		short: "no token buckets can: 0.8 of each share costs more than the limit (TestLightPoissonBucketsCostMoreThanTheirShare)"},
 }
 
 // patternStarts is how many runs a pattern gets, starting k/patternStarts
