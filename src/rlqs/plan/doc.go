@@ -1,6 +1,7 @@
 // Package plan is RLQS's policy, as functions over values: what a
 // bucket's demand is from its reports (Demand), how one limit's tokens are
-// shared among the buckets that draw on it (Fill), and what token bucket
+// shared among the buckets that draw on it, and overbooked where reports
+// give back what a window did not use (Fill), and what token bucket
 // carries a grant (CapacityFor, TokenBucket).
 //
 // It knows nothing of streams, stores, clocks or locks. The rlqs package
