@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/openrls/ratelimit/src/rlqs/plan"
+	"github.com/openrls/ratelimit/src/rlqs/rlqstest"
 )
 
 // TestLightPoissonBucketsCostMoreThanTheirShare is the price of exactness
@@ -87,4 +88,64 @@ func TestLightPoissonBucketsCostMoreThanTheirShare(t *testing.T) {
 				heavy, float64(tc.lights)*steady, float64(tc.lights)*turns, 30-heavy)
 		})
 	}
+}
+
+// TestBurstsAtTheReportIntervalCannotBeFollowed is the bound docs/rlqs.md
+// gives for the bursty pattern at 1 s reports, worked from the pattern's
+// own definition and the service's defaults. Its Envoys leave one or two
+// of them on in turns shorter than the least a move of room can take at
+// 1 s reports on average (half a report interval for the change to be
+// reported, half a push for the round of a rise, and the delivery bound
+// of the fall's lowered grant). Kept instead, three token buckets costing
+// a third of the limit each admit at most their refill while on: at best
+// 0.62 of what is left, short of the goal's 0.9.
+func TestBurstsAtTheReportIntervalCannotBeFollowed(t *testing.T) {
+	var pt rlqstest.Pattern
+	for _, p := range rlqstest.Patterns() {
+		if p.Bursts > 0 {
+			pt = p
+		}
+	}
+	limit, _ := pt.Window()
+	begin := time.Unix(1_700_000_000, 0)
+	const step = 10 * time.Millisecond
+	cycle := 2 * pt.Bursts
+	var turns []time.Duration
+	last, since, left, on := -1, time.Duration(0), 0.0, 0.0
+	for at := time.Duration(0); at < 2*cycle; at += step {
+		n := 0
+		for i := range pt.Demands {
+			if pt.Active(i, begin, begin.Add(at)) {
+				n++
+			}
+		}
+		if at >= cycle { // one whole cycle, its turns and what it leaves
+			if n != last && last >= 0 {
+				turns = append(turns, at-since)
+				since = at
+			}
+			asked := float64(n) * pt.Demands[0]
+			left += math.Min(asked, limit-float64(n)) * step.Seconds()
+			on += float64(n) * step.Seconds()
+		} else if n != last {
+			since = at
+		}
+		last = n
+	}
+	left, on = left/cycle.Seconds(), on/cycle.Seconds()
+	move := time.Second/2 + DefaultPush/2 + DefaultDelivery
+	for _, d := range turns {
+		if d >= move {
+			t.Errorf("a turn of %v outlasts a move of room (%v on average): the bursts could be followed", d, move)
+		}
+	}
+	best := 0.0
+	for c := 1.0; c <= 4; c++ {
+		q := math.Floor(limit/float64(len(pt.Demands))) - c // each bucket's whole refill a window
+		best = math.Max(best, on*math.Min(q+plan.ExtraPerPeriod, pt.Demands[0])/left)
+	}
+	if math.Abs(best-0.62) > 0.005 || best >= 0.9 {
+		t.Errorf("kept grants use at best %.3f of what is left: docs/rlqs.md says 0.62", best)
+	}
+	t.Logf("turns %v; %.1f Envoys on and %.1f a second left on average; kept grants use at best %.2f of it", turns, on, left, best)
 }
