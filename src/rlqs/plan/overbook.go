@@ -29,8 +29,10 @@ const lendingPeriod = 60
 // shares do not cover their wants (wants, a rate) what the members whose
 // shares do are expected to leave of theirs, shared alike, each raised no
 // further than its want, and a grant held kept where the new one differs
-// from it by less than a change is worth (see churnTokens). Pinned by TestOverbookGrantsWhatTheLightLeave and
-// the per-minute fleet patterns.
+// from it by less than a change is worth (see churnTokens). What a member
+// capped at its want does not take is not handed on: that errs toward
+// booking less. Pinned by TestOverbookGrantsWhatLightBucketsLeave and the
+// per-minute fleet patterns.
 func overbook(ms []Member, busy []int, units, wants []float64, per float64) {
 	if per < lendingPeriod {
 		return

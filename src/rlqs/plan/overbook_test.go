@@ -76,7 +76,7 @@ func TestAdmittedFollowsTheSimulation(t *testing.T) {
 // member is unmeasured, more for light buckets whose requests spread than
 // for paced ones, never past a member's want, and not for a change
 // smaller than a change is worth.
-func TestOverbookGrantsWhatTheLightLeave(t *testing.T) {
+func TestOverbookGrantsWhatLightBucketsLeave(t *testing.T) {
 	light := func(d float64) Member { return Member{Demand: 0.25, Dispersion: d} }
 	heavy := Member{Demand: 4, Dispersion: 1}
 	// Two heavy of 4 a second and four light of 0.25: each light's share,

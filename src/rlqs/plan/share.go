@@ -288,7 +288,7 @@ func wholeTokens(shares []float64, per, tokens float64, held []float64) []float6
 // what it floors away of the tokens it holds, so grants that follow every
 // move of demand or of the room to spare lose more than they give.
 // Pinned by TestKeepHeld and the per-minute fleet patterns at every
-// reporting interval (TestFleetPatternsAtEveryInterval).
+// reporting interval (TestFleetPatterns).
 func keepHeld(units, held, wants []float64, per, tokens float64) []float64 {
 	covers := func(i int, q float64) bool { return q > 0 && q >= wants[i]*per-1e-9 }
 	small := func(i int) bool {
