@@ -37,8 +37,8 @@ func TestUsageSumsSaturate(t *testing.T) {
 // through noteUsage as reports arrive 5 s apart: a rise is carried on by
 // the change, a fall only to half the rate measured, and a difference
 // chance makes (within three standard deviations of Poisson counts) is
-// read with the reports before it since the last change, up to
-// steadyReports of them.
+// read with the reports before it since the last change, over 20 s of
+// them, or further back, to a minute, while those hold under 20 requests.
 func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -49,7 +49,8 @@ func TestDemandFollowsAChangeAtOnce(t *testing.T) {
 		{"steady: both reports", []uint64{1, 100, 100}, 201.0 / 10},
 		{"noise within chance: both reports", []uint64{1, 100, 115}, 216.0 / 10},
 		{"steady: the last four reports", []uint64{1, 100, 100, 100, 100, 120}, 420.0 / 20},
-		{"a paced light bucket: 2 and 3 in turn", []uint64{1, 2, 3, 2, 3, 2}, 10.0 / 20},
+		{"a paced light bucket: 2 and 3 in turn, read over every report (13 requests in 25 s)", []uint64{1, 2, 3, 2, 3, 2}, 13.0 / 25},
+		{"a bucket with 20 requests in 20 s: read over those", []uint64{1, 5, 5, 5, 5, 5, 5}, 20.0 / 20},
 		{"rise halfway through", []uint64{1, 0, 100}, 2*20 - 0.2},
 		{"rise late: read short, then past it once", []uint64{1, 0, 40, 200}, 2*40 - 8},
 		{"rise late, then steady", []uint64{1, 0, 40, 200, 200}, 40},

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -150,6 +151,40 @@ func TestDemandIsReadInTime(t *testing.T) {
 			}
 			if got := d.Interval(); got != interval {
 				t.Errorf("interval learned %v, want %v", got, interval)
+			}
+		})
+	}
+}
+
+// A light bucket's demand is read over as much as a minute of its reports,
+// until they hold steadyCount requests, so that chance seldom reads it
+// far under its rate: a bucket of 0.25 a second with Poisson arrivals,
+// read over 20 s, read under half its rate after 0.09 (reports every 5 s)
+// to 0.15 (every second) of its reports; over a minute, 0.01 to 0.03. A
+// bucket whose 20 s hold steadyCount is read over those alone.
+func TestALightDemandIsReadOverEnoughRequests(t *testing.T) {
+	for _, interval := range []time.Duration{time.Second, 5 * time.Second} {
+		t.Run(interval.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			const rate = 0.25
+			d := NewDemand()
+			under, reads := 0, 0
+			for at := interval; at <= 30*time.Minute; at += interval {
+				d.Observe(poissonCount(rng, rate*interval.Seconds()), interval)
+				if at > steadyLongSpan {
+					reads++
+					if d.Rate() < rate/2 {
+						under++
+					}
+				}
+			}
+			if share := float64(under) / float64(reads); share > 0.05 {
+				t.Errorf("read under half its rate in %.3f of %d reports, want at most 0.05", share, reads)
+			}
+			heavy := NewDemand()
+			observeFor(&heavy, 2, interval, 2*time.Minute, 0, func(float64) {})
+			if got, want := heavy.Noise(), math.Sqrt(40)/20; math.Abs(got-want) > 1e-9 {
+				t.Errorf("a bucket of 2 a second: noise %v, want %v (read over 20 s, 40 requests)", got, want)
 			}
 		})
 	}

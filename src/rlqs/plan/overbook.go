@@ -5,9 +5,9 @@ import "math"
 // Overbooking: granting the members a limit cannot meet what the others
 // are expected to leave unused.
 //
-// A member whose share covers what it wants (a light bucket) holds a
-// grant it does not use in full: the tenth of headroom its want carries,
-// and, where its requests do not come paced, the refills its token bucket
+// A member granted more than its demand (a light bucket) holds a grant it
+// does not use in full: the headroom its want carries (a tenth, and room
+// for chance: see want), and, where its requests do not come paced, the refills its token bucket
 // loses while it is full and the requests it denies while it is empty
 // (docs/rlqs.md has what the fleet patterns lose to it). On a limit that
 // lending reaches (lendingPeriod), the reports give what a window did not
@@ -26,39 +26,43 @@ import "math"
 const lendingPeriod = 60
 
 // overbook adds to the units (tokens a period) of the busy members whose
-// shares do not cover their wants (wants, a rate) what the members whose
-// shares do are expected to leave of theirs, shared alike, each raised no
-// further than its want, and a grant held kept where the new one differs
-// from it by less than a change is worth (see churnTokens). What a member
-// capped at its want does not take is not handed on: that errs toward
-// booking less. Pinned by TestOverbookGrantsWhatLightBucketsLeave and the
+// shares do not cover their wants (wants, a rate) what the members granted
+// more than their demand are expected to leave of their grants: shared
+// max-min fair among the first, each raised no further than its want, and
+// a grant held kept where the new one differs from it by less than a
+// change is worth (see churnTokens). A member's own shortfall is counted
+// too where its demand is under its grant (a light bucket whose want, with
+// its room for chance, is past the level); a member whose demand is past
+// its grant leaves next to nothing (its token bucket is mostly empty, and
+// admitted's random walk, made for buckets near their rate, would read it
+// leaving more). Pinned by TestOverbookGrantsWhatLightBucketsLeave and the
 // per-minute fleet patterns.
 func overbook(ms []Member, busy []int, units, wants []float64, per float64) {
 	if per < lendingPeriod {
 		return
 	}
-	left, short := 0.0, 0
+	left := 0.0
+	var short []int
+	var room []float64
 	for k, i := range busy {
-		switch {
-		case math.IsInf(wants[k], 1):
+		if math.IsInf(wants[k], 1) {
 			return // an even share for a bucket not yet measured: nothing is known
-		case units[k] >= wants[k]*per-1e-9:
+		}
+		if ms[i].Demand*per < units[k] {
 			left += unused(&ms[i], units[k], per)
-		default:
-			short++
+		}
+		if units[k] < wants[k]*per-1e-9 {
+			short, room = append(short, k), append(room, math.Ceil(wants[k]*per-1e-9)-units[k])
 		}
 	}
-	if short == 0 {
+	if len(short) == 0 {
 		return
 	}
-	each := math.Floor(left / float64(short))
+	extra := waterFill(left, room)
 	band := churnTokens * per / churnSpan.Seconds()
-	for k, i := range busy {
-		if units[k] >= wants[k]*per-1e-9 {
-			continue
-		}
-		booked := math.Min(units[k]+each, math.Ceil(wants[k]*per-1e-9))
-		if h := ms[i].Held; h >= units[k] && math.Abs(booked-h) < band {
+	for j, k := range short {
+		booked := units[k] + math.Floor(math.Min(extra[j], room[j])+1e-9)
+		if h := ms[busy[k]].Held; h >= units[k] && math.Abs(booked-h) < band {
 			booked = h // what the others leave moves with noise in their spread
 		}
 		units[k] = booked

@@ -3,6 +3,7 @@ package plan
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -122,6 +123,45 @@ func TestOverbookGrantsWhatLightBucketsLeave(t *testing.T) {
 		wants[0], wants[1] = 101.0/60, 101.0/60
 		if got := run(ms, units, wants, 60); got[0] != 101 || got[1] != 101 {
 			t.Errorf("heavies granted %v and %v, want their want, 101", got[0], got[1])
+		}
+	})
+	t.Run("a light bucket capped at the level counts what it leaves", func(t *testing.T) {
+		// Its want, with room for chance, is past its share: it is short,
+		// and still leaves most of a grant twice its demand.
+		ms, units, wants := pool(light(1), 60)
+		units[2], wants[2] = 30, 40.0/60
+		got := run(ms, units, wants, 60)
+		left := 0.0
+		for k := 2; k < 6; k++ {
+			left += unused(&ms[k], units[k], 60)
+		}
+		if got[2] != 40 {
+			t.Errorf("the capped light granted %v, want its want, 40", got[2])
+		}
+		if raised := got[0] + got[1] + got[2] - units[0] - units[1] - units[2]; raised > left+1e-9 || raised < left-3 {
+			t.Errorf("raised by %v in all, want what the lights leave, %.1f (its own part too), less at most a token each", raised, left)
+		}
+	})
+	t.Run("a member past its grant leaves nothing to book", func(t *testing.T) {
+		ms, units, wants := pool(light(1), 60)
+		for k := 2; k < 6; k++ {
+			ms[k] = heavy // every member wants more than it holds
+			wants[k] = 4.4
+		}
+		if got := run(ms, units, wants, 60); !slices.Equal(got, units) {
+			t.Errorf("members all past their grants booked %v from %v, want nothing booked", got, units)
+		}
+	})
+	t.Run("what a member with little room does not take goes to the rest", func(t *testing.T) {
+		ms, units, wants := pool(light(1), 60)
+		wants[1] = 102.0 / 60 // room for 2 tokens
+		got := run(ms, units, wants, 60)
+		left := 0.0
+		for k := 2; k < 6; k++ {
+			left += unused(&ms[k], units[k], 60)
+		}
+		if got[1] != 102 || got[0] < units[0]+left-2-1 {
+			t.Errorf("heavies granted %v and %v from %v: want 102, and the rest of the %.1f left to the other", got[0], got[1], units[0], left)
 		}
 	})
 	t.Run("not on a limit lending does not reach", func(t *testing.T) {

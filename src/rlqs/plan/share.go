@@ -91,15 +91,27 @@ func Want(m Member, period time.Duration) float64 { return want(&m, period.Secon
 
 // want is the demand a fill sees: what was measured, with room to grow by
 // a tenth, so a bucket whose traffic rises shows it (as denials) and gets
-// more on the next fill; and at least a token per period. Unmeasured
-// (+Inf), it takes an even share; idle (0), nothing, so that its
-// window-start tokens go to the busy: a request it then denies shows in
-// its next report.
+// more on the next fill; and at least a token per period. On a limit
+// lending reaches (lendingPeriod) it has room, too, for one standard
+// deviation of what chance moves the measure by, for the spread its
+// counts show (none when paced): a light bucket's demand is read from few
+// requests, as often under its rate as over, and read under, its token
+// bucket denies what comes. What that room leaves unused there comes back
+// to the pool within the window (rlqs's lending) and goes to the members
+// that want more (overbook); on a shorter limit nothing comes back, and
+// the room would be lost. Unmeasured (+Inf), it takes an even share; idle
+// (0), nothing, so that its window-start tokens go to the busy: a request
+// it then denies shows in its next report. Pinned by
+// TestALightWantHasRoomForChance and the per-minute fleet patterns.
 func want(m *Member, per float64) float64 {
 	if math.IsInf(m.Demand, 1) || m.Demand == 0 {
 		return m.Demand
 	}
-	return max(m.Demand*1.1, 1/per)
+	w := m.Demand * 1.1
+	if per >= lendingPeriod {
+		w += m.Noise * math.Sqrt(m.Dispersion)
+	}
+	return max(w, 1/per)
 }
 
 // wantPast is what a member wants beyond the ExtraPerPeriod every grant

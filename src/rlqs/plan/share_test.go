@@ -172,9 +172,35 @@ func TestSteadyWant(t *testing.T) {
 	}
 }
 
+// On a limit lending reaches, a member's want has room for one standard
+// deviation of its measure, for the spread its counts show: a Poisson
+// light bucket's, none for a paced one, and none on a shorter limit,
+// where what the room leaves unused would not come back.
+func TestALightWantHasRoomForChance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		m      Member
+		period time.Duration
+		want   float64 // a second
+	}{
+		{"per minute, Poisson", Member{Demand: 0.25, Noise: 0.1, Dispersion: 1}, time.Minute, 0.375},
+		{"per minute, a quarter of Poisson's spread", Member{Demand: 0.25, Noise: 0.1, Dispersion: 0.25}, time.Minute, 0.325},
+		{"per minute, paced", Member{Demand: 0.25, Noise: 0.1}, time.Minute, 0.275},
+		{"per hour, Poisson", Member{Demand: 0.25, Noise: 0.1, Dispersion: 1}, time.Hour, 0.375},
+		{"per second, Poisson: no room", Member{Demand: 0.25, Noise: 0.1, Dispersion: 1}, time.Second, 1},
+		{"per 10 s, Poisson: no room", Member{Demand: 2, Noise: 0.3, Dispersion: 1}, 10 * time.Second, 2.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := want(&tc.m, tc.period.Seconds()); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("want = %v a second, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // Fill never gives out more than the limit's part, set-asides counted,
-// whatever the members, but for what the members whose shares cover their
-// wants are expected to leave, on a limit lending reaches (overbook).
+// whatever the members, but for what the members granted more than their
+// demand are expected to leave, on a limit lending reaches (overbook).
 func TestFillStaysWithinTheLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -186,6 +212,8 @@ func TestFillStaysWithinTheLimit(t *testing.T) {
 		{"held past the limit", Limit{Tokens: 10, Period: time.Second, Frac: 1}, []Member{{Demand: 9, Held: 9, InForce: true, MaxCap: 1}, {Demand: 9, Held: 9, InForce: true, MaxCap: 1}}},
 		{"overbooked", Limit{Tokens: 300, Period: time.Minute, Frac: 1}, []Member{{Demand: 4, Dispersion: 1}, {Demand: 4, Dispersion: 1},
 			{Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}, {Demand: 0.25, Dispersion: 1}}},
+		{"overbooked, lights past the level with their room for chance", Limit{Tokens: 100, Period: time.Minute, Frac: 1}, []Member{{Demand: 4, Dispersion: 1},
+			{Demand: 0.25, Noise: 0.2, Dispersion: 1}, {Demand: 0.25, Noise: 0.2, Dispersion: 1}, {Demand: 0.25, Noise: 0.2, Dispersion: 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			per := tc.l.Period.Seconds()
@@ -193,7 +221,7 @@ func TestFillStaysWithinTheLimit(t *testing.T) {
 			for i, sh := range Fill(tc.l, tc.ms) {
 				if sh.Holds {
 					sum += sh.Target*per + setAside(&tc.ms[i])
-					if sh.Target >= wantPast(&tc.ms[i], per)-1e-9 {
+					if tc.ms[i].Demand < sh.Target {
 						left += unused(&tc.ms[i], sh.Target*per, per)
 					}
 				}
