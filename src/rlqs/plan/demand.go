@@ -158,10 +158,10 @@ type slot struct {
 	peak float64
 }
 
-// spanSlots is how many slots a span is cut into: a steady span's slots
-// (of steadyLongSpan) are as long as when demand was read over 20 s at
-// most, in six (3.3 s), so that 20 s reads six or more, and a bucket
-// turns idle as soon (see steady.idle).
+// spanSlots is how many slots a span is cut into. A steady span
+// (steadyLongSpan) is cut into slots of 3.3 s, as long as a 20 s span's
+// were in six, so that a 20 s read, its spread and idleness (see
+// steady.idle) are as fine as before.
 const spanSlots = 18
 
 // add adds an interval of r to a span of secs seconds.
@@ -264,20 +264,21 @@ func (s *steady) idle() bool {
 }
 
 // steadySpan bounds how far back demand is read, in time, where that holds
-// steadyCount requests: a drift below chance is followed within it. Four
-// of Envoy 1.40's 5 s intervals. Pinned by TestDemandFollowsAChangeAtOnce
-// and TestDemandIsReadInTime.
+// steadyCount requests: a drift below chance is followed within it, and
+// a quiet second is not taken for idleness (a bucket of 0.25 a second
+// reports nothing in most seconds). Four of Envoy 1.40's 5 s intervals.
+// Pinned by TestDemandFollowsAChangeAtOnce and TestDemandIsReadInTime.
 const steadySpan = 20 * time.Second
 
 // A light bucket's demand is read over up to steadyLongSpan, until the
 // intervals hold steadyCount requests. Read over 20 s, a bucket of 0.25 a
 // second with Poisson arrivals counts 5 requests on average, and was read
-// under half its rate after a tenth of its reports: its grant followed, and its
-// token bucket denied the requests that came next (the per-minute fleet
-// pattern of 8 such buckets served them 0.68 of their demand over 10
-// minutes; read over a minute, 0.80). A minute of a light bucket's reports
-// still holds few enough requests that a change past chance is told from
-// them at once (see trend). Pinned by TestALightDemandIsReadOverEnoughRequests.
+// under half its rate after a tenth of its reports: its grant followed,
+// and its token bucket denied the requests that came next (docs/rlqs.md
+// has what the per-minute fleet pattern of 8 such buckets gains). A change
+// past chance is still followed at once (see trend): only a drift within
+// chance is read over the longer span. Pinned by
+// TestALightDemandIsReadOverEnoughRequests.
 const (
 	steadyLongSpan = time.Minute
 	steadyCount    = 20
