@@ -174,14 +174,22 @@ func (sp *span) add(r rate, secs float64) {
 		sp.slots[0] = slot{rate: r, peak: r.perSecond()}
 		sp.n = min(sp.n+1, len(sp.slots))
 	}
-	sum := 0.0
-	for i := range sp.n {
-		sum += sp.slots[i].secs
-		if sum >= secs-1e-9 {
-			sp.n = i + 1
-			break
+	if _, k, ok := sp.newest(func(r rate) bool { return r.secs >= secs-1e-9 }); ok {
+		sp.n = k
+	}
+}
+
+// newest sums the newest slots until the sum is done, and returns it, how
+// many slots it took, and whether it was done before they ran out.
+func (sp *span) newest(done func(rate) bool) (sum rate, k int, ok bool) {
+	for k = 1; k <= sp.n; k++ {
+		s := sp.slots[k-1]
+		sum.n, sum.secs = satAdd(sum.n, s.n), sum.secs+s.secs
+		if done(sum) {
+			return sum, k, true
 		}
 	}
+	return sum, sp.n, false
 }
 
 // rate is the slots' requests over their time (zero time when none).
@@ -235,13 +243,9 @@ type steady struct{ span }
 
 func (s *steady) add(r rate) {
 	s.span.add(r, steadyLongSpan.Seconds())
-	var sum rate
-	for i := range s.n {
-		sum.n, sum.secs = satAdd(sum.n, s.slots[i].n), sum.secs+s.slots[i].secs
-		if sum.secs >= steadySpan.Seconds()-1e-9 && sum.n >= steadyCount {
-			s.n = i + 1
-			return
-		}
+	enough := func(r rate) bool { return r.secs >= steadySpan.Seconds()-1e-9 && r.n >= steadyCount }
+	if _, k, ok := s.newest(enough); ok {
+		s.n = k
 	}
 }
 
@@ -250,17 +254,8 @@ func (s *steady) add(r rate) {
 // read over steadySpan alone would be, so that its room is handed over
 // no later than before.
 func (s *steady) idle() bool {
-	var sum rate
-	for _, sl := range s.slots[:s.n] {
-		sum.n, sum.secs = satAdd(sum.n, sl.n), sum.secs+sl.secs
-		if sum.n > 0 {
-			return false
-		}
-		if sum.secs >= steadySpan.Seconds()-1e-9 {
-			return true
-		}
-	}
-	return false
+	sum, _, ok := s.newest(func(r rate) bool { return r.n > 0 || r.secs >= steadySpan.Seconds()-1e-9 })
+	return ok && sum.n == 0
 }
 
 // steadySpan bounds how far back demand is read, in time, where that holds
