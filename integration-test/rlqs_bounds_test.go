@@ -171,7 +171,7 @@ func TestRLQSMemoryIsBoundedByBytes(t *testing.T) {
 // TestRLQSBucketCountMemory, through the binary: 20,000 buckets of short
 // ids (RLQS_MAX_BUCKETS=20000 over two streams, 10,000 each at once), each
 // its own pool, add at most the resident memory docs/settings.md states
-// per bucket (about 12 KB; held here to 16 KB, a busy machine's garbage
+// per bucket (about 14 KB; held here to 16 KB, a busy machine's garbage
 // collector lagging more).
 func TestRLQSBucketCountMemory(t *testing.T) {
 	env := writeConfig(t, map[string]string{"quota.yaml": rlqsEachTenant})

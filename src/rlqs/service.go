@@ -66,7 +66,7 @@ const (
 	DefaultMaxStreams = 10_000
 	DefaultMaxBuckets = 10_000
 	// DefaultMaxTotalBuckets keeps a full service's buckets to about
-	// 600 MB at their peak (docs/settings.md).
+	// 700 MB at their peak (docs/settings.md).
 	DefaultMaxTotalBuckets = 50_000
 
 	DefaultMaxIDBytes      = 4 << 20
