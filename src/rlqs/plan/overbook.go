@@ -7,8 +7,9 @@ import "math"
 //
 // A member granted more than its demand (a light bucket) holds a grant it
 // does not use in full: the headroom its want carries (a tenth, and room
-// for chance: see want), and, where its requests do not come paced, the refills its token bucket
-// loses while it is full and the requests it denies while it is empty
+// for chance: see want), and, where its requests do not come paced, the
+// refills its token bucket loses while it is full and the requests it
+// denies while it is empty
 // (docs/rlqs.md has what the fleet patterns lose to it). On a limit that
 // lending reaches (lendingPeriod), the reports give what a window did not
 // use back to the pool as the window goes on, but shares of the limit
@@ -30,12 +31,13 @@ const lendingPeriod = 60
 // more than their demand are expected to leave of their grants: shared
 // max-min fair among the first, each raised no further than its want, and
 // a grant held kept where the new one differs from it by less than a
-// change is worth (see churnTokens). A member's own shortfall is counted
-// too where its demand is under its grant (a light bucket whose want, with
-// its room for chance, is past the level); a member whose demand is past
-// its grant leaves next to nothing (its token bucket is mostly empty, and
-// admitted's random walk, made for buckets near their rate, would read it
-// leaving more). Pinned by TestOverbookGrantsWhatLightBucketsLeave and the
+// change is worth (see churnTokens). What a member leaves is counted
+// wherever its demand is under its grant, a member short of its want too
+// (a light bucket whose want, with its room for chance, is past the
+// level), which may then take some of it back; a member whose demand is
+// past its grant leaves next to nothing (its token bucket is mostly empty,
+// and admitted's random walk, made for buckets near their rate, would read
+// it leaving more). Pinned by TestOverbookGrantsWhatLightBucketsLeave and the
 // per-minute fleet patterns.
 func overbook(ms []Member, busy []int, units, wants []float64, per float64) {
 	if per < lendingPeriod {
